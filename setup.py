@@ -1,0 +1,30 @@
+"""Personalized w-event private stream histograms on Apache Beam.
+
+``setup.py`` (not only pyproject) because Beam's ``--setup_file`` stages it
+for Dataflow and Flink workers.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="wevent-beam",
+    version="0.1.0",
+    description="Personalized and dynamic w-event differential privacy for infinite event streams on Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["transforms", "transforms.*", "pipelines", "pipelines.*", "schemas",
+                                    "schemas.*", "benchmarks", "benchmarks.*"]),
+    package_data={"schemas": ["*.avsc"]},
+    install_requires=[
+        "apache-beam>=2.68,<3",
+        "numpy>=1.24,<2.5",
+        "pyarrow>=14,<26",
+        "fastavro>=1.9",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3"],
+        "plot": ["matplotlib>=3.8"],
+    },
+)

@@ -1,0 +1,59 @@
+"""Random populations and requirement streams for property tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch
+
+HOMOGENEOUS = ("bd", "ba", "uniform", "sample")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A random stream: who reports, what, and which requirements they declare."""
+
+    seed: int
+    users: int
+    bins: int
+    slots: int
+    windows: tuple[int, ...]
+    epsilons: tuple[float, ...]
+    presence: float = 1.0          # probability a registered user reports in a slot
+    change: float = 0.0            # probability a user declares a new requirement in a slot
+    join_spread: int = 0           # users join at a uniform slot in [1, 1 + join_spread]
+    dynamic: bool = False
+
+    def mechanism_kwargs(self, name: str) -> dict:
+        kwargs = {"bins": self.bins}
+        if name in HOMOGENEOUS:
+            kwargs.update(epsilon=min(self.epsilons), window=max(self.windows))
+        if name in ("dpbd", "dpba"):
+            kwargs.update(max_window=max(self.windows))
+        return kwargs
+
+    def batches(self, dynamic: bool | None = None) -> list[SlotBatch]:
+        dynamic = self.dynamic if dynamic is None else dynamic
+        gen = np.random.default_rng(self.seed)
+        n = self.users
+        joins = 1 + gen.integers(0, self.join_spread + 1, n)
+        windows, epsilons = np.array(self.windows), np.array(self.epsilons)
+        current = gen.integers(0, len(windows), (n, 4)), gen.integers(0, len(epsilons), (n, 4))
+        level = gen.integers(0, 3, n)  # a slowly moving value per user, so data drift and repeat
+        batches = []
+        for t in range(1, self.slots + 1):
+            level = np.where(gen.random(n) < 0.2, gen.integers(0, self.bins, n), level) % self.bins
+            changes = gen.random(n) < self.change
+            current[0][changes] = gen.integers(0, len(windows), (changes.sum(), 4))
+            current[1][changes] = gen.integers(0, len(epsilons), (changes.sum(), 4))
+            present = (joins <= t) & ((gen.random(n) < self.presence) | (joins == t))
+            users = np.flatnonzero(present)
+            w, e = windows[current[0][users]], epsilons[current[1][users]]
+            if dynamic:
+                reqs = DynamicRequirements.of(w[:, 0], e[:, 0], w[:, 1], e[:, 1])
+            else:
+                reqs = FixedRequirements.of(w[:, 0], e[:, 0])
+            batches.append(SlotBatch.of(users, level[users], reqs))
+        return batches

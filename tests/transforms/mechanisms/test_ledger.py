@@ -1,0 +1,101 @@
+"""The ledger checks windows exactly, for fixed and dynamic requirements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, UserCharges
+from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
+
+
+def charges(units, requirements) -> UserCharges:
+    """Charges for users 0..n-1, each in their own cohort."""
+    n = len(units)
+    return UserCharges(cohort_of=np.arange(n), cohort_dc_units=np.zeros(n, np.int64),
+                       cohort_publication_units=np.asarray(units, np.int64),
+                       cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
+                       waiting_requirements=None)
+
+
+def brute_force_max_ratio(history: np.ndarray, windows: np.ndarray, bounds: np.ndarray) -> float:
+    worst = 0.0
+    for t in range(history.shape[0]):
+        for u in range(history.shape[1]):
+            worst = max(worst, history[max(0, t - windows[u] + 1):t + 1, u].sum() / bounds[u])
+    return worst
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), users=st.integers(1, 6), slots=st.integers(1, 40))
+def test_fixed_windows_match_brute_force(seed, users, slots):
+    gen = np.random.default_rng(seed)
+    windows = gen.integers(1, 8, users)
+    bounds = gen.integers(1, 10**6, users)
+    history = gen.integers(0, 3 * 10**5, (slots, users))
+    ledger = PrivacyLedger(max_window=8)
+    reqs = FixedRequirements(windows, bounds)
+    for t in range(slots):
+        ledger.record(t + 1, charges(history[t], reqs))
+    expected = brute_force_max_ratio(history, windows, bounds)
+    assert ledger.max_usage_ratio == pytest.approx(expected, rel=1e-12)
+    assert (ledger.violation_count > 0) == (expected > 1)
+
+
+def test_dynamic_backward_and_forward_windows():
+    ledger = PrivacyLedger(max_window=5)
+    u = UNITS_PER_EPSILON
+    # one user declares at slot 1 a forward window of 3 with E_F = 1; later declarations are loose
+    declarations = [DynamicRequirements(np.array([1]), np.array([10 * u]), np.array([3]), np.array([1 * u]))] + \
+        [DynamicRequirements(np.array([1]), np.array([10 * u]), np.array([1]), np.array([10 * u]))] * 3
+    spend = [u // 2, u // 2, u // 10, 0]  # slots 1..3 spend 1.1 > 1: the forward window of slot 1 is violated
+    for t, (reqs, units) in enumerate(zip(declarations, spend), start=1):
+        ledger.record(t, charges([units], reqs))
+    assert ledger.violation_count == 1
+    violation = ledger.violations[0]
+    assert (violation.kind, violation.slot, violation.window_units) == ("forward", 3, 11 * u // 10)
+    assert "spent 1.1 > 1" in str(violation)
+
+
+def test_open_forward_windows_are_checked_at_close():
+    ledger = PrivacyLedger(max_window=10)
+    u = UNITS_PER_EPSILON
+    reqs = DynamicRequirements(np.array([1]), np.array([10 * u]), np.array([10]), np.array([u]))
+    for t in range(1, 4):
+        ledger.record(t, charges([u // 2], reqs))
+    assert ledger.ok  # no forward window has closed yet
+    ledger.close()
+    assert not ledger.ok
+
+
+def test_backward_window_violation():
+    ledger = PrivacyLedger(max_window=4)
+    u = UNITS_PER_EPSILON
+    reqs = DynamicRequirements(np.array([3]), np.array([u]), np.array([1]), np.array([10 * u]))
+    for t, units in enumerate([u // 2, u // 2, 1], start=1):
+        ledger.record(t, charges([units], reqs))
+    assert ledger.violation_count == 1 and ledger.violations[0].kind == "backward"
+
+
+def test_window_sums_stay_exact_after_the_running_totals_wrap():
+    """Charges of the largest budget for 6000 slots push totals past 2^64; windows stay exact."""
+    ledger = PrivacyLedger(max_window=3)
+    big = MAX_EPSILON * UNITS_PER_EPSILON // 3
+    reqs = FixedRequirements(np.array([3]), np.array([MAX_EPSILON * UNITS_PER_EPSILON]))
+    for t in range(1, 6001):
+        ledger.record(t, charges([big - (t % 2)], reqs))
+    assert 6000 * big > 2**64
+    assert ledger.window_sum(0, 5998, 6000) == 3 * big - 1
+    assert ledger.ok and ledger.max_usage_ratio < 1
+
+
+def test_slots_must_arrive_in_order():
+    ledger = PrivacyLedger(max_window=2)
+    reqs = FixedRequirements(np.array([1]), np.array([5]))
+    ledger.record(1, charges([1], reqs))
+    with pytest.raises(ValueError, match="expected slot 2, got 3"):
+        ledger.record(3, charges([1], reqs))
+    with pytest.raises(ValueError, match="max_window"):
+        ledger.record(2, charges([1], FixedRequirements(np.array([3]), np.array([5]))))

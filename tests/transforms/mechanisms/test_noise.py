@@ -1,0 +1,625 @@
+"""Tests for transforms.mechanisms.noise.
+
+False-failure budget
+--------------------
+Every statistical assertion states its false-failure probability (FFP):
+the chance that a *correct* implementation fails it.  Tests driven by
+``InsecureSeededRandomness`` use fixed seeds, so they are deterministic in CI;
+their FFP is the probability over the choice of seed.  Tests driven by
+``SecureRandomness`` are fresh every run.  Each GOF/variance/binomial test
+uses ``ALPHA = 1e-9``; each power check ("must reject a scale 30% off") has a
+miss probability that is computed in the test and asserted to be below
+``POWER_MISS = 1e-9``.  There are fewer than 100 such assertions in this file,
+so the whole file's FFP is below 1e-7 (< 1e-6 as required).  Power checks
+against the wrong scale are what make these tests able to fail at all.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import pickle
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from transforms.mechanisms import noise
+from transforms.mechanisms.noise import (
+    InsecureSeededRandomness,
+    Randomness,
+    SecureRandomness,
+    bernoulli_thresholds,
+    continuous_laplace_variance,
+    count_successes,
+    discrete_laplace,
+    discrete_laplace_variance,
+    grid_laplace,
+    insecure_seeded_randomness,
+    secure_randomness,
+)
+
+ALPHA = 1e-9
+"""Per-assertion false-failure probability of every statistical test."""
+POWER_MISS = 1e-9
+"""Largest allowed probability that a power check fails to reject."""
+Z_ALPHA = stats.norm.isf(ALPHA / 2)  # two-sided normal critical value, ~6.11
+TWO_32 = 2**32
+N_GOF = 100_000  # samples per scale for the discrete Laplace tests
+
+
+# --------------------------------------------------------------------------
+# Exact discrete Laplace helpers (reference distribution, floats are fine here)
+# --------------------------------------------------------------------------
+
+
+def dlap_pmf(x, scale: float) -> np.ndarray:
+    """P(x) = (1-q)/(1+q) q^|x| with q = e^{-1/s}."""
+    q = math.exp(-1.0 / scale)
+    return -math.expm1(-1.0 / scale) / (1.0 + q) * np.exp(-np.abs(np.asarray(x, dtype=float)) / scale)
+
+
+def _tail(n: float, scale: float) -> float:
+    """P(X >= n) for n >= 0 (n may be +inf)."""
+    if n == math.inf:
+        return 0.0
+    return math.exp(-n / scale) / (1.0 + math.exp(-1.0 / scale))
+
+
+def _mass(lo: float, hi: float, scale: float) -> float:
+    """P(lo <= X <= hi) for integers (or infinities) lo <= hi."""
+    if lo >= 0:
+        if hi == math.inf:
+            return _tail(lo, scale)
+        return _tail(lo, scale) * -math.expm1(-(hi + 1 - lo) / scale)
+    if hi <= 0:
+        return _mass(-hi, -lo, scale)
+    return 1.0 - _tail(hi + 1, scale) - _tail(1 - lo, scale)
+
+
+def _quantile(p: float, scale: float) -> int:
+    """Smallest integer x with P(X <= x) >= p (up to float rounding, which only moves bins)."""
+    q = math.exp(-1.0 / scale)
+    if p <= q / (1.0 + q):
+        return min(-1, math.ceil(scale * math.log(p * (1.0 + q))))
+    return max(0, math.ceil(-scale * math.log((1.0 - p) * (1.0 + q))) - 1)
+
+
+def gof_bins(scale: float, n: int, target_bins: int = 40, min_expected: float = 20.0):
+    """Right edges and probabilities of bins (-inf, e1], (e1, e2], ..., (ek, inf).
+
+    Edges are quantiles of the hypothesised distribution; bins with fewer than
+    ``min_expected`` expected counts (the tails) are pooled with neighbours.
+    """
+    edges = sorted({_quantile(j / target_bins, scale) for j in range(1, target_bins)})
+    bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
+    probs = [_mass(bounds[i] + 1, bounds[i + 1], scale) for i in range(len(bounds) - 1)]
+    merged_edges, merged_probs, acc = [], [], 0.0
+    for i, p in enumerate(probs):
+        acc += p
+        if acc * n >= min_expected and i < len(probs) - 1:
+            merged_edges.append(edges[i])
+            merged_probs.append(acc)
+            acc = 0.0
+    if acc * n < min_expected and merged_probs:  # pool the right tail into the last bin
+        merged_edges.pop()
+        merged_probs[-1] += acc
+    else:
+        merged_probs.append(acc)
+    probs = np.array(merged_probs)
+    assert len(probs) >= 2 and probs.min() * n >= min_expected
+    return np.array(merged_edges, dtype=np.int64), probs / probs.sum()
+
+
+def chisquare_pvalue(samples: np.ndarray, scale: float) -> float:
+    """p-value of Pearson's chi-square GOF of integer samples against DLap(scale)."""
+    edges, probs = gof_bins(scale, len(samples))
+    observed = np.bincount(np.searchsorted(edges, samples, side="left"), minlength=len(probs))
+    return stats.chisquare(observed, len(samples) * probs).pvalue
+
+
+def chisquare_power_miss(true_scale: float, tested_scale: float, n: int) -> float:
+    """Probability (noncentral chi-square approximation) that the GOF test
+    against ``tested_scale`` does NOT reject at ALPHA when the truth is ``true_scale``."""
+    edges, probs = gof_bins(tested_scale, n)
+    bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
+    true_probs = np.array([_mass(bounds[i] + 1, bounds[i + 1], true_scale) for i in range(len(probs))])
+    df = len(probs) - 1
+    noncentrality = n * np.sum((true_probs - probs) ** 2 / probs)
+    return stats.ncx2.cdf(stats.chi2.isf(ALPHA, df), df, noncentrality)
+
+
+def dlap_fourth_moment(scale: float) -> float:
+    """E[X^4] = 2q(1+11q+11q^2+q^3) / ((1+q)(1-q)^4), q = e^{-1/s}."""
+    q = math.exp(-1.0 / scale)
+    one_minus_q = -math.expm1(-1.0 / scale)
+    return 2.0 * q * (1 + 11 * q + 11 * q * q + q**3) / ((1 + q) * one_minus_q**4)
+
+
+def variance_tolerance(scale: float, n: int) -> float:
+    """Z_ALPHA standard deviations of mean(X^2) (the mean is known to be 0)."""
+    var = discrete_laplace_variance(scale)
+    return Z_ALPHA * math.sqrt((dlap_fourth_moment(scale) - var**2) / n)
+
+
+@functools.lru_cache(maxsize=None)
+def seeded_samples(scale: Fraction, seed: int, n: int = N_GOF) -> np.ndarray:
+    out = discrete_laplace(scale, n, InsecureSeededRandomness(seed))
+    out.setflags(write=False)
+    return out
+
+
+# Scales exercising num=1 (1/2), integers, a non-trivial fraction, the
+# reduced fraction a budget gives (10^12 / units), and large scales.
+GOF_SCALES = [
+    Fraction(1, 2),
+    Fraction(2),
+    Fraction(7, 3),
+    Fraction(10**12, 123_456_789_012),
+    Fraction(10),
+    Fraction(1000),
+    Fraction(10**6),
+]
+
+
+# --------------------------------------------------------------------------
+# 1. Chi-square goodness of fit (+ power)
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
+def test_discrete_laplace_chisquare_fit(scale):
+    # FFP: ALPHA = 1e-9 (over the seed) per scale.
+    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale))
+    assert samples.dtype == np.int64
+    assert chisquare_pvalue(samples, float(scale)) > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor", [1.3, 0.7])
+@pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
+def test_discrete_laplace_chisquare_rejects_wrong_scale(scale, factor):
+    # Power check.  FFP = the miss probability computed (and bounded) here.
+    n = N_GOF
+    assert chisquare_power_miss(float(scale), factor * float(scale), n) < POWER_MISS
+    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale))
+    assert chisquare_pvalue(samples, factor * float(scale)) < ALPHA
+
+
+@pytest.mark.slow
+def test_discrete_laplace_chisquare_with_secure_randomness():
+    # Fresh samples from the default source every run.  FFP: ALPHA = 1e-9 for
+    # the fit; power miss < POWER_MISS each for the two wrong-scale checks.
+    scale = Fraction(5, 3)
+    samples = discrete_laplace(scale, N_GOF, secure_randomness())
+    assert chisquare_pvalue(samples, float(scale)) > ALPHA
+    for factor in (1.3, 0.7):
+        assert chisquare_power_miss(float(scale), factor * float(scale), N_GOF) < POWER_MISS
+        assert chisquare_pvalue(samples, factor * float(scale)) < ALPHA
+
+
+def test_gof_helpers_are_consistent():
+    # Deterministic sanity checks of the reference distribution used above.
+    for scale in (0.5, 2.0, 1000.0):
+        xs = np.arange(-int(60 * scale) - 10, int(60 * scale) + 11)
+        assert dlap_pmf(xs, scale).sum() == pytest.approx(1.0, abs=1e-12)
+        assert _mass(-3, 4, scale) == pytest.approx(dlap_pmf(np.arange(-3, 5), scale).sum(), rel=1e-12)
+        edges, probs = gof_bins(scale, N_GOF)
+        assert np.all(np.diff(edges) > 0) and probs.sum() == pytest.approx(1.0)
+
+
+def test_discrete_laplace_tiny_scale_is_almost_always_zero():
+    # P(X != 0) = 2q/(1+q) with q = e^{-100}: FFP = 2000 * 2e^{-100} < 1e-40.
+    samples = discrete_laplace(Fraction(1, 100), 2000, InsecureSeededRandomness(7))
+    assert np.all(samples == 0)
+
+
+# --------------------------------------------------------------------------
+# 2. Variance
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
+def test_discrete_laplace_empirical_variance(scale):
+    # mean(X^2) estimates the variance (mean is 0).  FFP: two-sided
+    # Z_ALPHA-sigma normal bound, ~ALPHA = 1e-9 per scale (normal approximation
+    # with n = 1e5).  Power: the design check below makes the gap between the
+    # true and the wrong variance exceed 2x the sum of both tolerances, so a
+    # miss needs a > 2 * Z_ALPHA-sigma deviation: FFP far below ALPHA.
+    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale)).astype(np.float64)
+    n = len(samples)
+    s = float(scale)
+    estimate = float(np.mean(samples**2))
+    tolerance = variance_tolerance(s, n)
+    assert abs(estimate - discrete_laplace_variance(s)) < tolerance
+    for factor in (1.3, 0.7):
+        wrong_tolerance = variance_tolerance(factor * s, n)
+        gap = abs(discrete_laplace_variance(factor * s) - discrete_laplace_variance(s))
+        assert gap > 2 * (tolerance + wrong_tolerance)  # design check
+        assert abs(estimate - discrete_laplace_variance(factor * s)) > wrong_tolerance
+
+
+@pytest.mark.parametrize("scale", [1e-3, 0.01, 0.3, 0.5, 1.0, 2.0, 7.5, 100.0, 1e4])
+def test_discrete_laplace_variance_closed_form(scale):
+    q = math.exp(-1.0 / scale)
+    closed = 2 * q / (1 - q) ** 2
+    assert discrete_laplace_variance(scale) == pytest.approx(closed, rel=1e-9)
+    if scale > 0.01:  # sinh^2 overflows below
+        sinh_form = 1 / (2 * math.sinh(1 / (2 * scale)) ** 2)
+        assert discrete_laplace_variance(scale) == pytest.approx(sinh_form, rel=1e-9)
+    # Direct summation of the pmf.
+    xs = np.arange(-int(80 * scale) - 10, int(80 * scale) + 11)
+    assert discrete_laplace_variance(scale) == pytest.approx(float(np.sum(xs**2 * dlap_pmf(xs, scale))), rel=1e-9, abs=1e-300)
+
+
+def test_discrete_laplace_variance_limits():
+    for s in (1e3, 1e6, 1e9, 1e15, 1e100):
+        # Exact expansion: 2s^2 - 1/6 + O(1/s^2).
+        assert discrete_laplace_variance(s) == pytest.approx(2 * s * s, rel=1e-12 + 1 / (10 * s * s))
+        assert discrete_laplace_variance(s) == pytest.approx(continuous_laplace_variance(s), rel=1e-6)
+    assert discrete_laplace_variance(1e200) == math.inf  # true value exceeds the float range
+    assert discrete_laplace_variance(1e-3) == pytest.approx(2 * math.exp(-1000), rel=1e-9)
+    assert discrete_laplace_variance(1e-5) == 0.0
+    assert discrete_laplace_variance(1e-300) == 0.0
+    assert discrete_laplace_variance(Fraction(1, 2)) == discrete_laplace_variance(0.5)
+    assert continuous_laplace_variance(3.0) == 18.0
+    # Discrete noise never has more variance than the continuous one.
+    for s in (0.1, 1.0, 10.0, 1e4):
+        assert discrete_laplace_variance(s) < continuous_laplace_variance(s)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, "2", None, True])
+def test_variance_functions_reject_bad_scale(bad):
+    with pytest.raises(ValueError, match="scale"):
+        discrete_laplace_variance(bad)
+    with pytest.raises(ValueError, match="scale"):
+        continuous_laplace_variance(bad)
+
+
+# --------------------------------------------------------------------------
+# 3. bernoulli_thresholds
+# --------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1.0, allow_nan=False))
+def test_bernoulli_thresholds_never_exceed_p(p):
+    (threshold,) = bernoulli_thresholds(np.array([p]))
+    exact = Fraction(p) * TWO_32
+    if p == 1.0:
+        assert threshold == TWO_32
+    else:
+        assert Fraction(int(threshold)) <= exact
+        assert int(threshold) >= math.floor(exact) - 1  # not needlessly conservative
+
+
+def test_bernoulli_thresholds_edge_cases():
+    probs = np.array([0.0, -0.0, -3.0, 1.0, np.nextafter(1.0, 2.0), 7.0, 0.5, 2.0**-32, 1e-300, np.nextafter(1.0, 0.0)])
+    thresholds = bernoulli_thresholds(probs)
+    assert thresholds.dtype == np.uint64
+    assert thresholds.tolist() == [0, 0, 0, TWO_32, TWO_32, TWO_32, 2**31 - 1, 0, 0, TWO_32 - 1]
+    # Shape is preserved, 0-d included.
+    assert bernoulli_thresholds(np.float64(1.0)) == TWO_32
+    assert bernoulli_thresholds(np.zeros((2, 3))).shape == (2, 3)
+    assert bernoulli_thresholds([0.25]).tolist() == [2**30 - 1]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_bernoulli_thresholds_reject_non_finite(bad):
+    with pytest.raises(ValueError, match="finite"):
+        bernoulli_thresholds(np.array([0.5, bad]))
+
+
+# --------------------------------------------------------------------------
+# 4. count_successes
+# --------------------------------------------------------------------------
+
+
+class CountingRandomness(Randomness):
+    """Wraps a seeded source and records every call."""
+
+    def __init__(self, seed: int = 0):
+        self.inner = InsecureSeededRandomness(seed)
+        self.uint32_calls: list[int] = []
+        self.randbelow_calls = 0
+
+    def randbelow(self, n: int) -> int:
+        self.randbelow_calls += 1
+        return self.inner.randbelow(n)
+
+    def uint32(self, size: int) -> np.ndarray:
+        self.uint32_calls.append(size)
+        return self.inner.uint32(size)
+
+
+class ScriptedRandomness(Randomness):
+    """Returns pre-set values, to check exact semantics."""
+
+    def __init__(self, uint32_values=(), randbelow_values=()):
+        self.uint32_values = np.array(uint32_values, dtype=np.uint32)
+        self.randbelow_values = list(randbelow_values)
+        self.randbelow_args: list[int] = []
+
+    def randbelow(self, n: int) -> int:
+        self.randbelow_args.append(n)
+        value = self.randbelow_values.pop(0)
+        assert 0 <= value < n
+        return value
+
+    def uint32(self, size: int) -> np.ndarray:
+        assert size == len(self.uint32_values)
+        return self.uint32_values.copy()
+
+
+def test_count_successes_certain_cells_draw_nothing():
+    rng = CountingRandomness()
+    trials = np.array([5, 0, 7, 3], dtype=np.int64)
+    thresholds = np.array([0, TWO_32, TWO_32, 0], dtype=np.uint64)
+    out = count_successes(trials, thresholds, rng)
+    assert out.dtype == np.int64
+    assert out.tolist() == [0, 0, 7, 0]
+    assert rng.uint32_calls == []
+    # Thresholds from bernoulli_thresholds for p = 0 and p = 1.
+    out = count_successes(trials, bernoulli_thresholds([0.0, 1.0, 1.0, -1.0]), rng)
+    assert out.tolist() == [0, 0, 7, 0] and rng.uint32_calls == []
+
+
+def test_count_successes_compares_draw_strictly_below_threshold():
+    # Cells: 3 coins at threshold 10, (skip threshold 0), 4 coins at threshold 1.
+    draws = [9, 10, 0, 1, 0, 0, 2**32 - 1]
+    rng = ScriptedRandomness(uint32_values=draws)
+    out = count_successes(
+        np.array([3, 2, 4]), np.array([10, 0, 1], dtype=np.uint64), rng
+    )
+    assert out.tolist() == [2, 0, 2]
+
+
+def test_count_successes_draws_exactly_one_batch_of_the_random_coins():
+    rng = CountingRandomness(3)
+    trials = np.array([10, 0, 20, 5, 7, 1000], dtype=np.int64)
+    thresholds = bernoulli_thresholds([0.5, 0.5, 1.0, 0.0, 0.25, 0.999])
+    out = count_successes(trials, thresholds, rng)
+    assert rng.uint32_calls == [10 + 7 + 1000]
+    assert rng.randbelow_calls == 0
+    assert out[1] == 0 and out[2] == 20 and out[3] == 0
+    assert np.all((out >= 0) & (out <= trials))
+
+
+def test_count_successes_validates_inputs():
+    rng = CountingRandomness()
+    with pytest.raises(ValueError):
+        count_successes(np.array([1, 2]), np.array([1], dtype=np.uint64), rng)
+    with pytest.raises(ValueError, match="non-negative"):
+        count_successes(np.array([1, -2]), np.array([1, 1], dtype=np.uint64), rng)
+    with pytest.raises(ValueError):
+        count_successes(np.array([1.5]), np.array([1], dtype=np.uint64), rng)
+    assert count_successes(np.array([], dtype=np.int64), np.array([], dtype=np.uint64), rng).tolist() == []
+    assert rng.uint32_calls == []
+
+
+def binomial_power_miss(n: int, p_true: float, p_tested: float) -> float:
+    """Probability that a binomial test of p_tested at ALPHA does not reject when
+    the truth is p_true (acceptance region approximated by the equal-tailed one)."""
+    lo = stats.binom.ppf(ALPHA / 2, n, p_tested)
+    hi = stats.binom.isf(ALPHA / 2, n, p_tested)
+    return float(stats.binom.cdf(hi, n, p_true) - stats.binom.cdf(lo - 1, n, p_true))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rng_factory", [lambda: InsecureSeededRandomness(11), SecureRandomness], ids=["seeded", "secure"])
+def test_count_successes_binomial_rate(rng_factory):
+    # FFP: ALPHA = 1e-9 per cell (3 cells x 2 sources); power miss < POWER_MISS
+    # per cell (computed).
+    probabilities = np.array([0.3, 0.01, 0.5])
+    n = 1_000_000
+    thresholds = bernoulli_thresholds(probabilities)
+    out = count_successes(np.full(3, n, dtype=np.int64), thresholds, rng_factory())
+    for successes, p, threshold in zip(out.tolist(), probabilities, thresholds.tolist()):
+        realised = threshold / TWO_32
+        assert stats.binomtest(successes, n, realised).pvalue > ALPHA
+        assert binomial_power_miss(n, realised, 1.3 * p) < POWER_MISS
+        assert stats.binomtest(successes, n, 1.3 * p).pvalue < ALPHA
+
+
+# --------------------------------------------------------------------------
+# 5. InsecureSeededRandomness
+# --------------------------------------------------------------------------
+
+
+def test_seeded_randomness_is_reproducible():
+    a = discrete_laplace(Fraction(3), 200, InsecureSeededRandomness(42))
+    b = discrete_laplace(Fraction(3), 200, insecure_seeded_randomness(42))
+    assert np.array_equal(a, b)
+    assert np.array_equal(InsecureSeededRandomness(42).uint32(50), InsecureSeededRandomness(42).uint32(50))
+
+
+def test_different_seeds_differ():
+    # Deterministic for these seeds (FFP over seeds: P(200 draws of scale 3 agree) < 1e-50).
+    a = discrete_laplace(Fraction(3), 200, InsecureSeededRandomness(1))
+    b = discrete_laplace(Fraction(3), 200, InsecureSeededRandomness(2))
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(InsecureSeededRandomness(1).uint32(8), InsecureSeededRandomness(2).uint32(8))
+
+
+def test_seeded_randomness_pickle_continues_sequence():
+    rng = InsecureSeededRandomness(123)
+    discrete_laplace(Fraction(5, 2), 37, rng)  # advance both streams mid-way
+    rng.uint32(13)
+    clone = pickle.loads(pickle.dumps(rng))
+    assert clone.is_secure is False
+    assert np.array_equal(discrete_laplace(Fraction(5, 2), 100, rng), discrete_laplace(Fraction(5, 2), 100, clone))
+    assert np.array_equal(rng.uint32(100), clone.uint32(100))
+    assert [rng.randbelow(2**200) for _ in range(5)] == [clone.randbelow(2**200) for _ in range(5)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", None, True, 2.0])
+def test_seeded_randomness_rejects_bad_seed(bad):
+    with pytest.raises(ValueError, match="seed"):
+        InsecureSeededRandomness(bad)
+
+
+def test_seeded_randomness_values():
+    rng = InsecureSeededRandomness(0)
+    big = 2**300 + 17
+    assert all(0 <= rng.randbelow(big) < big for _ in range(100))
+    assert rng.randbelow(1) == 0
+    values = rng.uint32(1000)
+    assert values.dtype == np.uint32 and values.shape == (1000,)
+    assert InsecureSeededRandomness(np.int64(5)).uint32(3).tolist() == InsecureSeededRandomness(5).uint32(3).tolist()
+
+
+# --------------------------------------------------------------------------
+# 6. SecureRandomness and argument validation
+# --------------------------------------------------------------------------
+
+
+def test_secure_randomness_works():
+    rng = secure_randomness()
+    assert isinstance(rng, SecureRandomness) and rng.is_secure is True
+    assert InsecureSeededRandomness.is_secure is False
+    big = 2**300 + 17
+    assert all(0 <= rng.randbelow(big) < big for _ in range(100))
+    assert rng.randbelow(1) == 0
+    values = rng.uint32(8)
+    assert values.dtype == np.uint32 and values.shape == (8,)
+    values[0] = 1  # writable
+    # FFP: two independent 256-bit draws coincide with probability 2^-256.
+    assert not np.array_equal(rng.uint32(8), rng.uint32(8))
+    assert rng.uint32(0).shape == (0,)
+    clone = pickle.loads(pickle.dumps(rng))
+    assert isinstance(clone, SecureRandomness)
+    draws = discrete_laplace(Fraction(2), 100, clone)
+    assert draws.dtype == np.int64 and draws.shape == (100,)
+
+
+@pytest.mark.parametrize(
+    "bad", [0, -1, Fraction(-1, 2), Fraction(0), math.nan, 2.0, "1", None, True, 2**54]
+)
+def test_discrete_laplace_rejects_bad_scale(bad):
+    with pytest.raises(ValueError, match="scale"):
+        discrete_laplace(bad, 3, InsecureSeededRandomness(0))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, None])
+def test_discrete_laplace_rejects_bad_size(bad):
+    with pytest.raises(ValueError, match="size"):
+        discrete_laplace(Fraction(1), bad, InsecureSeededRandomness(0))
+
+
+def test_discrete_laplace_accepts_ints_and_empty_size():
+    assert discrete_laplace(3, 5, InsecureSeededRandomness(0)).shape == (5,)
+    assert discrete_laplace(np.int64(3), 5, InsecureSeededRandomness(0)).shape == (5,)
+    empty = discrete_laplace(Fraction(1), 0, InsecureSeededRandomness(0))
+    assert empty.dtype == np.int64 and empty.shape == (0,)
+    assert discrete_laplace(2**53, 3, InsecureSeededRandomness(0)).dtype == np.int64
+
+
+def test_bernoulli_exp1_radix_decoding_is_exact():
+    # One draw below 8! encodes the coins Bernoulli(1/k), k = 2..8.  Count
+    # the draws that return True without the fallback: exact rational check.
+    radix = math.factorial(8)
+    trues = fallbacks = 0
+    for r in range(radix):
+        rng = ScriptedRandomness(randbelow_values=[r, 1])  # fallback: randbelow(9) = 1 -> k = 9, odd
+        trues += noise._bernoulli_exp1(rng.randbelow)
+        fallbacks += len(rng.randbelow_args) == 2
+    early_true = sum(Fraction(1, math.factorial(k - 1)) - Fraction(1, math.factorial(k)) for k in (3, 5, 7))
+    assert fallbacks == 1
+    assert Fraction(trues - 1, radix) == early_true  # the fallback returned True once
+    # P(True) = early_true + P(fallback) * P(odd | fallback) = e^-1 exactly in the limit.
+    assert float(early_true) == pytest.approx(math.exp(-1), abs=1 / radix)
+
+
+def test_bernoulli_exp1_fallback_path():
+    # r = 0: coins k = 2..8 all succeed; randbelow(9) = 0 succeeds (k = 10);
+    # randbelow(10) = 3 fails: k = 10 is even -> False.
+    rng = ScriptedRandomness(randbelow_values=[0, 0, 3])
+    assert noise._bernoulli_exp1(rng.randbelow) is False
+    assert rng.randbelow_args == [math.factorial(8), 9, 10]
+
+
+def test_noise_module_does_not_import_apache_beam():
+    tree = ast.parse(Path(noise.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert "apache_beam" not in imported
+    assert imported <= {"__future__", "abc", "fractions", "math", "numbers", "numpy", "os", "random", "secrets"}
+
+
+# --------------------------------------------------------------------------
+# 7. grid_laplace
+# --------------------------------------------------------------------------
+
+
+def test_grid_laplace_output_lies_on_grid():
+    values = np.array([0.1, 1 / 3, -2.7182818, 0.0, 123456.789, 1e12, -1e-12])
+    rng = InsecureSeededRandomness(5)
+    for _ in range(20):
+        out = grid_laplace(values, Fraction(1), rng)
+        scaled = out * 2.0**30  # exact: multiplying by a power of two
+        assert np.all(scaled == np.round(scaled))
+    coarse = grid_laplace(values, Fraction(3, 7), rng, granularity_exponent=-10)
+    assert np.all(coarse * 2.0**10 == np.round(coarse * 2.0**10))
+    fine_grid = grid_laplace(values, Fraction(3, 7), rng, granularity_exponent=4)
+    assert np.all(fine_grid / 16.0 == np.round(fine_grid / 16.0))
+
+
+def test_grid_laplace_tiny_scale_only_rounds_to_grid():
+    # scale / g = 2^-10: P(noise != 0) = 2q/(1+q), q = e^{-1024}: FFP < 1e-400.
+    values = np.array([[0.1, 1 / 3], [-2.5, 7.0]])
+    out = grid_laplace(values, Fraction(1, 2**40), InsecureSeededRandomness(0))
+    assert out.shape == values.shape and out.dtype == np.float64
+    assert np.array_equal(out, np.round(values * 2.0**30) / 2.0**30)
+
+
+@pytest.mark.slow
+def test_grid_laplace_variance():
+    # FFP: ALPHA = 1e-9 (normal approximation, n = 20000).  Power: as in
+    # test_discrete_laplace_empirical_variance, the gap to a wrong scale's
+    # variance exceeds 2x the tolerances (design check): FFP far below ALPHA.
+    n = 20_000
+    scale = Fraction(3, 2)
+    g = 2.0**-30
+    center = 0.37  # not on the grid: output - round(center) is pure noise
+    out = grid_laplace(np.full(n, center), scale, InsecureSeededRandomness(17))
+    noise_values = out - round(center / g) * g
+    estimate = float(np.mean(noise_values**2))
+    discrete_scale = float(scale) / g
+
+    def expected(s):
+        return g * g * discrete_laplace_variance(s / g)
+
+    def tolerance(s):
+        return g * g * variance_tolerance(s / g, n)
+
+    assert expected(float(scale)) == pytest.approx(continuous_laplace_variance(float(scale)), rel=1e-12)
+    assert tolerance(float(scale)) < 0.12 * expected(float(scale)) and discrete_scale > 1e9
+    assert abs(estimate - expected(float(scale))) < tolerance(float(scale))
+    for factor in (1.3, 0.7):
+        wrong = factor * float(scale)
+        assert abs(expected(wrong) - expected(float(scale))) > 2 * (tolerance(wrong) + tolerance(float(scale)))
+        assert abs(estimate - expected(wrong)) > tolerance(wrong)
+
+
+def test_grid_laplace_rejects_bad_arguments():
+    rng = InsecureSeededRandomness(0)
+    with pytest.raises(ValueError, match="values"):
+        grid_laplace(np.array([0.0, math.nan]), Fraction(1), rng)
+    with pytest.raises(ValueError, match="values"):
+        grid_laplace(np.array([math.inf]), Fraction(1), rng)
+    for bad in (0, -1, math.nan, 1.0):
+        with pytest.raises(ValueError, match="scale"):
+            grid_laplace(np.array([0.0]), bad, rng)
+    with pytest.raises(ValueError, match="granularity_exponent"):
+        grid_laplace(np.array([0.0]), Fraction(1), rng, granularity_exponent=0.5)

@@ -1,0 +1,129 @@
+"""The population policies: joining, absent and changing users, cohorts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conftest import run_with_ledger
+from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.noise import insecure_seeded_randomness
+
+
+def fixed(windows, epsilons):
+    return FixedRequirements.of(windows, epsilons)
+
+
+def test_cohorts_are_distinct_requirements_and_obs_counts_registered_users():
+    pbd = make_mechanism("pbd", bins=2)
+    gen = np.random.default_rng(0)
+    n = 3000
+    reqs = fixed(gen.choice([10, 20], n), gen.choice([0.5, 1.0], n))
+    pbd.step(SlotBatch.of(np.arange(n), gen.integers(0, 2, n), reqs), insecure_seeded_randomness(0))
+    assert pbd.population.table.rows == 4
+    # Only 10 users report next: the public cohort sizes (what OBS uses) still count everyone.
+    data = pbd.population.admit(SlotBatch.of(np.arange(10), np.zeros(10, np.int64)), 2)
+    assert data.sizes.sum() == n
+    assert data.cells.count.sum() == 10
+
+
+def test_absent_users_are_charged_and_carry_forward_keeps_their_bin():
+    for carry in (False, True):
+        pbd = make_mechanism("pbd", bins=3, carry_forward=carry)
+        rng = insecure_seeded_randomness(1)
+        pbd.step(SlotBatch.of([0, 1, 2], [0, 1, 2], fixed([4] * 3, [1.0] * 3)), rng)
+        release = pbd.step(SlotBatch.of([0], [1]), rng)
+        assert list(release.charges.users) == [0, 1, 2]
+        assert np.all(release.charges.dc_units == to_units(1.0) // 8)
+        data = pbd.population.admit(SlotBatch.empty(), 3)
+        assert data.cells.histogram(3).tolist() == ([0, 2, 1] if carry else [0, 0, 0])
+
+
+def test_a_joining_user_shares_the_cohort_trajectory_from_the_slot_they_join():
+    pbd = make_mechanism("pbd", bins=2)
+    batches = [SlotBatch.of([0], [t % 2], fixed([3], [1.0]) if t == 0 else None) for t in range(10)]
+    batches[6] = SlotBatch.of([0, 5], [0, 1], fixed([3, 3], [1.0, 1.0]))
+    releases, ledger = run_with_ledger(pbd, batches)
+    assert ledger.ok
+    assert 5 not in releases[5].charges.users
+    joined = releases[6].charges
+    assert list(joined.units[joined.users == 5]) == list(joined.units[joined.users == 0])
+
+
+def test_a_changed_fixed_requirement_waits_w_new_minus_1_slots_uncharged():
+    pba = make_mechanism("pba", bins=2)
+    rng = insecure_seeded_randomness(2)
+    users = np.arange(4)
+    pba.step(SlotBatch.of(users, [0, 1, 0, 1], fixed([2] * 4, [1.0] * 4)), rng)
+    # user 3 asks for (w=5, E=0.5) at slot 2: in force from slot 2 + 5 - 1 = 6
+    new = fixed([2, 2, 2, 5], [1.0, 1.0, 1.0, 0.5])
+    seen = []
+    for t in range(2, 9):
+        release = pba.step(SlotBatch.of(users, [t % 2] * 4, new), rng)
+        charges = release.charges
+        at = int(np.flatnonzero(charges.users == 3)[0])
+        seen.append((release.slot, int(charges.units[at]), int(charges.requirements.window[at])))
+    for slot, charged, window in seen:
+        if slot < 6:
+            assert (charged, window) == (0, 2), slot          # waiting: uncharged, old requirement in force
+        else:
+            assert window == 5 and charged > 0, slot          # switched: the new cohort's trajectory
+    assert pba.population.table.rows == 2
+
+
+def test_declaring_the_old_requirement_again_cancels_a_pending_change():
+    pbd = make_mechanism("pbd", bins=2)
+    rng = insecure_seeded_randomness(3)
+    pbd.step(SlotBatch.of([0], [0], fixed([2], [1.0])), rng)
+    pbd.step(SlotBatch.of([0], [0], fixed([50], [1.0])), rng)    # change: waits 49 slots
+    assert pbd.population.cohort_of[0] < 0
+    release = pbd.step(SlotBatch.of([0], [0], fixed([2], [1.0])), rng)
+    assert pbd.population.cohort_of[0] >= 0 and release.charges.units[0] > 0
+
+
+def test_a_window_of_one_takes_effect_at_once():
+    pbd = make_mechanism("pbd", bins=2)
+    rng = insecure_seeded_randomness(3)
+    pbd.step(SlotBatch.of([0], [0], fixed([6], [1.0])), rng)
+    release = pbd.step(SlotBatch.of([0], [0], fixed([1], [0.2])), rng)
+    assert int(release.charges.requirements.window[0]) == 1
+    assert int(release.charges.dc_units[0]) == to_units(0.2) // 2
+
+
+def test_dynamic_cohorts_split_exactly_and_move_whole_in_place():
+    dpbd = make_mechanism("dpbd", bins=2, max_window=10)
+    rng = insecure_seeded_randomness(4)
+    n = 1000
+    same = DynamicRequirements.of([1] * n, [5.0] * n, [4] * n, [1.0] * n)
+    for _ in range(3):
+        dpbd.step(SlotBatch.of(np.arange(n), np.zeros(n, np.int64), same), rng)
+    assert dpbd.population.table.rows == 1
+    # Half the users declare something new: they split off with a copy of the history.
+    before = dpbd.population.table.data["publication_history"][0].copy()
+    half = DynamicRequirements.of([1] * 500, [5.0] * 500, [6] * 500, [0.8] * 500)
+    dpbd.step(SlotBatch.of(np.arange(500), np.zeros(500, np.int64), half), rng)
+    table = dpbd.population.table
+    assert table.rows == 2 and sorted(table.size) == [500, 500]
+    # both rows have the same history, shifted by the slot just charged
+    assert np.array_equal(table.data["publication_history"][0, 1:], before[:-1])
+    assert np.array_equal(table.data["publication_history"][1], table.data["publication_history"][0])
+    # the other half follows: the whole cohort changes in place, no new row
+    dpbd.step(SlotBatch.of(np.arange(500, n), np.zeros(500, np.int64), half), rng)
+    assert dpbd.population.table.rows == 2
+    dpbd.step(SlotBatch.of(np.arange(n), np.zeros(n, np.int64),
+                           DynamicRequirements.of([1] * n, [5.0] * n, [6] * n, [0.8] * n)), rng)
+    assert dpbd.population.table.rows == 2  # identical declarations, but histories differ: no merge
+
+
+def test_infeasible_backward_declarations_are_projected_and_reported():
+    """A backward E_B below what the window already spent is raised to the minimal feasible value (§1.6)."""
+    dpbd = make_mechanism("dpbd", bins=2, max_window=10)
+    rng = insecure_seeded_randomness(5)
+    generous = DynamicRequirements.of([1], [10.0], [2], [4.0])
+    batches = [SlotBatch.of([0], [t % 2], generous) for t in range(4)]
+    strict = DynamicRequirements.of([4], [0.1], [2], [4.0])  # the last 3 slots spent far more than 0.1
+    releases, ledger = run_with_ledger(dpbd, batches + [SlotBatch.of([0], [1], strict)])
+    projected = releases[-1].charges.requirements
+    assert int(projected.backward_units[0]) > to_units(0.1)
+    assert int(releases[-1].charges.units[0]) == 0  # nothing left for this slot
+    assert ledger.ok

@@ -1,0 +1,1 @@
+"""Personalized w-event private stream histograms: Beam transforms over a Beam-free mechanism core."""

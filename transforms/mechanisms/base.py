@@ -1,0 +1,326 @@
+"""The one protocol every mechanism follows.
+
+A mechanism is built from a validated frozen parameter dataclass, consumes
+one slot at a time with ``step(batch, rng)`` and returns a :class:`Release`:
+the histogram ``r_t``, whether it is fresh, skipped (``r_{t-1}`` repeated
+because the data did not move enough) or nullified (repeated because an
+earlier publication absorbed this slot's budget), the publication budget,
+the predicted per-bin error, and what every registered user was charged.
+
+All state is explicit (numpy arrays and integers), so a mechanism pickles,
+and :meth:`Mechanism.to_bytes` / :meth:`Mechanism.from_bytes` round-trip it
+through a plain ``.npz`` payload (no pickle) that a Beam state cell or a
+checkpoint can hold.  A run resumed from saved state continues identically.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import io
+import json
+import math
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import ClassVar
+
+import numpy as np
+
+from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.budget import to_epsilon, to_units
+from transforms.mechanisms.noise import Randomness
+from transforms.mechanisms.obs import ErrorModel
+from transforms.mechanisms.population import UNREGISTERED, WAITING, Column, Population, SlotData
+from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
+                                                FixedRequirements, Requirements)
+
+
+class ReleaseKind(str, Enum):
+    """How ``r_t`` came about."""
+
+    FRESH = "fresh"          # a new noisy histogram
+    SKIPPED = "skipped"      # r_{t-1} repeated: the data did not move enough (or no budget)
+    NULLIFIED = "nullified"  # r_{t-1} repeated: an earlier publication absorbed this slot
+
+
+@dataclass(frozen=True, eq=False)
+class UserCharges:
+    """What each registered user was charged at one slot, and the requirement in force.
+
+    Built from per-cohort values and expanded to users only when read, so a
+    mechanism over a million users pays nothing for it unless a ledger asks.
+    """
+
+    cohort_of: np.ndarray               # snapshot: cohort row per user index (or UNREGISTERED/WAITING)
+    cohort_dc_units: np.ndarray         # ε^(1) per cohort row
+    cohort_publication_units: np.ndarray  # ε^(2) per cohort row
+    cohort_requirements: Requirements   # requirement in force per cohort row
+    waiting_users: np.ndarray           # users waiting for a changed fixed requirement (charged 0)
+    waiting_requirements: FixedRequirements | None
+
+    @cached_property
+    def users(self) -> np.ndarray:
+        """Every registered user index, ascending."""
+        return np.flatnonzero(self.cohort_of != UNREGISTERED)
+
+    @cached_property
+    def _rows(self) -> np.ndarray:
+        return self.cohort_of[self.users]
+
+    def _per_user(self, per_cohort: np.ndarray) -> np.ndarray:
+        rows = self._rows
+        return np.where(rows >= 0, per_cohort[np.maximum(rows, 0)], 0).astype(np.int64)
+
+    @cached_property
+    def dc_units(self) -> np.ndarray:
+        """ε^(1) (the dissimilarity part) per user, in budget units."""
+        return self._per_user(self.cohort_dc_units)
+
+    @cached_property
+    def publication_units(self) -> np.ndarray:
+        """ε^(2) (the publication part) per user, in budget units."""
+        return self._per_user(self.cohort_publication_units)
+
+    @cached_property
+    def units(self) -> np.ndarray:
+        """Total budget charged per user at this slot."""
+        return self.dc_units + self.publication_units
+
+    @cached_property
+    def requirements(self) -> Requirements:
+        """The requirement in force for each user of :attr:`users`."""
+        rows = self._rows
+        per_user = self.cohort_requirements.take(np.maximum(rows, 0))
+        if self.waiting_users.size:
+            at = np.searchsorted(self.users, self.waiting_users)
+            for name in ("window", "epsilon_units"):
+                getattr(per_user, name)[at] = getattr(self.waiting_requirements, name)
+        return per_user
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """One slot's output."""
+
+    slot: int
+    histogram: np.ndarray     # int64 noisy counts r_t (equal to r_{t-1} unless fresh)
+    kind: ReleaseKind
+    epsilon_units: int        # noise budget of a fresh release (0 otherwise)
+    predicted_error: float    # predicted per-bin error behind the decision (squared units)
+    charges: UserCharges
+
+    @property
+    def epsilon(self) -> float:
+        return to_epsilon(self.epsilon_units)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismParams:
+    """Parameters every mechanism shares.
+
+    ``bins`` is the histogram size d.  ``sensitivity`` is Δ, the L1 change of
+    the histogram when one user is added or removed (1 for one-hot rows,
+    spec §1.1; use 2 for replace-one neighbours).  ``error_model`` picks the
+    noise variance used by OBS and thresholds.  ``carry_forward`` keeps a
+    user's last bin in force while they do not report.  ``default_requirement``
+    is given to users whose first row carries no requirement.
+    """
+
+    bins: int
+    sensitivity: int = 1
+    error_model: ErrorModel = ErrorModel.DISCRETE
+    carry_forward: bool = False
+    default_requirement: FixedRequirement | DynamicRequirement | None = None
+
+    def __post_init__(self):
+        if isinstance(self.bins, bool) or not isinstance(self.bins, (int, np.integer)) or self.bins < 1:
+            raise ValueError(f"bins (d) must be an integer >= 1, got {self.bins!r}")
+        if isinstance(self.sensitivity, bool) or not isinstance(self.sensitivity, (int, np.integer)) \
+                or self.sensitivity < 1:
+            raise ValueError(f"sensitivity must be an integer >= 1, got {self.sensitivity!r}")
+        try:
+            object.__setattr__(self, "error_model", ErrorModel(self.error_model))
+        except ValueError:
+            raise ValueError(f"error_model must be one of {[m.value for m in ErrorModel]}, "
+                             f"got {self.error_model!r}") from None
+
+    def to_json(self) -> str:
+        def plain(value):
+            if isinstance(value, Enum):
+                return value.value
+            if dataclasses.is_dataclass(value):
+                return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
+            return value
+        return json.dumps({f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)},
+                          sort_keys=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomogeneousParams(MechanismParams):
+    """A single ``(epsilon, window)`` for every user (the non-personalized baselines)."""
+
+    epsilon: float
+    window: int
+
+    def __post_init__(self):
+        super().__post_init__()
+        to_units(self.epsilon, "epsilon")
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
+            raise ValueError(f"window (w) must be an integer >= 1, got {self.window!r}")
+        if self.epsilon_units // (2 * self.window) < 1:
+            raise ValueError(f"epsilon={self.epsilon!r} is too small to split over window={self.window}")
+
+    @property
+    def epsilon_units(self) -> int:
+        return to_units(self.epsilon, "epsilon")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a mechanism decided at one slot, per cohort row."""
+
+    kind: ReleaseKind
+    histogram: np.ndarray | None      # the fresh histogram, None when repeated
+    epsilon_units: int
+    predicted_error: float
+    dc_units: np.ndarray
+    publication_units: np.ndarray
+
+
+class Mechanism(abc.ABC):
+    """Base class: owns the population, the slot counter and the last release."""
+
+    name: ClassVar[str]
+    requirement_kind: ClassVar[type] = FixedRequirements
+    params_type: ClassVar[type] = MechanismParams
+
+    def __init__(self, params: MechanismParams):
+        if not isinstance(params, self.params_type):
+            raise ValueError(f"{self.name} takes {self.params_type.__name__}, got {type(params).__name__}")
+        self.params = params
+        self.slot = 0
+        self.last_release = np.zeros(params.bins, np.int64)
+        default = params.default_requirement
+        if default is not None:
+            if isinstance(default, FixedRequirement) and self.requirement_kind is FixedRequirements:
+                default = FixedRequirements.uniform(default, 1)
+            elif isinstance(default, DynamicRequirement) and self.requirement_kind is DynamicRequirements:
+                default = DynamicRequirements.uniform(default, 1)
+            else:
+                raise ValueError(f"default_requirement must be a "
+                                 f"{self.requirement_kind.__name__[:-1]} for {self.name}")
+        self.population = Population.create(self.requirement_kind, params.bins, self.cohort_columns(),
+                                            params.carry_forward, default)
+
+    # -- what subclasses provide ------------------------------------------------
+    def cohort_columns(self) -> dict[str, Column]:
+        """Per-cohort state columns this mechanism keeps (besides the requirement)."""
+        return {}
+
+    def check_requirements(self, batch: SlotBatch) -> None:
+        """Reject rows this mechanism cannot honour (before any state changes)."""
+
+    @abc.abstractmethod
+    def decide(self, data: SlotData, rng: Randomness) -> Decision:
+        """Run the mechanism's algorithm for slot ``self.slot``."""
+
+    def in_force_requirements(self) -> Requirements:
+        """Requirement in force per cohort row (a mechanism may project it)."""
+        t = self.population.table.data
+        if self.requirement_kind is FixedRequirements:
+            return FixedRequirements(t["window"].copy(), t["epsilon_units"].copy())
+        return DynamicRequirements(t["backward_window"].copy(), t["backward_units"].copy(),
+                                   t["forward_window"].copy(), t["forward_units"].copy())
+
+    # -- the protocol ---------------------------------------------------------------
+    def step(self, batch: SlotBatch, rng: Randomness) -> Release:
+        """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
+        batch.validate(self.params.bins, self.requirement_kind)
+        self.population.validate(batch)
+        self.check_requirements(batch)
+        self.slot += 1
+        data = self.population.admit(batch, self.slot)
+        decision = self.decide(data, rng)
+        if decision.kind is ReleaseKind.FRESH:
+            self.last_release = decision.histogram.astype(np.int64)
+        population = self.population
+        waiting = np.flatnonzero(population.cohort_of == WAITING)
+        charges = UserCharges(
+            cohort_of=population.cohort_of.copy(), cohort_dc_units=decision.dc_units,
+            cohort_publication_units=decision.publication_units,
+            cohort_requirements=self.in_force_requirements(), waiting_users=waiting,
+            waiting_requirements=(FixedRequirements(population.window_of[waiting], population.units_of[waiting])
+                                  if waiting.size else None))
+        return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
+                       decision.predicted_error, charges)
+
+    # -- state ------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, np.ndarray]:
+        """State beyond the population (e.g. PBA's last publication slot)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`extra_state`."""
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Every piece of state as named numpy arrays."""
+        pop, table = self.population, self.population.table
+        arrays = {"slot": np.array(self.slot), "last_release": self.last_release,
+                  "table.width": np.array(table.width), "table.rows": np.array(table.rows),
+                  "table.size": table.size}
+        for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",
+                     "pending_units"):
+            arrays[f"population.{name}"] = getattr(pop, name)
+        for name, values in table.data.items():
+            arrays[f"table.data.{name}"] = values
+        for name, value in self.extra_state().items():
+            arrays[f"extra.{name}"] = np.asarray(value)
+        return arrays
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        pop, table = self.population, self.population.table
+        self.slot = int(arrays["slot"])
+        self.last_release = np.array(arrays["last_release"], np.int64)
+        table.width, table.rows = int(arrays["table.width"]), int(arrays["table.rows"])
+        table.size = np.array(arrays["table.size"])
+        for name in list(table.data):
+            table.data[name] = np.array(arrays[f"table.data.{name}"])
+        for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",
+                     "pending_units"):
+            setattr(pop, name, np.array(arrays[f"population.{name}"]))
+        self.load_extra_state({k[6:]: np.array(v) for k, v in arrays.items() if k.startswith("extra.")})
+
+    def to_bytes(self) -> bytes:
+        """Serialize the state (not the parameters' objects) as an ``.npz`` payload."""
+        buffer = io.BytesIO()
+        header = json.dumps({"mechanism": self.name, "params": self.params.to_json()})
+        np.savez(buffer, __header__=np.array(header), **self.state_arrays())
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, params: MechanismParams, payload: bytes) -> "Mechanism":
+        """Rebuild a mechanism from :meth:`to_bytes` output and the same parameters."""
+        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        header = json.loads(str(arrays.pop("__header__")))
+        if header["mechanism"] != cls.name:
+            raise ValueError(f"state was saved by {header['mechanism']}, not {cls.name}")
+        if header["params"] != params.to_json():
+            raise ValueError("state was saved with different parameters")
+        mechanism = cls(params)
+        mechanism.load_state_arrays(arrays)
+        return mechanism
+
+
+def window_sums(history: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row, the sum of the first ``lengths[row]`` history columns (0 when length <= 0)."""
+    if history.shape[1] == 0:
+        return np.zeros(history.shape[0], np.int64)
+    mask = np.arange(history.shape[1])[None, :] < np.asarray(lengths)[:, None]
+    return np.where(mask, history, 0).sum(axis=1)
+
+
+def is_fresh_publication(scaled_dissimilarity: int, bins: int, threshold: float) -> bool:
+    """``dis > threshold`` with ``dis = scaled/d`` compared without dividing."""
+    return math.isfinite(threshold) and scaled_dissimilarity > bins * threshold

@@ -1,0 +1,65 @@
+"""One slot's input: the columnar batch every mechanism consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+
+NO_VALUE = -1
+"""A batch value meaning "this row only declares a requirement, it reports no bin"."""
+
+
+@dataclass(frozen=True)
+class SlotBatch:
+    """The users reporting in one slot.
+
+    ``users`` are distinct non-negative user indices (the Beam layer maps
+    user ids to dense indices per stream); ``values`` are their bins in
+    ``[0, d)`` or :data:`NO_VALUE`; ``requirements``, when given, holds each
+    row's requirement (a user's first row must carry one unless the
+    mechanism has a default requirement).
+    """
+
+    users: np.ndarray
+    values: np.ndarray
+    requirements: Requirements | None = None
+
+    @classmethod
+    def of(cls, users, values, requirements: Requirements | None = None) -> "SlotBatch":
+        """Build a batch from any integer sequences (no validation against a domain yet)."""
+        return cls(np.asarray(users, dtype=np.int64).reshape(-1),
+                   np.asarray(values, dtype=np.int64).reshape(-1), requirements)
+
+    @classmethod
+    def empty(cls) -> "SlotBatch":
+        """A slot in which nobody reports (released like any other slot)."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return self.users.size
+
+    def validate(self, bins: int, requirement_kind: type | None = None) -> None:
+        """Raise ``ValueError`` naming the problem; called before any state changes."""
+        users, values = self.users, self.values
+        if users.ndim != 1 or values.ndim != 1:
+            raise ValueError("users and values must be one-dimensional")
+        if users.size != values.size:
+            raise ValueError(f"users has {users.size} entries but values has {values.size}")
+        if users.size and users.min() < 0:
+            raise ValueError("users must be non-negative indices")
+        if users.size and np.unique(users).size != users.size:
+            raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
+        if values.size and (values.min() < NO_VALUE or values.max() >= bins):
+            raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
+        if self.requirements is not None:
+            if len(self.requirements) != users.size:
+                raise ValueError(f"requirements has {len(self.requirements)} rows, expected {users.size}")
+            if requirement_kind is not None and not isinstance(self.requirements, requirement_kind):
+                raise ValueError(f"this mechanism takes {requirement_kind.__name__}, "
+                                 f"got {type(self.requirements).__name__}")
+
+
+__all__ = ["NO_VALUE", "SlotBatch", "FixedRequirements", "DynamicRequirements"]

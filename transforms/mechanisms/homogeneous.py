@@ -1,0 +1,166 @@
+"""Homogeneous w-event baselines: BD, BA, Uniform and Sample (spec/pwsm.md §3).
+
+Every user gets the same ``(ε, w)``, which is private for user i only when
+``w >= w_i`` and ``ε <= E_i``; a row whose requirement is stricter is
+rejected before anything changes.  The papers run them with
+``(min E_i, max w_i)``.  BD and BA (Kellaris et al. 2014) publish the true
+counts (no sampling) and compare the dissimilarity with the Laplace scale
+``Δ/ε₂`` rather than PWSM's ``sqrt(err)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from transforms.mechanisms.base import Decision, HomogeneousParams, Mechanism, ReleaseKind, is_fresh_publication
+from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.budget import UNITS_PER_EPSILON, units_to_decimal_string
+from transforms.mechanisms.noise import Randomness
+from transforms.mechanisms.population import SlotData
+from transforms.mechanisms.requirements import FixedRequirement, FixedRequirements
+from transforms.mechanisms.sampling import disturb, noisy_total_deviation
+
+
+class HomogeneousMechanism(Mechanism):
+    """One budget trajectory for everyone."""
+
+    params_type = HomogeneousParams
+
+    def __init__(self, params: HomogeneousParams):
+        super().__init__(params)
+        if isinstance(params.default_requirement, FixedRequirement):
+            self._check_covered(FixedRequirements.uniform(params.default_requirement, 1), np.zeros(1, np.int64))
+
+    def _check_covered(self, reqs: FixedRequirements, users: np.ndarray) -> None:
+        p = self.params
+        stricter = (reqs.window > p.window) | (reqs.epsilon_units < p.epsilon_units)
+        if stricter.any():
+            i = int(np.argmax(stricter))
+            raise ValueError(
+                f"user {int(users[i])} requires (w={int(reqs.window[i])}, "
+                f"E={units_to_decimal_string(int(reqs.epsilon_units[i]))}), stricter than {self.name}'s "
+                f"(w={p.window}, epsilon={p.epsilon}); run it with (min E_i, max w_i)")
+
+    def check_requirements(self, batch: SlotBatch) -> None:
+        if batch.requirements is not None:
+            self._check_covered(batch.requirements, batch.users)
+
+    def charges(self, data: SlotData, dc: int, publication: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.population.table.rows
+        return np.full(rows, dc, np.int64), np.full(rows, publication, np.int64)
+
+    def variance(self, units: int) -> float:
+        return self.params.error_model.noise_variance(units / UNITS_PER_EPSILON, self.params.sensitivity)
+
+
+class BD(HomogeneousMechanism):
+    """Budget Distribution: each publication spends half of what the window has left."""
+
+    name = "bd"
+
+    def __init__(self, params: HomogeneousParams):
+        super().__init__(params)
+        self.publication_history = np.zeros(max(params.window - 1, 0), np.int64)  # newest first
+
+    def extra_state(self):
+        return {"publication_history": self.publication_history}
+
+    def load_extra_state(self, state):
+        self.publication_history = np.array(state["publication_history"], np.int64)
+
+    def decide(self, data: SlotData, rng: Randomness) -> Decision:
+        p = self.params
+        dc = p.epsilon_units // (2 * p.window)
+        truth = data.cells.histogram(p.bins)
+        scaled_dis = noisy_total_deviation(truth, self.last_release, dc, p.sensitivity, rng)
+        publication = max(p.epsilon_units // 2 - int(self.publication_history.sum()), 0) // 2
+        error = self.variance(publication)
+        fresh = publication > 0 and is_fresh_publication(
+            scaled_dis, p.bins, p.sensitivity * UNITS_PER_EPSILON / publication)
+        spent = publication if fresh else 0
+        if self.publication_history.size:
+            self.publication_history = np.concatenate([[spent], self.publication_history[:-1]])
+        dc_units, pub_units = self.charges(data, dc, spent)
+        if fresh:
+            noisy = disturb(truth, publication, p.sensitivity, rng)
+            return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units)
+        return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
+
+
+class BA(HomogeneousMechanism):
+    """Budget Absorption: publications absorb skipped shares, then nullify as many slots.
+
+    Unlike the authors' code, ``l`` and the shares used there are recorded
+    after every publication (reference_impl §4.4).
+    """
+
+    name = "ba"
+
+    def __init__(self, params: HomogeneousParams):
+        super().__init__(params)
+        self.last_publication = 0
+        self.shares_at_last_publication = 1  # virtual publication at l = 0
+
+    def extra_state(self):
+        return {"last_publication": self.last_publication,
+                "shares_at_last_publication": self.shares_at_last_publication}
+
+    def load_extra_state(self, state):
+        self.last_publication = int(state["last_publication"])
+        self.shares_at_last_publication = int(state["shares_at_last_publication"])
+
+    def decide(self, data: SlotData, rng: Randomness) -> Decision:
+        p = self.params
+        share = p.epsilon_units // (2 * p.window)
+        truth = data.cells.histogram(p.bins)
+        scaled_dis = noisy_total_deviation(truth, self.last_release, share, p.sensitivity, rng)
+        nullified_after = self.shares_at_last_publication - 1
+        since = self.slot - self.last_publication
+        if since <= nullified_after:
+            dc_units, pub_units = self.charges(data, share, 0)
+            return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc_units, pub_units)
+        shares = min(since - nullified_after, p.window)
+        publication = share * shares
+        error = self.variance(publication)
+        fresh = publication > 0 and is_fresh_publication(
+            scaled_dis, p.bins, p.sensitivity * UNITS_PER_EPSILON / publication)
+        dc_units, pub_units = self.charges(data, share, publication if fresh else 0)
+        if not fresh:
+            return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
+        self.last_publication, self.shares_at_last_publication = self.slot, shares
+        noisy = disturb(truth, publication, p.sensitivity, rng)
+        return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units)
+
+
+class Uniform(HomogeneousMechanism):
+    """Publish every slot with ``ε/w``."""
+
+    name = "uniform"
+
+    def decide(self, data: SlotData, rng: Randomness) -> Decision:
+        p = self.params
+        budget = p.epsilon_units // p.window
+        noisy = disturb(data.cells.histogram(p.bins), budget, p.sensitivity, rng)
+        dc_units, pub_units = self.charges(data, 0, budget)
+        return Decision(ReleaseKind.FRESH, noisy, budget, self.variance(budget), dc_units, pub_units)
+
+
+class Sample(HomogeneousMechanism):
+    """Publish with the whole ``ε`` at slots ``1, w+1, 2w+1, ...``; repeat in between."""
+
+    name = "sample"
+
+    def decide(self, data: SlotData, rng: Randomness) -> Decision:
+        p = self.params
+        error = self.variance(p.epsilon_units)
+        if (self.slot - 1) % p.window:
+            dc_units, pub_units = self.charges(data, 0, 0)
+            return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
+        noisy = disturb(data.cells.histogram(p.bins), p.epsilon_units, p.sensitivity, rng)
+        dc_units, pub_units = self.charges(data, 0, p.epsilon_units)
+        return Decision(ReleaseKind.FRESH, noisy, p.epsilon_units, error, dc_units, pub_units)
+
+
+HOMOGENEOUS = {m.name: m for m in (BD, BA, Uniform, Sample)}

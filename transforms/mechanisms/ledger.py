@@ -1,0 +1,144 @@
+"""The privacy ledger: an exact, independent check of every user's windows.
+
+The ledger knows nothing about mechanisms or cohorts.  It takes, slot after
+slot, what each user was charged and the requirement in force
+(:class:`~transforms.mechanisms.base.UserCharges`), and checks
+
+* fixed ``(w, E)``: the last ``w`` charges sum to at most ``E``, at every slot;
+* dynamic ``(w_B, E_B, w_F, E_F)`` declared at ``τ``: the charges of
+  ``[τ-w_B+1, τ]`` sum to at most ``E_B``, and those of ``[τ, τ+w_F-1]`` to
+  at most ``E_F`` (checked when the window closes, and for windows still
+  open by :meth:`PrivacyLedger.close`).
+
+Charges are integer budget units.  Each user's running total is kept modulo
+2^64 (``uint64`` wraps), and a window sum is the difference of two totals,
+which is exact for any stream length because every true window sum is far
+below 2^63.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transforms.mechanisms.base import UserCharges
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.requirements import DynamicRequirements
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A window whose charges exceed the requirement."""
+
+    user: int
+    slot: int           # the slot the window ends at (or the last slot seen, for open windows)
+    kind: str           # "fixed", "backward" or "forward"
+    window_units: int
+    bound_units: int
+
+    def __str__(self) -> str:
+        return (f"user {self.user}, {self.kind} window ending at slot {self.slot}: spent "
+                f"{units_to_decimal_string(self.window_units)} > {units_to_decimal_string(self.bound_units)}")
+
+
+class PrivacyLedger:
+    """Per-user exact sliding-window sums over an unbounded stream."""
+
+    def __init__(self, max_window: int, keep_history: bool = False, max_violations_kept: int = 100):
+        if max_window < 1:
+            raise ValueError(f"max_window must be >= 1, got {max_window}")
+        self.max_window = max_window
+        self.slot = 0
+        self._totals = np.zeros((0, max_window + 1), np.uint64)  # totals[u, s % (W+1)] after slot s
+        self._open_forward: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self.max_usage_ratio = 0.0
+        self.violation_count = 0
+        self.violations: list[Violation] = []
+        self._max_kept = max_violations_kept
+        self.history: list[tuple[int, np.ndarray, np.ndarray]] | None = [] if keep_history else None
+
+    # ------------------------------------------------------------------ input
+    def record(self, slot: int, charges: UserCharges) -> None:
+        """Add one slot's charges (slots must arrive in order, without gaps)."""
+        if slot != self.slot + 1:
+            raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
+        users, units = charges.users, charges.units
+        if units.size and units.min() < 0:
+            raise ValueError("charges must be non-negative")
+        self._grow(int(users.max(initial=-1)) + 1)
+        ring = self._totals.shape[1]
+        previous = self._totals[:, (slot - 1) % ring]
+        current = previous.copy()
+        current[users] += units.astype(np.uint64)
+        self._totals[:, slot % ring] = current
+        self.slot = slot
+        if self.history is not None:
+            self.history.append((slot, users.copy(), units.copy()))
+        reqs = charges.requirements
+        if isinstance(reqs, DynamicRequirements):
+            self._check(users, self._window_sum(users, reqs.backward_window), reqs.backward_units, "backward")
+            ends = slot + reqs.forward_window - 1
+            for end in np.unique(ends):
+                pick = ends == end
+                self._open_forward.setdefault(int(end), []).append(
+                    (users[pick], np.full(pick.sum(), slot, np.int64), reqs.forward_units[pick]))
+            self._close_forward(self._open_forward.pop(slot, []))
+        else:
+            self._check(users, self._window_sum(users, reqs.window), reqs.epsilon_units, "fixed")
+
+    def close(self) -> None:
+        """Check the forward windows still open at the end of the stream."""
+        for end in sorted(self._open_forward):
+            self._close_forward(self._open_forward[end])
+        self._open_forward.clear()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def ok(self) -> bool:
+        return self.violation_count == 0
+
+    def window_sum(self, user: int, first_slot: int, last_slot: int) -> int:
+        """Exact sum of ``user``'s charges over ``[first_slot, last_slot]`` (within the kept depth)."""
+        if not (0 < first_slot <= last_slot <= self.slot and self.slot - first_slot < self.max_window):
+            raise ValueError("window outside the ledger's kept history")
+        if user >= self._totals.shape[0]:
+            return 0
+        ring = self._totals.shape[1]
+        end, start = self._totals[user, last_slot % ring], self._totals[user, (first_slot - 1) % ring]
+        return int(np.int64((end - start).astype(np.uint64).view(np.int64)))
+
+    # ------------------------------------------------------------------ internals
+    def _grow(self, users: int) -> None:
+        if users > self._totals.shape[0]:
+            extra = max(users, 2 * self._totals.shape[0]) - self._totals.shape[0]
+            self._totals = np.concatenate([self._totals, np.zeros((extra, self._totals.shape[1]), np.uint64)])
+
+    def _window_sum(self, users: np.ndarray, lengths: np.ndarray, end: int | None = None) -> np.ndarray:
+        end = self.slot if end is None else end
+        if lengths.size and lengths.max() > self.max_window:
+            raise ValueError(f"a window of {int(lengths.max())} slots exceeds the ledger's max_window="
+                             f"{self.max_window}")
+        ring = self._totals.shape[1]
+        start = np.maximum(end - lengths, 0)  # slot 0 holds total 0 for everyone
+        newer = self._totals[users, end % ring]
+        older = self._totals[users, start % ring]
+        return (newer - older).view(np.int64)
+
+    def _close_forward(self, pending) -> None:
+        for users, starts, bounds in pending:
+            ring = self._totals.shape[1]
+            if starts.size and self.slot - starts.min() + 1 > self.max_window:
+                raise ValueError("a forward window outlived the ledger's max_window")
+            sums = (self._totals[users, self.slot % ring] - self._totals[users, (starts - 1) % ring]).view(np.int64)
+            self._check(users, sums, bounds, "forward")
+
+    def _check(self, users: np.ndarray, sums: np.ndarray, bounds: np.ndarray, kind: str) -> None:
+        if users.size == 0:
+            return
+        ratios = sums / bounds
+        self.max_usage_ratio = max(self.max_usage_ratio, float(ratios.max()))
+        over = np.flatnonzero(sums > bounds)
+        self.violation_count += over.size
+        for i in over[: max(self._max_kept - len(self.violations), 0)]:
+            self.violations.append(Violation(int(users[i]), self.slot, kind, int(sums[i]), int(bounds[i])))

@@ -1,0 +1,365 @@
+"""Who is protected: the user registry, cohorts, and each slot's data as cells.
+
+**Cohorts.**  Users whose requirement history is identical are charged the
+same budget at every slot, so a mechanism keeps one budget trajectory per
+*cohort* instead of one per user (DESIGN §3).  Per-slot work is then
+``O(cohorts · window)`` for budgets plus ``O(users)`` for the histogram.
+
+* fixed requirements: one cohort per distinct ``(w, E)``;
+* dynamic requirements: one cohort per distinct declaration history.  When
+  some members of a cohort declare something new, they split off into a copy
+  of the cohort's state (their charge history *is* the cohort's), so the
+  split is exact, not conservative.
+
+**Policies** (the papers assume a fixed population that reports every slot):
+
+* *absent users* are still registered and still charged: the releases
+  depend on whether they reported, so the guarantee must cover absence.
+  With ``carry_forward`` a user's last bin stays in force until they report
+  a new one (the papers' taxi preprocessing); without it an absent user
+  contributes nothing that slot.
+* *joining users* are registered at their first row.  Under fixed
+  requirements they join the cohort of their ``(w, E)``; their history is
+  all zeros, which is pointwise below the cohort's, so every window of theirs
+  sums to at most the cohort's.  Under dynamic requirements joiners with the
+  same declaration form a new cohort with an empty history.
+* *a changed fixed requirement* ``(w, E) → (w', E')`` declared at slot ``t``
+  takes effect at ``t + w' - 1``.  In between the user contributes nothing
+  and is charged nothing, and the old requirement stays in force.  Every
+  window of ``w'`` slots that ends once the new requirement is in force then
+  holds only zeros and new-cohort charges, and every earlier window only old
+  charges and zeros.  Declaring the old requirement again during the wait
+  cancels the change.  (Dynamic requirements change at any slot; that is what
+  DPBD/DPBA are for.)
+* the number of registered users per cohort is public (the requirements are
+  public mechanism parameters, spec §1.7), so OBS counts registered users,
+  never only the ones present in a slot, which would leak presence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.requirements import FixedRequirements
+from transforms.mechanisms.sampling import Cells
+
+UNREGISTERED = -1
+WAITING = -2  # registered, waiting for a changed fixed requirement to take effect
+
+_DENSE_CELL_LIMIT = 1 << 22
+
+
+@dataclass(frozen=True)
+class Column:
+    """A per-cohort state column: ``history`` columns grow with the widest window."""
+
+    dtype: type = np.int64
+    fill: int = 0
+    history: bool = False
+
+
+class CohortTable:
+    """Rows of per-cohort state, all columns indexed by cohort row."""
+
+    def __init__(self, columns: dict[str, Column]):
+        self.columns = dict(columns)
+        self.width = 1
+        self.rows = 0
+        self.data = {name: self._blank(col, 0) for name, col in self.columns.items()}
+        self.size = np.zeros(0, np.int64)
+
+    def _blank(self, col: Column, rows: int) -> np.ndarray:
+        shape = (rows, self.width) if col.history else (rows,)
+        return np.full(shape, col.fill, dtype=col.dtype)
+
+    def add(self, count: int) -> np.ndarray:
+        """Append ``count`` rows filled with defaults; returns their indices."""
+        new = np.arange(self.rows, self.rows + count)
+        for name, col in self.columns.items():
+            self.data[name] = np.concatenate([self.data[name], self._blank(col, count)])
+        self.size = np.concatenate([self.size, np.zeros(count, np.int64)])
+        self.rows += count
+        return new
+
+    def copy_rows(self, sources: np.ndarray) -> np.ndarray:
+        """Append copies of rows ``sources`` (sizes start at 0); returns the new indices."""
+        new = np.arange(self.rows, self.rows + sources.size)
+        for name in self.columns:
+            self.data[name] = np.concatenate([self.data[name], self.data[name][sources]])
+        self.size = np.concatenate([self.size, np.zeros(sources.size, np.int64)])
+        self.rows += sources.size
+        return new
+
+    def widen(self, width: int) -> None:
+        """Make history columns at least ``width`` slots deep (older slots read as fill)."""
+        if width <= self.width:
+            return
+        for name, col in self.columns.items():
+            if col.history:
+                pad = np.full((self.rows, width - self.width), col.fill, dtype=col.dtype)
+                self.data[name] = np.concatenate([self.data[name], pad], axis=1)
+        self.width = width
+
+    def push(self, name: str, newest: np.ndarray) -> None:
+        """Shift history column ``name`` one slot back and store ``newest`` as slot 0."""
+        hist = self.data[name]
+        hist[:, 1:] = hist[:, :-1].copy()
+        hist[:, 0] = newest
+
+    def keep(self, rows: np.ndarray) -> np.ndarray:
+        """Drop every row not in ``rows`` (in order); returns old-row -> new-row map."""
+        remap = np.full(self.rows + 1, UNREGISTERED, np.int64)
+        remap[rows] = np.arange(rows.size)
+        for name in self.columns:
+            self.data[name] = self.data[name][rows]
+        self.size = self.size[rows]
+        self.rows = rows.size
+        return remap
+
+
+@dataclass
+class SlotData:
+    """What a mechanism sees of one slot after the population is updated."""
+
+    cells: Cells
+    sizes: np.ndarray        # registered, active users per cohort row (public)
+
+
+@dataclass
+class Population:
+    """Registry of users, their cohorts, requirements and current values."""
+
+    kind: type  # FixedRequirements or DynamicRequirements
+    bins: int
+    carry_forward: bool = False
+    default_requirement: object = None  # FixedRequirements/DynamicRequirements.uniform(..., 1) row
+    table: CohortTable = None
+    cohort_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    value_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # fixed requirements only: the requirement in force per user, and a pending change
+    window_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    units_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending_from: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending_window: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending_units: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @classmethod
+    def create(cls, kind: type, bins: int, columns: dict[str, Column], carry_forward: bool = False,
+               default_requirement=None) -> "Population":
+        base = ({"window": Column(), "epsilon_units": Column()} if kind is FixedRequirements else
+                {"backward_window": Column(fill=1), "backward_units": Column(), "forward_window": Column(),
+                 "forward_units": Column(), "declared_forward_window": Column(history=True),
+                 "declared_forward_units": Column(history=True)})
+        overlap = base.keys() & columns.keys()
+        if overlap:
+            raise ValueError(f"column names reserved by the population: {sorted(overlap)}")
+        return cls(kind=kind, bins=bins, carry_forward=carry_forward,
+                   default_requirement=default_requirement, table=CohortTable({**base, **columns}))
+
+    # ------------------------------------------------------------------ registry
+    @property
+    def capacity(self) -> int:
+        return self.cohort_of.size
+
+    def _grow(self, max_user: int) -> None:
+        if max_user < self.capacity:
+            return
+        new_cap = max(max_user + 1, 2 * self.capacity, 16)
+        extra = new_cap - self.capacity
+        self.cohort_of = np.concatenate([self.cohort_of, np.full(extra, UNREGISTERED, np.int64)])
+        self.value_of = np.concatenate([self.value_of, np.full(extra, -1, np.int64)])
+        for name in ("window_of", "units_of", "pending_from", "pending_window", "pending_units"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, np.int64)]))
+
+    def registered(self) -> np.ndarray:
+        """Indices of every registered user (including those waiting for a change)."""
+        return np.flatnonzero(self.cohort_of != UNREGISTERED)
+
+    # ------------------------------------------------------------------ per slot
+    def admit(self, batch: SlotBatch, slot: int) -> SlotData:
+        """Apply one slot's rows (registrations, changes, values); return the slot's cells."""
+        if batch.users.size:
+            self._grow(int(batch.users.max()))
+        if self.kind is FixedRequirements:
+            self._activate_waiting(slot)
+            self._declare_fixed(batch, slot)
+        else:
+            self._declare_dynamic(batch)
+        self._compact()
+        return SlotData(cells=self._cells(batch), sizes=self.table.size.copy())
+
+    def validate(self, batch: SlotBatch) -> None:
+        """Fail before any change when a new user comes without a requirement."""
+        if batch.requirements is None and batch.users.size:
+            known = batch.users < self.capacity
+            new = ~known
+            new[known] = self.cohort_of[batch.users[known]] == UNREGISTERED
+            if new.any() and self.default_requirement is None:
+                raise ValueError(f"user {int(batch.users[np.argmax(new)])} has no requirement and the "
+                                 "mechanism has no default_requirement")
+
+    def _declarations(self, batch: SlotBatch):
+        """``(users, requirements)`` declared this slot.
+
+        Rows without requirement columns declare nothing, except that a new
+        user is given the default requirement.
+        """
+        if batch.requirements is not None:
+            return batch.users, (batch.requirements if batch.users.size else None)
+        users = batch.users[self.cohort_of[batch.users] == UNREGISTERED]
+        if users.size == 0:
+            return users, None
+        return users, self.default_requirement.take(np.zeros(users.size, np.int64))
+
+    # fixed -------------------------------------------------------------------
+    def _fixed_key_rows(self) -> dict[tuple[int, int], int]:
+        t = self.table.data
+        return {(int(w), int(u)): row for row, (w, u) in
+                enumerate(zip(t["window"], t["epsilon_units"]))}
+
+    def _cohorts_for(self, windows: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """Cohort row of each fixed requirement, creating cohorts that do not exist."""
+        keys = self._fixed_key_rows()
+        pairs = np.stack([windows, units], axis=1)
+        distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        rows = np.empty(distinct.shape[0], np.int64)
+        for i, (w, u) in enumerate(distinct):
+            row = keys.get((int(w), int(u)))
+            if row is None:
+                row = int(self.table.add(1)[0])
+                self.table.data["window"][row] = w
+                self.table.data["epsilon_units"][row] = u
+                self.table.widen(int(w))
+            rows[i] = row
+        return rows[inverse.reshape(-1)]
+
+    def _join(self, users: np.ndarray, rows: np.ndarray) -> None:
+        self.cohort_of[users] = rows
+        np.add.at(self.table.size, rows, 1)
+
+    def _leave(self, users: np.ndarray) -> None:
+        rows = self.cohort_of[users]
+        active = rows >= 0
+        np.subtract.at(self.table.size, rows[active], 1)
+
+    def _declare_fixed(self, batch: SlotBatch, slot: int) -> None:
+        users, reqs = self._declarations(batch)
+        if reqs is None:
+            return
+        w, u = reqs.window, reqs.epsilon_units
+        state = self.cohort_of[users]
+        # joiners
+        new = state == UNREGISTERED
+        if new.any():
+            self.window_of[users[new]] = w[new]
+            self.units_of[users[new]] = u[new]
+            self._join(users[new], self._cohorts_for(w[new], u[new]))
+        known = ~new
+        same_in_force = known & (self.window_of[users] == w) & (self.units_of[users] == u)
+        # a waiting user who declares the old requirement again: cancel the change
+        cancel = same_in_force & (state == WAITING)
+        if cancel.any():
+            self.pending_from[users[cancel]] = 0
+            self._join(users[cancel], self._cohorts_for(w[cancel], u[cancel]))
+        changed = known & ~same_in_force
+        if not changed.any():
+            return
+        already = changed & (self.pending_from[users] > 0) & (self.pending_window[users] == w) & \
+            (self.pending_units[users] == u)
+        start = changed & ~already
+        if start.any():
+            who = users[start]
+            self._leave(who)
+            self.cohort_of[who] = WAITING
+            self.pending_from[who] = slot + w[start] - 1
+            self.pending_window[who] = w[start]
+            self.pending_units[who] = u[start]
+            self._activate_waiting(slot)  # w' = 1 takes effect at once
+
+    def _activate_waiting(self, slot: int) -> None:
+        due = np.flatnonzero((self.pending_from > 0) & (self.pending_from <= slot))
+        if due.size == 0:
+            return
+        self.window_of[due] = self.pending_window[due]
+        self.units_of[due] = self.pending_units[due]
+        self.pending_from[due] = 0
+        self._join(due, self._cohorts_for(self.window_of[due], self.units_of[due]))
+
+    # dynamic -----------------------------------------------------------------
+    _DECLARATION = ("backward_window", "backward_units", "forward_window", "forward_units")
+
+    def _declare_dynamic(self, batch: SlotBatch) -> None:
+        table = self.table
+        # Every live declaration repeats at this slot unless replaced below.
+        table.push("declared_forward_window", table.data["forward_window"])
+        table.push("declared_forward_units", table.data["forward_units"])
+        users, reqs = self._declarations(batch)
+        if reqs is None:
+            return
+        declared = reqs.as_matrix()
+        table.widen(int(max(declared[:, 0].max(), declared[:, 2].max())))
+        rows = self.cohort_of[users]
+        current = np.stack([table.data[c] for c in self._DECLARATION], axis=1)
+        known = rows >= 0
+        moving = ~known
+        moving[known] = np.any(current[rows[known]] != declared[known], axis=1)
+        if not moving.any():
+            return
+        movers, source, decl = users[moving], rows[moving], declared[moving]
+        groups, inverse = np.unique(np.column_stack([source, decl]), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        group_sizes = np.bincount(inverse, minlength=groups.shape[0])
+        source_rows = groups[:, 0]
+        fresh = source_rows < 0
+        # A whole cohort declaring the same new thing is updated in place.
+        source_sizes = np.zeros(source_rows.size, np.int64)
+        source_sizes[~fresh] = table.size[source_rows[~fresh]]
+        whole = ~fresh & (group_sizes == source_sizes)
+        split = ~fresh & ~whole
+        target = np.where(whole, source_rows, -1)
+        if split.any():
+            target[split] = table.copy_rows(groups[split, 0])
+        if fresh.any():
+            target[fresh] = table.add(int(fresh.sum()))
+        for k, name in enumerate(self._DECLARATION):
+            table.data[name][target] = groups[:, 1 + k]
+        table.data["declared_forward_window"][target, 0] = groups[:, 3]
+        table.data["declared_forward_units"][target, 0] = groups[:, 4]
+        self._leave(movers)
+        self._join(movers, target[inverse])
+
+    # cells -------------------------------------------------------------------
+    def _compact(self) -> None:
+        table = self.table
+        dead = table.size == 0
+        if table.rows < 64 or dead.sum() * 2 <= table.rows:
+            return
+        remap = table.keep(np.flatnonzero(~dead))
+        active = self.cohort_of >= 0
+        self.cohort_of[active] = remap[self.cohort_of[active]]
+
+    def _cells(self, batch: SlotBatch) -> Cells:
+        if self.carry_forward:
+            reporting = batch.values >= 0
+            self.value_of[batch.users[reporting]] = batch.values[reporting]
+            users = np.flatnonzero((self.cohort_of >= 0) & (self.value_of >= 0))
+            values = self.value_of[users]
+        else:
+            rows = batch.values >= 0
+            users, values = batch.users[rows], batch.values[rows]
+            active = self.cohort_of[users] >= 0
+            users, values = users[active], values[active]
+        if users.size == 0:
+            return Cells.empty()
+        cohorts = self.cohort_of[users]
+        keys = cohorts * self.bins + values
+        if self.table.rows * self.bins <= _DENSE_CELL_LIMIT:
+            counts = np.bincount(keys, minlength=self.table.rows * self.bins)
+            keys = np.flatnonzero(counts)
+            counts = counts[keys]
+        else:
+            keys, counts = np.unique(keys, return_counts=True)
+        return Cells(keys // self.bins, keys % self.bins, counts.astype(np.int64))

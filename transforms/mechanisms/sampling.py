@@ -1,0 +1,84 @@
+"""The sampling mechanism SM (spec/pwsm.md §2.1) and the dissimilarity of DC (§2.4).
+
+Data reach a mechanism as *cells*: how many contributing users of each
+cohort sit in each bin.  Users of one cohort share a budget, so including
+each with probability ``p`` independently is, for the released counts, the
+same as one binomial draw per cell; the draw is made with exact coins
+(``noise.count_successes``), each realised probability rounded *down*,
+which can only strengthen the amplification-by-subsampling guarantee.
+
+Counts are never re-weighted by ``1/p`` (spec: the bias is accepted and is
+part of the error model).  Noise is discrete Laplace with the exact scale
+``Δ/θ``, so every release is an integer vector.
+
+The dissimilarity is computed as the integer ``Σ_j |c̃_j - r_j|`` plus
+discrete Laplace noise of scale ``Δ/θ``; this equals ``d·dis`` of the paper
+(whose noise ``Lap(Δ/(dθ))`` is the same thing divided by ``d``) and keeps
+the DC step free of floating-point noise as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.noise import Randomness, bernoulli_thresholds, count_successes, discrete_laplace
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Contributing users per (cohort, bin): three aligned int64 columns."""
+
+    cohort: np.ndarray
+    bin: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Cells":
+        z = np.zeros(0, np.int64)
+        return cls(z, z, z)
+
+    def histogram(self, bins: int) -> np.ndarray:
+        """The true (unsampled) histogram ``c_t``."""
+        return np.bincount(self.bin, weights=self.count, minlength=bins).astype(np.int64)
+
+
+def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarray:
+    """``p = (e^ε - 1)/(e^θ - 1)`` per budget, 1 at or above ``θ`` (stable for large θ)."""
+    eps = np.asarray(units, np.float64) / UNITS_PER_EPSILON
+    theta = threshold_units / UNITS_PER_EPSILON
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # e^{ε-θ} (1-e^{-ε}) / (1-e^{-θ}): no overflow whatever θ is.
+        p = np.exp(eps - theta) * np.expm1(-eps) / np.expm1(-theta)
+    p = np.where(units >= threshold_units, 1.0, np.where(units <= 0, 0.0, p))
+    return np.clip(p, 0.0, 1.0)
+
+
+def sample_histogram(cells: Cells, cohort_units: np.ndarray, threshold_units: int,
+                     bins: int, rng: Randomness) -> np.ndarray:
+    """SM_s then Q: the histogram of the users kept by the sample step."""
+    if cells.count.size == 0:
+        return np.zeros(bins, np.int64)
+    p = inclusion_probabilities(cohort_units, threshold_units)
+    kept = count_successes(cells.count, bernoulli_thresholds(p)[cells.cohort], rng)
+    return np.bincount(cells.bin, weights=kept, minlength=bins).astype(np.int64)
+
+
+def laplace_scale(threshold_units: int, sensitivity: int) -> Fraction:
+    """The exact noise scale ``Δ/θ``."""
+    return Fraction(sensitivity * UNITS_PER_EPSILON, threshold_units)
+
+
+def disturb(counts: np.ndarray, threshold_units: int, sensitivity: int, rng: Randomness) -> np.ndarray:
+    """SM_d: add i.i.d. discrete Laplace noise of scale ``Δ/θ`` to every bin."""
+    return counts + discrete_laplace(laplace_scale(threshold_units, sensitivity), counts.size, rng)
+
+
+def noisy_total_deviation(counts: np.ndarray, last_release: np.ndarray, threshold_units: int,
+                          sensitivity: int, rng: Randomness) -> int:
+    """``d · dis``: ``Σ_j |c_j - r_l[j]|`` plus discrete Laplace noise of scale ``Δ/θ``."""
+    deviation = int(np.abs(counts - last_release).sum())
+    return deviation + int(discrete_laplace(laplace_scale(threshold_units, sensitivity), 1, rng)[0])

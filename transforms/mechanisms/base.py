@@ -31,7 +31,7 @@ from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import to_epsilon, to_units
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
-from transforms.mechanisms.population import UNREGISTERED, WAITING, Column, Population, SlotData
+from transforms.mechanisms.population import UNREGISTERED, Column, Population, SlotData
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements, Requirements)
 
@@ -171,7 +171,7 @@ class HomogeneousParams(MechanismParams):
         if self.epsilon_units // (2 * self.window) < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over window={self.window}")
 
-    @property
+    @cached_property
     def epsilon_units(self) -> int:
         return to_units(self.epsilon, "epsilon")
 
@@ -245,7 +245,7 @@ class Mechanism(abc.ABC):
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)
         population = self.population
-        waiting = np.flatnonzero(population.cohort_of == WAITING)
+        waiting = population.waiting_users()
         charges = UserCharges(
             cohort_of=population.cohort_of.copy(), cohort_dc_units=decision.dc_units,
             cohort_publication_units=decision.publication_units,
@@ -268,7 +268,7 @@ class Mechanism(abc.ABC):
         pop, table = self.population, self.population.table
         arrays = {"slot": np.array(self.slot), "last_release": self.last_release,
                   "table.width": np.array(table.width), "table.rows": np.array(table.rows),
-                  "table.size": table.size}
+                  "table.size": table.size, "population.waiting": np.array(pop.waiting)}
         for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",
                      "pending_units"):
             arrays[f"population.{name}"] = getattr(pop, name)
@@ -284,6 +284,7 @@ class Mechanism(abc.ABC):
         self.last_release = np.array(arrays["last_release"], np.int64)
         table.width, table.rows = int(arrays["table.width"]), int(arrays["table.rows"])
         table.size = np.array(arrays["table.size"])
+        pop.waiting = int(arrays["population.waiting"])
         for name in list(table.data):
             table.data[name] = np.array(arrays[f"table.data.{name}"])
         for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",

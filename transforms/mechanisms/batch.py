@@ -50,7 +50,7 @@ class SlotBatch:
             raise ValueError(f"users has {users.size} entries but values has {values.size}")
         if users.size and users.min() < 0:
             raise ValueError("users must be non-negative indices")
-        if users.size and np.unique(users).size != users.size:
+        if users.size > 1 and not _distinct(users):
             raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
         if values.size and (values.min() < NO_VALUE or values.max() >= bins):
             raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
@@ -60,6 +60,14 @@ class SlotBatch:
             if requirement_kind is not None and not isinstance(self.requirements, requirement_kind):
                 raise ValueError(f"this mechanism takes {requirement_kind.__name__}, "
                                  f"got {type(self.requirements).__name__}")
+
+
+def _distinct(users: np.ndarray) -> bool:
+    """True when no index repeats (O(n) for the usual ascending batch)."""
+    if np.all(users[1:] > users[:-1]):
+        return True
+    ordered = np.sort(users)
+    return bool(np.all(ordered[1:] != ordered[:-1]))
 
 
 __all__ = ["NO_VALUE", "SlotBatch", "FixedRequirements", "DynamicRequirements"]

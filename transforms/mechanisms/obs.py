@@ -37,6 +37,13 @@ class ErrorModel(str, Enum):
 
     def noise_variance(self, epsilon, sensitivity: int):
         """Per-bin variance of noise calibrated to ``epsilon`` (scalar or array)."""
+        if isinstance(epsilon, (float, int)):
+            if epsilon <= 0:
+                return math.inf
+            if self is ErrorModel.CONTINUOUS:
+                return 2.0 * (sensitivity / epsilon) ** 2
+            twice_half = epsilon / sensitivity  # 1/(2 sinh²(h)) = 2e^{-2h}/(1-e^{-2h})², h = ε/2Δ
+            return 2.0 * math.exp(-twice_half) / math.expm1(-twice_half) ** 2
         eps = np.asarray(epsilon, dtype=np.float64)
         with np.errstate(divide="ignore", over="ignore"):
             if self is ErrorModel.CONTINUOUS:

@@ -120,6 +120,37 @@ class CohortTable:
         return remap
 
 
+def _group_moves(source: np.ndarray, declared: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ``(source cohort, declaration)`` pairs and each mover's pair index.
+
+    Usually every mover from one cohort declares the same thing (a level or a
+    user type changing); that case costs O(n).  Otherwise rows are grouped by
+    a 64-bit hash, checked for collisions.
+    """
+    slot = source + 1  # source -1 (new users) becomes 0
+    representative = np.zeros((rows + 1, declared.shape[1]), np.int64)
+    representative[slot] = declared
+    if np.array_equal(representative[slot], declared):
+        present = np.flatnonzero(np.bincount(slot, minlength=rows + 1))
+        position = np.zeros(rows + 1, np.int64)
+        position[present] = np.arange(present.size)
+        return np.column_stack([present - 1, representative[present]]), position[slot]
+    pairs = np.column_stack([source, declared])
+    mixed = np.zeros(pairs.shape[0], np.uint64)
+    for k in range(pairs.shape[1]):
+        mixed = (mixed ^ pairs[:, k].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+    _, first, inverse = np.unique(mixed, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    groups = pairs[first]
+    if not np.array_equal(groups[inverse], pairs):  # a hash collision: group exactly instead
+        groups, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        return groups, inverse.reshape(-1)
+    order = np.lexsort(groups.T[::-1])  # canonical (sorted) cohort order, whatever the hash
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return groups[order], rank[inverse]
+
+
 @dataclass
 class SlotData:
     """What a mechanism sees of one slot after the population is updated."""
@@ -145,6 +176,7 @@ class Population:
     pending_from: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pending_window: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pending_units: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    waiting: int = 0  # how many users wait for a changed fixed requirement
 
     @classmethod
     def create(cls, kind: type, bins: int, columns: dict[str, Column], carry_forward: bool = False,
@@ -160,6 +192,12 @@ class Population:
                    default_requirement=default_requirement, table=CohortTable({**base, **columns}))
 
     # ------------------------------------------------------------------ registry
+    def waiting_users(self) -> np.ndarray:
+        """Users waiting for a changed fixed requirement to take effect."""
+        if not self.waiting:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(self.cohort_of == WAITING)
+
     @property
     def capacity(self) -> int:
         return self.cohort_of.size
@@ -238,12 +276,11 @@ class Population:
 
     def _join(self, users: np.ndarray, rows: np.ndarray) -> None:
         self.cohort_of[users] = rows
-        np.add.at(self.table.size, rows, 1)
+        self.table.size += np.bincount(rows, minlength=self.table.rows)
 
     def _leave(self, users: np.ndarray) -> None:
         rows = self.cohort_of[users]
-        active = rows >= 0
-        np.subtract.at(self.table.size, rows[active], 1)
+        self.table.size -= np.bincount(rows[rows >= 0], minlength=self.table.rows)
 
     def _declare_fixed(self, batch: SlotBatch, slot: int) -> None:
         users, reqs = self._declarations(batch)
@@ -263,6 +300,7 @@ class Population:
         cancel = same_in_force & (state == WAITING)
         if cancel.any():
             self.pending_from[users[cancel]] = 0
+            self.waiting -= int(cancel.sum())
             self._join(users[cancel], self._cohorts_for(w[cancel], u[cancel]))
         changed = known & ~same_in_force
         if not changed.any():
@@ -273,6 +311,7 @@ class Population:
         if start.any():
             who = users[start]
             self._leave(who)
+            self.waiting += int(np.count_nonzero(self.cohort_of[who] != WAITING))
             self.cohort_of[who] = WAITING
             self.pending_from[who] = slot + w[start] - 1
             self.pending_window[who] = w[start]
@@ -280,9 +319,12 @@ class Population:
             self._activate_waiting(slot)  # w' = 1 takes effect at once
 
     def _activate_waiting(self, slot: int) -> None:
+        if not self.waiting:
+            return
         due = np.flatnonzero((self.pending_from > 0) & (self.pending_from <= slot))
         if due.size == 0:
             return
+        self.waiting -= due.size
         self.window_of[due] = self.pending_window[due]
         self.units_of[due] = self.pending_units[due]
         self.pending_from[due] = 0
@@ -309,8 +351,7 @@ class Population:
         if not moving.any():
             return
         movers, source, decl = users[moving], rows[moving], declared[moving]
-        groups, inverse = np.unique(np.column_stack([source, decl]), axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        groups, inverse = _group_moves(source, decl, table.rows)
         group_sizes = np.bincount(inverse, minlength=groups.shape[0])
         source_rows = groups[:, 0]
         fresh = source_rows < 0
@@ -347,14 +388,18 @@ class Population:
             self.value_of[batch.users[reporting]] = batch.values[reporting]
             users = np.flatnonzero((self.cohort_of >= 0) & (self.value_of >= 0))
             values = self.value_of[users]
+            cohorts = self.cohort_of[users]
         else:
-            rows = batch.values >= 0
-            users, values = batch.users[rows], batch.values[rows]
-            active = self.cohort_of[users] >= 0
-            users, values = users[active], values[active]
-        if users.size == 0:
+            users, values = batch.users, batch.values
+            if values.size and values.min() < 0:
+                keep = values >= 0
+                users, values = users[keep], values[keep]
+            cohorts = self.cohort_of[users]
+            if cohorts.size and cohorts.min() < 0:
+                keep = cohorts >= 0
+                values, cohorts = values[keep], cohorts[keep]
+        if cohorts.size == 0:
             return Cells.empty()
-        cohorts = self.cohort_of[users]
         keys = cohorts * self.bins + values
         if self.table.rows * self.bins <= _DENSE_CELL_LIMIT:
             counts = np.bincount(keys, minlength=self.table.rows * self.bins)

@@ -27,7 +27,6 @@ from numbers import Integral, Real
 from types import MappingProxyType
 
 import numpy as np
-from scipy.special import expit
 
 StreamGenerator = Callable[[int, np.random.Generator], np.ndarray]
 """Maps ``(slots, rng)`` to a float64 array of per-slot probabilities."""
@@ -89,7 +88,8 @@ def log_probabilities(
     if not 0.0 <= amplitude <= 1.0:
         raise ValueError(f"amplitude must be in [0, 1], got {amplitude!r}")
     times = np.arange(1, slots + 1, dtype=np.float64)
-    probabilities = amplitude * expit(rate * times)  # expit avoids exp overflow
+    # 1/(1+e^{-x}) written as 0.5(1+tanh(x/2)): no overflow for any x
+    probabilities = amplitude * 0.5 * (1.0 + np.tanh(0.5 * rate * times))
     return _maybe_round(probabilities, round_to_cents)
 
 

@@ -1,0 +1,96 @@
+"""Speed and memory of the mechanism core, one mechanism per child process.
+
+    python -m benchmarks.core --users 10000 --slots 200 --bins 2 --json
+
+prints ``{"users": N, "bins": D, "slots": T, "mechanisms": {"pbd": {"seconds_per_slot": ...,
+"peak_memory_bytes": ...}, ...}}``.  Every user reports every slot (the
+papers' setting) and about 10% of them move to another bin per slot; users
+follow the papers' ten requirement types around ``(E, w) = (0.6, window)``,
+and the dynamic mechanisms get per-type forward requirements redrawn every
+slot.  Noise comes from the secure generator, as in production.  Data
+generation is outside the timed region; ``peak_memory_bytes`` is the child
+process's maximum resident set size (interpreter and numpy included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from transforms.mechanisms import MECHANISMS, DynamicRequirements, SlotBatch
+from transforms.mechanisms.noise import secure_randomness
+from transforms.mechanisms.run import mechanism_for
+from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
+
+
+def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int = 0) -> dict:
+    """Time ``slots`` steps of ``name`` (after one warm-up slot) in this process."""
+    gen = np.random.default_rng(seed)
+    grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
+    setup = PaperSetup(users=users, window=window, window_grid=grid)
+    mechanism = mechanism_for(name, setup, bins)
+    dynamic = mechanism.requirement_kind is DynamicRequirements
+    declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
+    fixed = None if dynamic else setup.fixed(gen)
+    index = np.arange(users)
+    values = gen.integers(0, bins, users)
+    rng = secure_randomness()
+    elapsed = 0.0
+    for t in range(slots + 1):
+        movers = gen.random(users) < 0.1
+        values[movers] = gen.integers(0, bins, int(movers.sum()))
+        requirements = next(declarations) if dynamic else (fixed if t == 0 else None)
+        batch = SlotBatch.of(index, values.copy(), requirements)
+        start = time.perf_counter()
+        mechanism.step(batch, rng)
+        if t:  # slot 1 (registration of every user) is the warm-up
+            elapsed += time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds_per_slot": elapsed / slots, "peak_memory_bytes": peak_kib * 1024}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.core", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--slots", type=int, default=200)
+    parser.add_argument("--bins", type=int, default=2)
+    parser.add_argument("--window", type=int, default=200, help="largest requirement window (w <= this)")
+    parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
+                        help="comma-separated lower-case names (default: all)")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.names = [n.strip().lower() for n in args.mechanisms.split(",") if n.strip()]
+    unknown = [n for n in args.names if n not in MECHANISMS]
+    if unknown:
+        parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(MECHANISMS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(measure(args.worker, args.users, args.slots, args.bins, args.window)))
+        return 0
+    results = {}
+    for name in args.names:
+        command = [sys.executable, "-m", "benchmarks.core", "--worker", name, "--users", str(args.users),
+                   "--slots", str(args.slots), "--bins", str(args.bins), "--window", str(args.window)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results[name] = json.loads(output.strip().splitlines()[-1])
+        if not args.json:
+            print(f"{name:>8}: {results[name]['seconds_per_slot'] * 1e3:9.3f} ms/slot, "
+                  f"peak {results[name]['peak_memory_bytes'] / 2**20:7.1f} MiB", file=sys.stderr)
+    print(json.dumps({"users": args.users, "bins": args.bins, "slots": args.slots, "window": args.window,
+                      "mechanisms": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

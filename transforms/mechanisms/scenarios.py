@@ -1,0 +1,93 @@
+"""Requirement assignments of the papers' experiments (spec/pwsm.md §5.2; reference_impl §6.3-6.4).
+
+Users are split into ``types`` contiguous blocks that share a requirement:
+
+* fixed: each type draws ``E_k`` uniformly from the grid values ``>= E`` and
+  ``w_k`` from the grid values ``<= w``;
+* dynamic: at every slot each type redraws its forward requirement from
+  ``{E_k, ..., 1.0}`` x ``{40, ..., w_k}``; the backward requirement is
+  ``(w_B = 1, E_B = 10)``, which never binds (as in the papers);
+* homogeneous baselines run with ``(min E_k, max w_k) = (E, w)``.
+
+``two_types`` builds the user-type ratio experiment of §6.5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements
+
+EPSILON_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)
+WINDOW_GRID = (40, 80, 120, 160, 200)
+BACKWARD_EPSILON = 10.0
+
+
+@dataclass(frozen=True)
+class PaperSetup:
+    """The papers' personalized requirements for ``users`` users around a static ``(E, w)``."""
+
+    users: int
+    epsilon: float = 0.6
+    window: int = 120
+    types: int = 10
+    epsilon_grid: tuple[float, ...] = EPSILON_GRID
+    window_grid: tuple[int, ...] = WINDOW_GRID
+
+    def __post_init__(self):
+        if self.users < 1:
+            raise ValueError(f"users must be >= 1, got {self.users}")
+        if not 1 <= self.types:
+            raise ValueError(f"types must be >= 1, got {self.types}")
+        if not self._epsilons() or not self._windows():
+            raise ValueError(f"(epsilon={self.epsilon}, window={self.window}) leaves no candidate on the grids")
+
+    def _epsilons(self) -> list[float]:
+        return [e for e in self.epsilon_grid if e >= self.epsilon]
+
+    def _windows(self) -> list[int]:
+        return [w for w in self.window_grid if w <= self.window]
+
+    def user_types(self) -> np.ndarray:
+        """Type of each user: contiguous blocks of ``ceil(users / types)``."""
+        block = -(-self.users // self.types)
+        return np.arange(self.users) // block
+
+    def type_requirements(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(E_k, w_k)`` per type."""
+        return (rng.choice(self._epsilons(), self.types), rng.choice(self._windows(), self.types))
+
+    def fixed(self, rng: np.random.Generator) -> FixedRequirements:
+        """Every user's fixed ``(w_i, E_i)``."""
+        epsilons, windows = self.type_requirements(rng)
+        types = self.user_types()
+        return FixedRequirements.of(windows[types], epsilons[types])
+
+    def dynamic_declarations(self, rng: np.random.Generator, slots: int):
+        """Yield, per slot, every user's declaration (types redraw their forward requirement)."""
+        epsilons, windows = self.type_requirements(rng)
+        types = self.user_types()
+        eps_choices = [[e for e in self.epsilon_grid if e >= ek] for ek in epsilons]
+        win_choices = [[w for w in self.window_grid if w <= wk] for wk in windows]
+        ones = np.ones(self.users, np.int64)
+        for _ in range(slots):
+            forward_eps = np.array([rng.choice(c) for c in eps_choices])
+            forward_win = np.array([rng.choice(c) for c in win_choices])
+            yield DynamicRequirements.of(ones, np.full(self.users, BACKWARD_EPSILON),
+                                         forward_win[types], forward_eps[types])
+
+    @property
+    def max_window(self) -> int:
+        return max(self._windows())
+
+
+def two_types(users: int, ratio: float, first: tuple[int, float], second: tuple[int, float]) -> FixedRequirements:
+    """A fraction ``ratio`` of users (the first block) with ``first = (w, E)``, the rest with ``second``."""
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
+    split = int(round(users * ratio))
+    windows = np.where(np.arange(users) < split, first[0], second[0])
+    epsilons = np.where(np.arange(users) < split, first[1], second[1])
+    return FixedRequirements.of(windows, epsilons)

@@ -237,10 +237,11 @@ class Mechanism(abc.ABC):
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
         batch.validate(self.params.bins, self.requirement_kind)
-        self.population.validate(batch)
+        rows = self.population.rows_of(batch.users)
+        self.population.validate(batch, rows)
         self.check_requirements(batch)
         self.slot += 1
-        data = self.population.admit(batch, self.slot)
+        data = self.population.admit(batch, self.slot, rows)
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)

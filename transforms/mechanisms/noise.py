@@ -25,9 +25,8 @@ import abc
 import math
 import os
 import random
-import secrets
 from fractions import Fraction
-from numbers import Integral, Rational, Real
+from numbers import Integral, Rational
 
 import numpy as np
 
@@ -56,14 +55,39 @@ class SecureRandomness(Randomness):
 
     is_secure = True
 
+    _BUFFER_BYTES = 1 << 16
+
+    def __init__(self):
+        self._buffer = b""
+        self._offset = 0
+
     def randbelow(self, n: int) -> int:
-        """Uniform int in [0, n) from :func:`secrets.randbelow`."""
-        return secrets.randbelow(n)
+        """Uniform int in [0, n): rejection sampling on buffered bytes from :func:`os.urandom`."""
+        if n < 1:
+            raise ValueError(f"randbelow needs n >= 1, got {n}")
+        if n == 1:
+            return 0
+        bits = (n - 1).bit_length()
+        width = (bits + 7) // 8
+        while True:
+            if self._offset + width > len(self._buffer):
+                self._buffer, self._offset = os.urandom(max(self._BUFFER_BYTES, width)), 0
+            chunk = self._buffer[self._offset:self._offset + width]
+            self._offset += width
+            candidate = int.from_bytes(chunk, "little") >> (8 * width - bits)
+            if candidate < n:
+                return candidate
 
     def uint32(self, size: int) -> np.ndarray:
         """``size`` uniform uint32 values from :func:`os.urandom` (writable array)."""
         size = _check_size(size)
         return np.frombuffer(os.urandom(4 * size), dtype=np.uint32).copy()
+
+    def __getstate__(self):
+        return {}  # never persist buffered randomness with a checkpoint
+
+    def __setstate__(self, state):
+        self.__init__()
 
     def __repr__(self) -> str:
         return "SecureRandomness()"
@@ -188,25 +212,25 @@ def _bernoulli_exp1(randbelow) -> bool:
     return bool(k & 1)
 
 
-def discrete_laplace_variance(scale: float) -> float:
-    """Variance of the discrete Laplace with this scale.
+def discrete_laplace_variance(scale):
+    """Variance of the discrete Laplace with this scale (a float or an array of them).
 
-    Equals ``1/(2 sinh^2(1/(2 scale)))`` ``= 2e^{-1/s}/(1-e^{-1/s})^2``.
-    Computed stably: tends to ``2 s^2`` for huge scales and to 0 for tiny ones.
+    Equals ``1/(2 sinh^2(1/(2 scale)))`` ``= 2e^{-1/s}/(1-e^{-1/s})^2``:
+    tends to ``2 s^2`` for huge scales and to 0 for tiny ones.
     """
-    s = _positive_float(scale, "scale")
+    s = _positive_scales(scale)
     x = 1.0 / s
-    if x > 800.0:  # 2 e^{-x} is below the smallest subnormal double
-        return 0.0
-    # 1 - e^{-x} = -expm1(-x); rescaled by s so neither factor over/underflows.
-    ratio = s / (s * -math.expm1(-x))  # s * (1 - e^{-x}) is in (0, 1]
-    return 2.0 * math.exp(-x) * ratio * ratio  # inf (not an error) past the float range
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        variance = 2.0 * np.exp(-x) / np.expm1(-x) ** 2  # inf (not an error) past the float range
+    return float(variance) if variance.ndim == 0 else variance
 
 
-def continuous_laplace_variance(scale: float) -> float:
-    """Variance ``2 scale^2`` of the continuous Laplace distribution."""
-    s = _positive_float(scale, "scale")
-    return 2.0 * s * s
+def continuous_laplace_variance(scale):
+    """Variance ``2 scale^2`` of the continuous Laplace distribution (float or array)."""
+    s = _positive_scales(scale)
+    with np.errstate(over="ignore"):
+        variance = 2.0 * s * s
+    return float(variance) if variance.ndim == 0 else variance
 
 
 def bernoulli_thresholds(probabilities: np.ndarray) -> np.ndarray:
@@ -331,10 +355,10 @@ def _check_size(size) -> int:
     return int(size)
 
 
-def _positive_float(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    as_float = float(value)
-    if not (math.isfinite(as_float) and as_float > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return as_float
+def _positive_scales(scale) -> np.ndarray:
+    if scale is None or isinstance(scale, (bool, np.bool_, str, bytes)) or np.asarray(scale).dtype.kind in "bUSV":
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    values = np.asarray(scale, dtype=np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError(f"scale must be positive and finite, got {scale!r}")
+    return values

@@ -25,6 +25,7 @@ from enum import Enum
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.noise import continuous_laplace_variance, discrete_laplace_variance
 
 _EXP_CAP = 700.0  # budgets above this are equal for the error model (e^700 is near float max)
 
@@ -36,21 +37,13 @@ class ErrorModel(str, Enum):
     CONTINUOUS = "continuous"  # the papers' 2Δ²/ε²
 
     def noise_variance(self, epsilon, sensitivity: int):
-        """Per-bin variance of noise calibrated to ``epsilon`` (scalar or array)."""
-        if isinstance(epsilon, (float, int)):
-            if epsilon <= 0:
-                return math.inf
-            if self is ErrorModel.CONTINUOUS:
-                return 2.0 * (sensitivity / epsilon) ** 2
-            twice_half = epsilon / sensitivity  # 1/(2 sinh²(h)) = 2e^{-2h}/(1-e^{-2h})², h = ε/2Δ
-            return 2.0 * math.exp(-twice_half) / math.expm1(-twice_half) ** 2
+        """Per-bin variance of noise calibrated to ``epsilon`` (scalar or array; inf where ε <= 0)."""
         eps = np.asarray(epsilon, dtype=np.float64)
-        with np.errstate(divide="ignore", over="ignore"):
-            if self is ErrorModel.CONTINUOUS:
-                variance = 2.0 * (sensitivity / eps) ** 2
-            else:  # 1 / (2 sinh²(ε/2Δ)), the discrete Laplace variance at scale Δ/ε
-                variance = 0.5 / np.sinh(eps / (2.0 * sensitivity)) ** 2
-        variance = np.where(eps > 0, variance, np.inf)
+        positive = eps > 0
+        scale = sensitivity / np.where(positive, eps, 1.0)
+        variance = (continuous_laplace_variance(scale) if self is ErrorModel.CONTINUOUS
+                    else discrete_laplace_variance(scale))
+        variance = np.where(positive, variance, np.inf)
         return float(variance) if variance.ndim == 0 else variance
 
 

@@ -49,7 +49,7 @@ from transforms.mechanisms.sampling import Cells
 UNREGISTERED = -1
 WAITING = -2  # registered, waiting for a changed fixed requirement to take effect
 
-_DENSE_CELL_LIMIT = 1 << 22
+_DENSE_CELL_LIMIT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -217,29 +217,42 @@ class Population:
         return np.flatnonzero(self.cohort_of != UNREGISTERED)
 
     # ------------------------------------------------------------------ per slot
-    def admit(self, batch: SlotBatch, slot: int) -> SlotData:
-        """Apply one slot's rows (registrations, changes, values); return the slot's cells."""
+    def admit(self, batch: SlotBatch, slot: int, rows: np.ndarray) -> SlotData:
+        """Apply one slot's rows (registrations, changes, values); return the slot's cells.
+
+        ``rows`` is :meth:`rows_of` the batch's users, computed by the caller's validation.
+        """
         if batch.users.size:
             self._grow(int(batch.users.max()))
+        before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
-            self._declare_fixed(batch, slot)
+            self._declare_fixed(batch, slot, rows)
         else:
-            self._declare_dynamic(batch)
+            self._declare_dynamic(batch, rows)
         self._compact()
-        return SlotData(cells=self._cells(batch), sizes=self.table.size.copy())
+        if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
+            rows = self.cohort_of[batch.users]  # memberships changed this slot
+        return SlotData(cells=self._cells(batch, rows), sizes=self.table.size.copy())
 
-    def validate(self, batch: SlotBatch) -> None:
+    def rows_of(self, users: np.ndarray) -> np.ndarray:
+        """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything."""
+        if users.size and users.max() >= self.capacity:
+            rows = np.full(users.size, UNREGISTERED, np.int64)
+            known = users < self.capacity
+            rows[known] = self.cohort_of[users[known]]
+            return rows
+        return self.cohort_of[users]
+
+    def validate(self, batch: SlotBatch, rows: np.ndarray) -> None:
         """Fail before any change when a new user comes without a requirement."""
-        if batch.requirements is None and batch.users.size:
-            known = batch.users < self.capacity
-            new = ~known
-            new[known] = self.cohort_of[batch.users[known]] == UNREGISTERED
-            if new.any() and self.default_requirement is None:
+        if batch.requirements is None and self.default_requirement is None and rows.size:
+            new = rows == UNREGISTERED
+            if new.any():
                 raise ValueError(f"user {int(batch.users[np.argmax(new)])} has no requirement and the "
                                  "mechanism has no default_requirement")
 
-    def _declarations(self, batch: SlotBatch):
+    def _declarations(self, batch: SlotBatch, rows: np.ndarray):
         """``(users, requirements)`` declared this slot.
 
         Rows without requirement columns declare nothing, except that a new
@@ -247,7 +260,9 @@ class Population:
         """
         if batch.requirements is not None:
             return batch.users, (batch.requirements if batch.users.size else None)
-        users = batch.users[self.cohort_of[batch.users] == UNREGISTERED]
+        if self.default_requirement is None:
+            return batch.users[:0], None
+        users = batch.users[rows == UNREGISTERED]
         if users.size == 0:
             return users, None
         return users, self.default_requirement.take(np.zeros(users.size, np.int64))
@@ -282,8 +297,8 @@ class Population:
         rows = self.cohort_of[users]
         self.table.size -= np.bincount(rows[rows >= 0], minlength=self.table.rows)
 
-    def _declare_fixed(self, batch: SlotBatch, slot: int) -> None:
-        users, reqs = self._declarations(batch)
+    def _declare_fixed(self, batch: SlotBatch, slot: int, rows: np.ndarray) -> None:
+        users, reqs = self._declarations(batch, rows)
         if reqs is None:
             return
         w, u = reqs.window, reqs.epsilon_units
@@ -333,12 +348,12 @@ class Population:
     # dynamic -----------------------------------------------------------------
     _DECLARATION = ("backward_window", "backward_units", "forward_window", "forward_units")
 
-    def _declare_dynamic(self, batch: SlotBatch) -> None:
+    def _declare_dynamic(self, batch: SlotBatch, rows: np.ndarray) -> None:
         table = self.table
         # Every live declaration repeats at this slot unless replaced below.
         table.push("declared_forward_window", table.data["forward_window"])
         table.push("declared_forward_units", table.data["forward_units"])
-        users, reqs = self._declarations(batch)
+        users, reqs = self._declarations(batch, rows)
         if reqs is None:
             return
         declared = reqs.as_matrix()
@@ -382,29 +397,29 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch) -> Cells:
+    def _cells(self, batch: SlotBatch, rows: np.ndarray) -> Cells:
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
             users = np.flatnonzero((self.cohort_of >= 0) & (self.value_of >= 0))
-            values = self.value_of[users]
-            cohorts = self.cohort_of[users]
+            values, cohorts = self.value_of[users], self.cohort_of[users]
         else:
-            users, values = batch.users, batch.values
-            if values.size and values.min() < 0:
-                keep = values >= 0
-                users, values = users[keep], values[keep]
-            cohorts = self.cohort_of[users]
-            if cohorts.size and cohorts.min() < 0:
-                keep = cohorts >= 0
+            values, cohorts = batch.values, rows
+            if values.size and min(values.min(), cohorts.min()) < 0:
+                keep = (values >= 0) & (cohorts >= 0)
                 values, cohorts = values[keep], cohorts[keep]
         if cohorts.size == 0:
             return Cells.empty()
-        keys = cohorts * self.bins + values
-        if self.table.rows * self.bins <= _DENSE_CELL_LIMIT:
-            counts = np.bincount(keys, minlength=self.table.rows * self.bins)
-            keys = np.flatnonzero(counts)
-            counts = counts[keys]
-        else:
-            keys, counts = np.unique(keys, return_counts=True)
+        cells = self.table.rows * self.bins
+        if cells <= _DENSE_CELL_LIMIT:  # every (cohort, bin) pair, zero counts included
+            counts = np.bincount(cohorts * self.bins + values, minlength=cells)
+            return Cells(*self._dense_index(), counts)
+        keys, counts = np.unique(cohorts * self.bins + values, return_counts=True)
         return Cells(keys // self.bins, keys % self.bins, counts.astype(np.int64))
+
+    def _dense_index(self) -> tuple[np.ndarray, np.ndarray]:
+        key = (self.table.rows, self.bins)
+        if getattr(self, "_dense_key", None) != key:
+            self._dense_key = key
+            self._dense = (np.repeat(np.arange(key[0]), key[1]), np.tile(np.arange(key[1]), key[0]))
+        return self._dense

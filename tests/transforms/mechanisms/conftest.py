@@ -29,7 +29,7 @@ def drive(mechanism, batch: SlotBatch, publish: bool):
     batch.validate(mechanism.params.bins, mechanism.requirement_kind)
     mechanism.check_requirements(batch)
     mechanism.slot += 1
-    data = mechanism.population.admit(batch, mechanism.slot)
+    data = mechanism.population.admit(batch, mechanism.slot, mechanism.population.rows_of(batch.users))
     dc = mechanism.dc_budgets(data)
     publication = mechanism.publication_budgets(data)
     rows = mechanism.population.cohort_of[batch.users]

@@ -22,7 +22,8 @@ def test_cohorts_are_distinct_requirements_and_obs_counts_registered_users():
     pbd.step(SlotBatch.of(np.arange(n), gen.integers(0, 2, n), reqs), insecure_seeded_randomness(0))
     assert pbd.population.table.rows == 4
     # Only 10 users report next: the public cohort sizes (what OBS uses) still count everyone.
-    data = pbd.population.admit(SlotBatch.of(np.arange(10), np.zeros(10, np.int64)), 2)
+    batch = SlotBatch.of(np.arange(10), np.zeros(10, np.int64))
+    data = pbd.population.admit(batch, 2, pbd.population.rows_of(batch.users))
     assert data.sizes.sum() == n
     assert data.cells.count.sum() == 10
 
@@ -35,7 +36,7 @@ def test_absent_users_are_charged_and_carry_forward_keeps_their_bin():
         release = pbd.step(SlotBatch.of([0], [1]), rng)
         assert list(release.charges.users) == [0, 1, 2]
         assert np.all(release.charges.dc_units == to_units(1.0) // 8)
-        data = pbd.population.admit(SlotBatch.empty(), 3)
+        data = pbd.population.admit(SlotBatch.empty(), 3, np.zeros(0, np.int64))
         assert data.cells.histogram(3).tolist() == ([0, 2, 1] if carry else [0, 0, 0])
 
 
@@ -118,7 +119,7 @@ def test_dynamic_cohorts_split_exactly_and_move_whole_in_place():
 def test_infeasible_backward_declarations_are_projected_and_reported():
     """A backward E_B below what the window already spent is raised to the minimal feasible value (§1.6)."""
     dpbd = make_mechanism("dpbd", bins=2, max_window=10)
-    rng = insecure_seeded_randomness(5)
+    insecure_seeded_randomness(5)
     generous = DynamicRequirements.of([1], [10.0], [2], [4.0])
     batches = [SlotBatch.of([0], [t % 2], generous) for t in range(4)]
     strict = DynamicRequirements.of([4], [0.1], [2], [4.0])  # the last 3 slots spent far more than 0.1

@@ -1,0 +1,108 @@
+"""The per-user privacy ledger stage: an independent, exact check of every charge.
+
+``PrivacyLedger`` is a stateful DoFn keyed by ``stream + SEP + user``.  It is
+fed each user's charges in chunks of consecutive slots (from the release
+stage) and checks, with exact integer budget units, every window the user's
+requirement covers: ``(w, E)`` for fixed requirements, and the backward and
+forward windows of every dynamic declaration (forward windows when they
+close, or at the end of a bounded input).  State keeps only the last
+``max_window`` slots and the forward windows still open, so it stays flat
+over an infinite stream.  It emits each user's usage (the largest fraction
+of a requirement spent in any window) and every violation, and, on request,
+every charge as a ledger entry anyone can re-check.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.user_state import NAMESPACE, SEP
+
+VIOLATIONS = "violations"
+ENTRIES = "ledger_entries"
+
+
+def check_windows(tail: dict, chunk: dict, max_window: int):
+    """Check one chunk against the user's tail; returns (new tail, worst ratio, violations)."""
+    slots = np.concatenate([tail["slots"], chunk["slots"]])
+    spent = np.concatenate([tail["spent"], chunk["dc"] + chunk["publication"]])
+    if slots.size > 1 and np.any(np.diff(slots) != 1):
+        raise ValueError("a user's charges must cover consecutive slots")
+    totals = np.concatenate([[0], np.cumsum(spent)])  # totals[k]: sum of the first k entries
+    first_new = tail["slots"].size
+    rows = np.arange(first_new, slots.size)
+    reqs = chunk["requirements"]
+    checks = []  # (slot, kind, window sum, bound)
+
+    def backward(windows, bounds, kind):
+        lows = np.maximum(rows + 1 - windows, 0)
+        checks.append((slots[rows], kind, totals[rows + 1] - totals[lows], bounds))
+
+    if chunk["dynamic"]:
+        backward(reqs[:, 0], reqs[:, 1], "backward")
+        opened = [(int(s), int(w), int(e)) for s, w, e in zip(slots[rows], reqs[:, 2], reqs[:, 3])]
+    else:
+        backward(reqs[:, 0], reqs[:, 1], "fixed")
+        opened = []
+    still_open = []
+    last = int(slots[-1])
+    for start, window, bound in tail["open"] + opened:  # forward windows [start, start + window - 1]
+        end = start + window - 1
+        if end <= last or chunk["final"]:
+            lo, hi = start - int(slots[0]), min(end, last) - int(slots[0]) + 1
+            checks.append((np.array([min(end, last)]), "forward", np.array([totals[hi] - totals[lo]]),
+                           np.array([bound])))
+        else:
+            still_open.append((start, window, bound))
+    worst, violations = 0.0, []
+    for at, kind, sums, bounds in checks:
+        if sums.size:
+            worst = max(worst, float((sums / bounds).max()))
+            for i in np.flatnonzero(sums > bounds):
+                violations.append({"slot": int(at[i]), "kind": kind, "window_units": int(sums[i]),
+                                   "bound_units": int(bounds[i])})
+    widest = int(reqs[:, 0::2].max()) if reqs.size else 1
+    keep = max(max_window, widest, tail.get("keep", 1))
+    new_tail = {"slots": slots[-keep:], "spent": spent[-keep:], "open": still_open, "keep": keep}
+    return new_tail, worst, violations
+
+
+def empty_tail() -> dict:
+    return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "open": []}
+
+
+class PrivacyLedger(beam.DoFn):
+    """Exact sliding-window sums per user; emits usage, violations and (on request) every charge."""
+
+    TAIL = ReadModifyWriteStateSpec("tail", FastPrimitivesCoder())
+    USAGE = ReadModifyWriteStateSpec("usage", FastPrimitivesCoder())
+
+    def __init__(self, max_window: int, detail: bool = False):
+        self.max_window = max_window
+        self.detail = detail
+        self.violation_counter = Metrics.counter(NAMESPACE, "ledger_violations")
+
+    def process(self, element, tail_state=beam.DoFn.StateParam(TAIL), usage_state=beam.DoFn.StateParam(USAGE)):
+        key, chunk = element
+        stream, user = key.split(SEP, 1)
+        tail, worst, violations = check_windows(tail_state.read() or empty_tail(), chunk, self.max_window)
+        tail_state.write(tail)
+        slots_seen, worst_so_far, violated = usage_state.read() or (0, 0.0, 0)
+        usage = (slots_seen + int(chunk["slots"].size), max(worst_so_far, worst), violated + len(violations))
+        usage_state.write(usage)
+        for violation in violations:
+            self.violation_counter.inc()
+            yield beam.pvalue.TaggedOutput(VIOLATIONS, {"stream": stream, "user": user, **violation})
+        if self.detail:
+            for slot, dc, publication in zip(chunk["slots"], chunk["dc"], chunk["publication"]):
+                yield beam.pvalue.TaggedOutput(ENTRIES, {
+                    "stream": stream, "user": user, "slot": int(slot),
+                    "charge": units_to_decimal_string(int(dc + publication)),
+                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication))})
+        yield {"stream": stream, "user": user, "slots": usage[0], "max_window_usage_ratio": usage[1],
+                   "violations": usage[2]}

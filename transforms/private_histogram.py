@@ -1,0 +1,71 @@
+"""``PrivateStreamHistogram``: the whole private release graph as one PTransform.
+
+    outputs = events | PrivateStreamHistogram("pbd", slot_seconds=60, bins=100,
+                                              policy=RequirementPolicy(default=FixedRequirement(120, 0.6)))
+    outputs["releases"]      # one record per stream and slot (schemas/release.avsc)
+    outputs["dead_letters"]  # late events and refused contributions, each with its reason
+    outputs["usage"]         # per user: largest fraction of a requirement spent in any window
+    outputs["violations"]    # must stay empty
+    outputs["ledger_entries"]  # every charge, when ledger_detail=True
+
+Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
+Bounded or streaming is read from the pipeline's ``--streaming`` option.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.transforms.window import TimestampedValue
+
+from transforms.declarations import RequirementPolicy
+from transforms.ledger import ENTRIES, VIOLATIONS, PrivacyLedger
+from transforms.mechanisms import DynamicRequirements, mechanism_class
+from transforms.release import CHARGES, DEAD_LETTERS, ReleaseConfig, ReleaseController
+from transforms.slotting import SlotClock
+from transforms.user_state import LATE, GroupUserEvents, UserSlotState
+
+Keyed = typing.Tuple[str, typing.Any]
+
+
+class PrivateStreamHistogram(beam.PTransform):
+    """Per-slot private histograms of an event stream under personalized w-event privacy."""
+
+    def __init__(self, mechanism: str, slot_seconds: float, bins: int, *, mechanism_params: dict | None = None,
+                 origin: float = 0.0, allowed_lateness: float = 0.0, policy: RequirementPolicy | None = None,
+                 insecure_seed: int | None = None, ledger_detail: bool = False, ledger_flush_slots: int = 100,
+                 ledger_max_window: int = 1000, bounded: bool | None = None):
+        super().__init__()
+        self.clock = SlotClock(slot_seconds, origin, allowed_lateness)
+        self.config = ReleaseConfig(mechanism.lower(), {"bins": bins, **(mechanism_params or {})}, self.clock,
+                                    policy or RequirementPolicy(), insecure_seed, ledger_flush_slots)
+        if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
+            ledger_max_window = max(ledger_max_window, self.config.build().params.max_window)
+        if not isinstance(ledger_max_window, int) or ledger_max_window < 1:
+            raise ValueError(f"ledger_max_window must be an integer >= 1, got {ledger_max_window!r}")
+        self.ledger_max_window = ledger_max_window
+        self.ledger_detail = ledger_detail
+        self.bounded = bounded
+
+    def expand(self, events):
+        bounded = self.bounded
+        if bounded is None:
+            bounded = not events.pipeline.options.view_as(StandardOptions).streaming
+        closed = (events
+                  | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
+                  | "GroupUserEvents" >> GroupUserEvents(bounded)
+                  | "UserSlotState" >> beam.ParDo(UserSlotState(self.clock, bounded)).with_outputs(
+                      LATE, main="contributions"))
+        released = (closed.contributions
+                    | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
+                    | "ReleaseController" >> beam.ParDo(ReleaseController(self.config, bounded)).with_outputs(
+                        CHARGES, DEAD_LETTERS, main="releases"))
+        ledger = (released[CHARGES]
+                  | "KeyByUser" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
+                  | "PrivacyLedger" >> beam.ParDo(PrivacyLedger(self.ledger_max_window, self.ledger_detail))
+                  .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
+        dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
+        return {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
+                "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES]}

@@ -1,0 +1,44 @@
+"""Records that cross stage boundaries in the Beam graph.
+
+Between stages the pipeline moves small tuples (cheap to encode); at its
+edges (sinks, dead letters) it writes dicts that follow the Avro schemas in
+``schemas/``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NO_VALUE = -1
+"""``Event.value`` of a record that only declares a requirement."""
+
+FixedDeclaration = tuple  # ("fixed", window: int, epsilon: str)
+DynamicDeclaration = tuple  # ("dynamic", backward_window: int, backward_epsilon: str, forward_window: int, forward_epsilon: str)
+LevelDeclaration = tuple  # ("level", name: str) -- mapped to a fixed or dynamic declaration by configuration
+
+
+class Event(NamedTuple):
+    """One valid input record after parsing and validation."""
+
+    stream: str
+    user: str
+    time: float              # event time, seconds since the Unix epoch
+    value: int               # histogram bin in [0, d), or NO_VALUE for a declaration-only record
+    requirement: tuple | None  # a Fixed/Dynamic/Level declaration, in force from ``time`` on
+    raw: str                 # the original record as text, kept for dead letters
+
+
+class Contribution(NamedTuple):
+    """A user's one contribution to one slot, after the per-slot rule and lateness."""
+
+    slot: int                # absolute slot index: floor((time - origin) / slot_seconds)
+    user: str
+    value: int               # bin, or NO_VALUE (declaration only)
+    requirement: tuple | None  # the user's declaration in force at this slot (None: none yet)
+    records: int             # input records this contribution uses (the report and declaration-only records)
+    raw: str                 # the chosen record's text, for a dead letter should the release stage refuse it
+
+
+def dead_letter(reason: str, raw: str, stage: str, stream: str | None = None, user: str | None = None) -> dict:
+    """A dead-letter record (schemas/dead_letter.avsc)."""
+    return {"stream": stream, "user": user, "stage": stage, "reason": reason, "record": raw}

@@ -1,0 +1,253 @@
+"""The release stage: one stateful key per stream runs a mechanism slot by slot, in order.
+
+At slot t every user's publication budget depends on which earlier slots were
+published, and the publish decision depends on all users' data at t: a
+feedback loop that a DAG can only hold inside one key (DESIGN §3).  So
+``ReleaseController`` keeps the mechanism (``Mechanism.to_bytes``), the map
+from user ids to dense indices and the next slot to release in state cells,
+and releases every slot in order, including slots in which nobody reported.
+
+Streaming: a timer fires 1 ms after a slot's users have closed it (the
+per-user stage holds the watermark until then) and releases every due slot.
+Bounded input: one firing at the end releases all slots.  Trailing slots
+after the last one with data are not released (the stream has no more data).
+
+Besides releases it emits each user's charges, in chunks of slots, for the
+per-user ``PrivacyLedger`` stage.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import BytesCoder, FastPrimitivesCoder, VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+
+from transforms.declarations import DeclarationTranslator, RequirementPolicy
+from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
+from transforms.records import Contribution, dead_letter
+from transforms.slot_batch import SlotBatchFn
+from transforms.slotting import SlotClock
+from transforms.user_state import NAMESPACE, SEP
+
+CHARGES = "charges"
+DEAD_LETTERS = "dead_letters"
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """Everything the release stage needs; validated (and the mechanism built once) at construction."""
+
+    mechanism: str
+    params: dict
+    clock: SlotClock
+    policy: RequirementPolicy = field(default_factory=RequirementPolicy)
+    insecure_seed: int | None = None  # reproducible, NOT private noise: tests and replays only
+    ledger_flush_slots: int = 100
+
+    def __post_init__(self):
+        mechanism_class(self.mechanism)
+        self.build()  # fails now, with the parameter named, rather than inside the pipeline
+        if self.insecure_seed is not None and (not isinstance(self.insecure_seed, int) or self.insecure_seed < 0):
+            raise ValueError(f"insecure_seed must be a non-negative integer, got {self.insecure_seed!r}")
+        if not isinstance(self.ledger_flush_slots, int) or self.ledger_flush_slots < 1:
+            raise ValueError(f"ledger_flush_slots must be an integer >= 1, got {self.ledger_flush_slots!r}")
+
+    def build(self) -> Mechanism:
+        return make_mechanism(self.mechanism, **self.params)
+
+
+class ReleaseController(beam.DoFn):
+    """Runs one stream's mechanism over its slots, strictly in order."""
+
+    CONTRIBUTIONS = BagStateSpec("contributions", FastPrimitivesCoder())
+    MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())
+    USERS = ReadModifyWriteStateSpec("users", FastPrimitivesCoder())
+    NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
+    RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())
+    ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+
+    def __init__(self, config: ReleaseConfig, bounded: bool):
+        self.config = config
+        self.bounded = bounded
+        self.used = Metrics.counter(NAMESPACE, "records_used")
+        self.late = Metrics.counter(NAMESPACE, "late")
+        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+
+    def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
+                armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
+        _, chunk = element
+        if not chunk:
+            return
+        contributions.add(chunk)
+        if self.bounded:
+            if armed.read() is None:
+                armed.write(1)
+                release.set(GlobalWindow().max_timestamp())
+            return
+        earliest = self.config.clock.release_micros(min(c[0] for c in chunk))
+        pending = armed.read()
+        if pending is None or earliest < pending:
+            armed.write(earliest)
+            release.set(Timestamp(micros=earliest))
+
+    @on_timer(RELEASE)
+    def on_release(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                   contributions=beam.DoFn.StateParam(CONTRIBUTIONS), mechanism_state=beam.DoFn.StateParam(MECHANISM),
+                   users_state=beam.DoFn.StateParam(USERS), next_slot_state=beam.DoFn.StateParam(NEXT_SLOT),
+                   randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
+                   release=beam.DoFn.TimerParam(RELEASE)):
+        clock = self.config.clock
+        by_slot: dict[int, list] = {}
+        for chunk in contributions.read():
+            for c in chunk:
+                by_slot.setdefault(c[0], []).append(c)
+        contributions.clear()
+        armed.clear()
+        due = sorted(s for s in by_slot if self.bounded or clock.release_micros(s) <= fired.micros)
+        due_set = set(due)
+        later = [c for s in by_slot if s not in due_set for c in by_slot[s]]
+        if later:
+            contributions.add(later)
+            earliest = clock.release_micros(min(c[0] for c in later))
+            armed.write(earliest)
+            release.set(Timestamp(micros=earliest))
+        if not due:
+            return
+        run = _StreamRun.load(self.config, key, mechanism_state.read(), users_state.read(), next_slot_state.read(),
+                              randomness_state.read())
+        for s in due:
+            if run.next_slot is not None and s < run.next_slot:
+                for c in map(Contribution._make, by_slot.pop(s)):
+                    self.late.inc(c.records)
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(
+                        f"late: slot {s} already released", c.raw, "release", key, c.user))
+        for output in run.release_until(max(due), by_slot, final=self.bounded):
+            kind, payload = output
+            if kind == "release":
+                self.kinds[payload["kind"]].inc()
+                yield payload
+            elif kind == "used":
+                self.used.inc(payload)
+            elif kind == "dead":
+                self.dead.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)
+            else:
+                yield beam.pvalue.TaggedOutput(CHARGES, payload)
+        mechanism_state.write(run.mechanism.to_bytes())
+        users_state.write(run.user_ids)
+        next_slot_state.write(run.next_slot)
+        if run.randomness_bytes is not None:
+            randomness_state.write(run.randomness_bytes)
+
+
+class _StreamRun:
+    """One firing's work for a stream: the mechanism and its user index, outside Beam."""
+
+    def __init__(self, config: ReleaseConfig, stream: str, mechanism: Mechanism, user_ids: list,
+                 next_slot: int | None, randomness):
+        self.config, self.stream, self.mechanism = config, stream, mechanism
+        self.user_ids = user_ids
+        self.index = {user: i for i, user in enumerate(user_ids)}
+        self.next_slot = next_slot
+        self.randomness = randomness
+        self.translator = DeclarationTranslator(mechanism, config.policy)
+        self.combine = SlotBatchFn()
+        self.pending_charges: list = []
+
+    @classmethod
+    def load(cls, config, stream, mechanism_bytes, user_ids, next_slot, randomness_bytes):
+        mechanism_type = mechanism_class(config.mechanism)
+        mechanism = (mechanism_type.from_bytes(config.build().params, mechanism_bytes) if mechanism_bytes
+                     else config.build())
+        if config.insecure_seed is None:
+            randomness = secure_randomness()
+        elif randomness_bytes:
+            randomness = pickle.loads(randomness_bytes)
+        else:
+            randomness = insecure_seeded_randomness(config.insecure_seed)
+        return cls(config, stream, mechanism, list(user_ids or []), next_slot, randomness)
+
+    @property
+    def randomness_bytes(self) -> bytes | None:
+        return None if self.config.insecure_seed is None else pickle.dumps(self.randomness)
+
+    def release_until(self, last_slot: int, by_slot: dict, final: bool):
+        """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs."""
+        if self.next_slot is None:
+            self.next_slot = min(by_slot)
+        for slot in range(self.next_slot, last_slot + 1):
+            yield from self._release(slot, by_slot.get(slot, []))
+            self.next_slot = slot + 1
+            if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
+                yield from self._flush(final=False)
+        yield from self._flush(final=final)
+
+    def _release(self, slot: int, contributions: list):
+        columns = self.combine.build(contributions)
+        users, values, rows, used = [], [], [], 0
+        for user, value, declaration, records, raw in zip(columns.users, columns.values, columns.requirements,
+                                                           columns.records, columns.raws):
+            row, reason = self.translator.row(None if declaration is None else tuple(declaration))
+            if reason is not None:
+                yield "dead", dead_letter(reason, raw, "release", self.stream, user)
+                continue
+            if user not in self.index:
+                self.index[user] = len(self.user_ids)
+                self.user_ids.append(user)
+            users.append(self.index[user])
+            values.append(value)
+            rows.append(row)
+            used += int(records)
+        order = np.argsort(np.array(users, np.int64), kind="stable")
+        batch = SlotBatch(np.array(users, np.int64)[order], np.array(values, np.int64)[order],
+                          self.translator.columns([rows[i] for i in order]) if rows else None)
+        release = self.mechanism.step(batch, self.randomness)
+        yield "used", used
+        clock = self.config.clock
+        error = release.predicted_error
+        yield "release", {
+            "stream": self.stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
+            "mechanism": self.config.mechanism, "mechanism_slot": release.slot,
+            "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
+            "epsilon": units_to_decimal_string(release.epsilon_units),
+            "predicted_error": float(error) if math.isfinite(error) else None,
+            "registered_users": int(release.charges.users.size)}
+        charges = release.charges
+        requirements = charges.requirements
+        matrix = (requirements.as_matrix() if isinstance(requirements, DynamicRequirements)
+                  else np.stack([requirements.window, requirements.epsilon_units], axis=1))
+        self.pending_charges.append((slot, charges.users, charges.dc_units, charges.publication_units, matrix))
+
+    def _flush(self, final: bool):
+        """Per-user chunks of the charges accumulated since the last flush."""
+        if not self.pending_charges:
+            return
+        slots = np.concatenate([np.full(users.size, slot, np.int64) for slot, users, *_ in self.pending_charges])
+        users = np.concatenate([p[1] for p in self.pending_charges])
+        dc = np.concatenate([p[2] for p in self.pending_charges])
+        publication = np.concatenate([p[3] for p in self.pending_charges])
+        matrix = np.concatenate([p[4] for p in self.pending_charges])
+        self.pending_charges = []
+        order = np.argsort(users, kind="stable")
+        users, slots, dc, publication, matrix = users[order], slots[order], dc[order], publication[order], matrix[order]
+        starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
+        ends = np.r_[starts[1:], users.size]
+        dynamic = matrix.shape[1] == 4
+        for start, end in zip(starts, ends):
+            user = self.user_ids[int(users[start])]
+            yield "charges", (f"{self.stream}{SEP}{user}", {
+                "slots": slots[start:end], "dc": dc[start:end], "publication": publication[start:end],
+                "requirements": matrix[start:end], "dynamic": dynamic, "final": final})

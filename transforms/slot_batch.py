@@ -1,0 +1,61 @@
+"""Building one slot's columnar batch from the users' contributions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+
+from transforms.records import Contribution
+
+
+@dataclass
+class ColumnarSlot:
+    """One slot's contributions as columns (user ids stay strings until the release stage)."""
+
+    users: list
+    values: np.ndarray
+    requirements: list
+    records: np.ndarray
+    raws: list
+
+
+class SlotBatchFn(beam.CombineFn):
+    """CombineFn: contributions of one ``(stream, slot)`` -> a :class:`ColumnarSlot`.
+
+    The release stage applies it to the contributions it holds for a slot; it
+    also works under ``beam.CombinePerKey`` for pipelines that key by slot.
+    A user contributing twice to one slot (which the per-user stage never
+    produces) keeps the later contribution by raw text, deterministically.
+    """
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, accumulator, contribution):
+        c = Contribution(*contribution)
+        kept = accumulator.get(c.user)
+        if kept is None or c.raw > kept.raw:
+            accumulator[c.user] = c
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for accumulator in accumulators:
+            for contribution in accumulator.values():
+                self.add_input(merged, contribution)
+        return merged
+
+    def extract_output(self, accumulator) -> ColumnarSlot:
+        rows = [accumulator[user] for user in sorted(accumulator)]
+        return ColumnarSlot(users=[c.user for c in rows], values=np.array([c.value for c in rows], np.int64),
+                            requirements=[c.requirement for c in rows],
+                            records=np.array([c.records for c in rows], np.int64), raws=[c.raw for c in rows])
+
+    def build(self, contributions) -> ColumnarSlot:
+        """Combine a list in one go (what the release stage does)."""
+        accumulator = self.create_accumulator()
+        for contribution in contributions:
+            self.add_input(accumulator, contribution)
+        return self.extract_output(accumulator)

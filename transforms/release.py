@@ -241,6 +241,8 @@ class _StreamRun:
         publication = np.concatenate([p[3] for p in self.pending_charges])
         matrix = np.concatenate([p[4] for p in self.pending_charges])
         self.pending_charges = []
+        if users.size == 0:  # nobody registered yet
+            return
         order = np.argsort(users, kind="stable")
         users, slots, dc, publication, matrix = users[order], slots[order], dc[order], publication[order], matrix[order]
         starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])

@@ -7,6 +7,7 @@
     outputs["usage"]         # per user: largest fraction of a requirement spent in any window
     outputs["violations"]    # must stay empty
     outputs["ledger_entries"]  # every charge, when ledger_detail=True
+    outputs["accounting"]    # (counter, n): records_used, duplicates, late, dead_letters (release stage)
 
 Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
 Bounded or streaming is read from the pipeline's ``--streaming`` option.
@@ -25,7 +26,7 @@ from transforms.ledger import ENTRIES, VIOLATIONS, PrivacyLedger
 from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.release import CHARGES, DEAD_LETTERS, ReleaseConfig, ReleaseController
 from transforms.slotting import SlotClock
-from transforms.user_state import LATE, GroupUserEvents, UserSlotState
+from transforms.user_state import ACCOUNTING, LATE, GroupUserEvents, UserSlotState
 
 Keyed = typing.Tuple[str, typing.Any]
 
@@ -57,15 +58,16 @@ class PrivateStreamHistogram(beam.PTransform):
                   | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserSlotState" >> beam.ParDo(UserSlotState(self.clock, bounded)).with_outputs(
-                      LATE, main="contributions"))
+                      LATE, ACCOUNTING, main="contributions"))
         released = (closed.contributions
                     | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
                     | "ReleaseController" >> beam.ParDo(ReleaseController(self.config, bounded)).with_outputs(
-                        CHARGES, DEAD_LETTERS, main="releases"))
+                        CHARGES, DEAD_LETTERS, ACCOUNTING, main="releases"))
         ledger = (released[CHARGES]
                   | "KeyByUser" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
                   | "PrivacyLedger" >> beam.ParDo(PrivacyLedger(self.ledger_max_window, self.ledger_detail))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
+        accounting = (closed[ACCOUNTING], released[ACCOUNTING]) | "Accounting" >> beam.Flatten()
         return {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
-                "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES]}
+                "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}

@@ -38,7 +38,7 @@ from transforms.mechanisms.noise import insecure_seeded_randomness, secure_rando
 from transforms.records import Contribution, dead_letter
 from transforms.slot_batch import SlotBatchFn
 from transforms.slotting import SlotClock
-from transforms.user_state import NAMESPACE, SEP
+from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
 
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
@@ -132,6 +132,7 @@ class ReleaseController(beam.DoFn):
             if run.next_slot is not None and s < run.next_slot:
                 for c in map(Contribution._make, by_slot.pop(s)):
                     self.late.inc(c.records)
+                    yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", c.records))
                     yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(
                         f"late: slot {s} already released", c.raw, "release", key, c.user))
         for output in run.release_until(max(due), by_slot, final=self.bounded):
@@ -141,8 +142,10 @@ class ReleaseController(beam.DoFn):
                 yield payload
             elif kind == "used":
                 self.used.inc(payload)
+                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", payload))
             elif kind == "dead":
                 self.dead.inc()
+                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", 1))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)
             else:
                 yield beam.pvalue.TaggedOutput(CHARGES, payload)

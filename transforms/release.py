@@ -81,20 +81,24 @@ class ReleaseController(beam.DoFn):
     def __init__(self, config: ReleaseConfig, bounded: bool):
         self.config = config
         self.bounded = bounded
+        self._armed_keys: set = set()
         self.used = Metrics.counter(NAMESPACE, "records_used")
         self.late = Metrics.counter(NAMESPACE, "late")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
         self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
 
+    def start_bundle(self):
+        self._armed_keys = set()
+
     def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
                 armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
-        _, chunk = element
+        stream, chunk = element
         if not chunk:
             return
         contributions.add(chunk)
-        if self.bounded:
-            if armed.read() is None:
-                armed.write(1)
+        if self.bounded:  # one firing at the end; setting the same timer again is harmless
+            if stream not in self._armed_keys:
+                self._armed_keys.add(stream)
                 release.set(GlobalWindow().max_timestamp())
             return
         earliest = self.config.clock.release_micros(min(c[0] for c in chunk))
@@ -169,6 +173,7 @@ class _StreamRun:
         self.translator = DeclarationTranslator(mechanism, config.policy)
         self.combine = SlotBatchFn()
         self.pending_charges: list = []
+        self.first_flush = next_slot is None  # a bounded run flushes everything at once
 
     @classmethod
     def load(cls, config, stream, mechanism_bytes, user_ids, next_slot, randomness_bytes):
@@ -248,6 +253,7 @@ class _StreamRun:
             return
         order = np.argsort(users, kind="stable")
         users, slots, dc, publication, matrix = users[order], slots[order], dc[order], publication[order], matrix[order]
+        self.first_flush, complete = False, self.first_flush
         starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
         ends = np.r_[starts[1:], users.size]
         dynamic = matrix.shape[1] == 4
@@ -255,4 +261,5 @@ class _StreamRun:
             user = self.user_ids[int(users[start])]
             yield "charges", (f"{self.stream}{SEP}{user}", {
                 "slots": slots[start:end], "dc": dc[start:end], "publication": publication[start:end],
-                "requirements": matrix[start:end], "dynamic": dynamic, "final": final})
+                "requirements": matrix[start:end], "dynamic": dynamic, "final": final,
+                "complete": final and complete})

@@ -26,4 +26,4 @@ if [ "${1:-}" = "test" ]; then
   shift
   exec "$VENV/bin/python" -m pytest "$@"
 fi
-exec "$VENV/bin/python" -m transforms.mechanisms.run "$@"
+exec "$VENV/bin/python" -m pipelines.local "$@"

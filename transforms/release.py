@@ -18,6 +18,7 @@ per-user ``PrivacyLedger`` stage.
 
 from __future__ import annotations
 
+import logging
 import math
 import pickle
 from dataclasses import dataclass, field
@@ -40,8 +41,11 @@ from transforms.slot_batch import SlotBatchFn
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
 
+_LOGGER = logging.getLogger(__name__)
+
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
+EVALUATION = "evaluation"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ReleaseConfig:
     policy: RequirementPolicy = field(default_factory=RequirementPolicy)
     insecure_seed: int | None = None  # reproducible, NOT private noise: tests and replays only
     ledger_flush_slots: int = 100
+    evaluate: bool = False  # also emit (slot, released, TRUE histogram): NOT private, for measuring utility
 
     def __post_init__(self):
         mechanism_class(self.mechanism)
@@ -151,6 +156,8 @@ class ReleaseController(beam.DoFn):
                 self.dead.inc()
                 yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", 1))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)
+            elif kind == "evaluation":
+                yield beam.pvalue.TaggedOutput(EVALUATION, payload)
             else:
                 yield beam.pvalue.TaggedOutput(CHARGES, payload)
         mechanism_state.write(run.mechanism.to_bytes())
@@ -168,6 +175,7 @@ class _StreamRun:
         self.config, self.stream, self.mechanism = config, stream, mechanism
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
+        self.released = 0
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
@@ -224,6 +232,9 @@ class _StreamRun:
                           self.translator.columns([rows[i] for i in order]) if rows else None)
         release = self.mechanism.step(batch, self.randomness)
         yield "used", used
+        self.released += 1
+        if self.released % 100 == 0:
+            _LOGGER.info("stream %s: released %d slots (up to slot %d)", self.stream, self.released, slot)
         clock = self.config.clock
         error = release.predicted_error
         yield "release", {
@@ -233,6 +244,9 @@ class _StreamRun:
             "epsilon": units_to_decimal_string(release.epsilon_units),
             "predicted_error": float(error) if math.isfinite(error) else None,
             "registered_users": int(release.charges.users.size)}
+        if self.config.evaluate:
+            yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
+                                 [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
         requirements = charges.requirements
         matrix = (requirements.as_matrix() if isinstance(requirements, DynamicRequirements)

@@ -242,6 +242,7 @@ class Mechanism(abc.ABC):
         self.check_requirements(batch)
         self.slot += 1
         data = self.population.admit(batch, self.slot, rows)
+        self._last_cells = data.cells
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)
@@ -255,6 +256,15 @@ class Mechanism(abc.ABC):
                                   if waiting.size else None))
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
                        decision.predicted_error, charges)
+
+    def exact_histogram_for_evaluation(self) -> np.ndarray:
+        """The TRUE histogram of the data the last step saw: NOT private.
+
+        For measuring utility (AMRE, ...) in evaluations and tests only; never
+        publish it.
+        """
+        cells = getattr(self, "_last_cells", None)
+        return np.zeros(self.params.bins, np.int64) if cells is None else cells.histogram(self.params.bins)
 
     # -- state ------------------------------------------------------------------------
     def extra_state(self) -> dict[str, np.ndarray]:

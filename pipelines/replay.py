@@ -1,0 +1,417 @@
+"""Batch replay of historical logs through the private release graph.
+
+    python -m pipelines.replay --input 'logs/*.jsonl' --binning int:100 --slot-seconds 600 \\
+        --mechanism pbd --requirement fixed:120,0.6 --output out/
+
+Reads event files (JSONL, CSV, Avro, Parquet), T-Drive per-taxi logs (a
+directory or .tar/.tar.xz) or check-in logs, maps values to bins, runs
+``PrivateStreamHistogram`` and writes into ``--output``: releases, the
+per-user ledger summary (usage), violations, dead letters (``--format``
+jsonl/avro/parquet), with ``--ledger-detail`` every charge, and
+``report.json`` with where every record went and the utility of the
+releases against the true histograms (computed in the pipeline, never
+written out).  A bad configuration stops before the pipeline starts with one
+line naming the problem and exit code 2.  Extra arguments go to Beam
+(``--runner``, ``--project``, ...); the default runner is FnApiRunner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import sys
+import time
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from transforms.accounting import account
+from transforms.binning import binner_from_spec
+from transforms.declarations import RequirementPolicy
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
+                                   mechanism_class)
+from transforms.mechanisms.metrics import utility_report
+from transforms.parse import FieldMapping, ParseConfig, ParseEvents
+from transforms.private_histogram import PrivateStreamHistogram
+from transforms.sinks import FORMATS, WriteRecords, read_records
+
+_LOGGER = logging.getLogger("pipelines.replay")
+INPUT_FORMATS = ("jsonl", "csv", "avro", "parquet", "tdrive", "checkins")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, reported as one line before anything runs."""
+
+
+def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
+    """``fixed:W,E`` or ``dynamic:WB,EB,WF,EF``."""
+    kind, _, numbers = text.partition(":")
+    parts = numbers.split(",")
+    try:
+        if kind == "fixed" and len(parts) == 2:
+            return FixedRequirement(window=int(parts[0]), epsilon=float(parts[1]))
+        if kind == "dynamic" and len(parts) == 4:
+            return DynamicRequirement(int(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]))
+    except ValueError as error:
+        raise ConfigError(f"requirement {text!r}: {error}") from None
+    raise ConfigError(f"requirement {text!r} must be fixed:W,E or dynamic:WB,EB,WF,EF")
+
+
+def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str, float]]]:
+    """``high=fixed:40,1.0;low=fixed:120,0.6`` and ``high=0.5,low=0.5``."""
+    mapping = {}
+    for item in filter(None, levels.split(";")):
+        name, _, requirement = item.partition("=")
+        if not name or not requirement:
+            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E or NAME=dynamic:WB,EB,WF,EF")
+        mapping[name.strip()] = parse_requirement(requirement.strip())
+    shares = []
+    for item in filter(None, (ratios or "").split(",")):
+        name, _, share = item.partition("=")
+        if name not in mapping:
+            raise ConfigError(f"level ratio names unknown level {name!r}")
+        try:
+            shares.append((name, float(share)))
+        except ValueError:
+            raise ConfigError(f"level ratio {item!r} is not NAME=FRACTION") from None
+    if shares and (any(s < 0 for _, s in shares) or abs(sum(s for _, s in shares) - 1) > 1e-9):
+        raise ConfigError("level ratios must be non-negative and sum to 1")
+    return mapping, shares
+
+
+@dataclass(frozen=True)
+class LevelAssignment:
+    """Assigns each user a named level by ratio, deterministically (a hash of the user id)."""
+
+    shares: tuple
+
+    def __call__(self, event):
+        if event.requirement is not None:
+            return event
+        draw = int.from_bytes(hashlib.sha256(event.user.encode("utf-8", "surrogatepass")).digest()[:8], "big") / 2**64
+        cumulative = 0.0
+        for name, share in self.shares:
+            cumulative += share
+            if draw < cumulative:
+                return event._replace(requirement=("level", name))
+        return event._replace(requirement=("level", self.shares[-1][0]))
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Everything a replay needs, validated before the pipeline is built."""
+
+    inputs: tuple
+    input_format: str
+    output: str
+    mechanism: str
+    mechanism_params: dict
+    slot_seconds: float
+    origin: float
+    allowed_lateness: float
+    parse: ParseConfig
+    policy: RequirementPolicy
+    level_shares: tuple = ()
+    requirements_files: tuple = ()
+    poi: str | None = None
+    output_format: str = "jsonl"
+    ledger_detail: bool = False
+    insecure_seed: int | None = None
+    plot: bool = False
+    beam_args: list = field(default_factory=list)
+
+
+def _inputs(patterns: list[str]) -> tuple:
+    if not patterns:
+        raise ConfigError("no --input given")
+    for pattern in patterns:
+        matches = glob.glob(pattern)
+        if not matches:
+            raise ConfigError(f"input {pattern!r} matches no readable file")
+        for path in matches:
+            if not os.access(path, os.R_OK):
+                raise ConfigError(f"input {path!r} is not readable")
+    return tuple(patterns)
+
+
+def build_config(argv=None) -> ReplayConfig:
+    """Parse and validate the command line; raises ConfigError with one line."""
+    args, beam_args = parser().parse_known_args(argv)
+    try:
+        binner = binner_from_spec(args.binning)
+    except ValueError as error:
+        raise ConfigError(f"--binning: {error}") from None
+    if args.mechanism.lower() not in MECHANISMS:
+        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    name = args.mechanism.lower()
+    cls = mechanism_class(name)
+    params = {"bins": binner.bins, "carry_forward": args.carry_forward, "sensitivity": args.sensitivity}
+    if "epsilon" in {f for f in cls.params_type.__dataclass_fields__}:
+        if args.epsilon is None or args.window is None:
+            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
+        params.update(epsilon=args.epsilon, window=args.window)
+    if cls.requirement_kind is DynamicRequirements:
+        params["max_window"] = args.max_window
+    levels, shares = parse_levels(args.levels or "", args.level_ratios)
+    default = parse_requirement(args.requirement) if args.requirement else None
+    if shares and default is not None:
+        raise ConfigError("give either --requirement (one for all) or --level-ratios, not both")
+    if default is None and not shares and not args.requirements_file:
+        raise ConfigError("say whose requirements apply: --requirement, --levels with --level-ratios, "
+                          "or --requirements-file")
+    if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
+        raise ConfigError(f"output {args.output!r} exists and is not empty (use --overwrite)")
+    fields = FieldMapping(**dict(item.split("=", 1) for item in args.field)) if args.field else FieldMapping()
+    file_format = {"jsonl": "jsonl", "csv": "csv"}.get(args.input_format, "record")
+    to_bin = None if args.binning.startswith("int:") and args.input_format in ("jsonl", "csv", "avro", "parquet") \
+        else binner
+    try:
+        parse = ParseConfig(bins=binner.bins, file_format=file_format, fields=fields, to_bin=to_bin,
+                            csv_columns=tuple(args.csv_columns.split(",")) if args.csv_columns else None)
+        config = ReplayConfig(
+            inputs=_inputs(args.input), input_format=args.input_format, output=args.output, mechanism=name,
+            mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
+            allowed_lateness=args.allowed_lateness, parse=parse, policy=RequirementPolicy(levels, default),
+            level_shares=tuple(shares), requirements_files=_inputs(args.requirements_file) if args.requirements_file
+            else (), poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
+            insecure_seed=args.insecure_seed, plot=args.plot, beam_args=beam_args)
+        histogram(config)  # builds and validates the mechanism and the slot clock
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs the plot extra: pip install -e .[plot]") from None
+    return config
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
+    p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl")
+    p.add_argument("--poi", help="check-ins: POI coordinates file (poi<TAB>lat<TAB>lon)")
+    p.add_argument("--csv-columns", help="CSV column names, comma-separated")
+    p.add_argument("--field", action="append", default=[], help="field mapping, e.g. user=taxi_id (repeatable)")
+    p.add_argument("--binning", default="int:2", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive")
+    p.add_argument("--slot-seconds", type=float, default=600.0)
+    p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
+    p.add_argument("--allowed-lateness", type=float, default=0.0)
+    p.add_argument("--carry-forward", action="store_true", help="a user's last bin stays in force until a new event")
+    p.add_argument("--mechanism", default="pbd", help=", ".join(MECHANISMS))
+    p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
+    p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
+    p.add_argument("--max-window", type=int, default=1000, help="dynamic mechanisms: longest declarable window")
+    p.add_argument("--sensitivity", type=int, default=1)
+    p.add_argument("--requirement", help="one requirement for all: fixed:W,E or dynamic:WB,EB,WF,EF")
+    p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")
+    p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
+    p.add_argument("--level-ratios", help="assign levels by ratio: high=0.5,low=0.5")
+    p.add_argument("--format", choices=FORMATS, default="jsonl", help="output file format")
+    p.add_argument("--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--ledger-detail", action="store_true", help="also write every per-user charge")
+    p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (tests/replays only)")
+    p.add_argument("--plot", action="store_true", help="PNG of released vs true counts (needs the plot extra)")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def histogram(config: ReplayConfig) -> PrivateStreamHistogram:
+    return PrivateStreamHistogram(config.mechanism, config.slot_seconds, config.parse.bins,
+                                  mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
+                                  origin=config.origin, allowed_lateness=config.allowed_lateness,
+                                  policy=config.policy, insecure_seed=config.insecure_seed,
+                                  ledger_detail=config.ledger_detail, bounded=True, evaluate=True)
+
+
+def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_format: str):
+    sources = []
+    for i, pattern in enumerate(patterns):
+        step = f"{label}{i}"
+        if input_format in ("jsonl", "csv"):
+            sources.append(pipeline | step >> beam.io.ReadFromText(pattern))
+        elif input_format == "avro":
+            sources.append(pipeline | step >> beam.io.ReadFromAvro(pattern))
+        elif input_format == "parquet":
+            sources.append(pipeline | step >> beam.io.ReadFromParquet(pattern))
+        else:
+            from transforms.loaders import ReadCheckins, ReadTDrive
+
+            source = ReadTDrive(pattern) if input_format == "tdrive" else ReadCheckins(pattern, config.poi)
+            sources.append(pipeline | step >> source)
+    return sources[0] if len(sources) == 1 else tuple(sources) | f"{label}All" >> beam.Flatten()
+
+
+class _Utility(beam.CombineFn):
+    """Released vs true histograms of every slot -> the utility metrics (only aggregates leave)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, row):
+        accumulator.append(row)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [row for accumulator in accumulators for row in accumulator]
+
+    def extract_output(self, rows):
+        if not rows:
+            return {}
+        rows = sorted(rows)
+        released = np.array([r[2] for r in rows], float)
+        true = np.array([r[3] for r in rows], float)
+        report = utility_report(released, true)
+        return {"metrics": {"amre": report.amre, "ajsd": report.ajsd, "mre": report.mre, "mae": report.mae},
+                "released": released.tolist(), "true": true.tolist(), "slots": [r[1] for r in rows]}
+
+
+def build(pipeline, config: ReplayConfig) -> None:
+    raw = read_raw(pipeline, config, "Read", config.inputs, config.input_format)
+    parsed = raw | "Parse" >> ParseEvents(config.parse)
+    events = parsed.events
+    if config.requirements_files:
+        req_format = "csv" if config.requirements_files[0].endswith(".csv") else "jsonl"
+        declared = (read_raw(pipeline, config, "ReadRequirements", config.requirements_files, req_format)
+                    | "ParseRequirements" >> ParseEvents(ParseConfig(bins=config.parse.bins, file_format=req_format,
+                                                                     fields=config.parse.fields)))
+        events = (events, declared.events) | "WithDeclarations" >> beam.Flatten()
+        parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
+    else:
+        parsed_dead = parsed.dead_letters
+    if config.level_shares:
+        events = events | "AssignLevels" >> beam.Map(LevelAssignment(config.level_shares))
+    outputs = events | "Private" >> histogram(config)
+    out = lambda name: os.path.join(config.output, name)  # noqa: E731
+    outputs["releases"] | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format)
+    outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", config.output_format)
+    ((outputs["dead_letters"], parsed_dead) | "AllDead" >> beam.Flatten()
+     | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", config.output_format))
+    outputs["violations"] | "WriteViolations" >> beam.Map(json.dumps) | beam.io.WriteToText(
+        out("violations"), file_name_suffix=".jsonl", num_shards=1)
+    if config.ledger_detail:
+        outputs["ledger_entries"] | "WriteLedger" >> WriteRecords(out("ledger"), "ledger_entry", config.output_format)
+    (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(_Utility())
+     | "WriteUtility" >> beam.Map(_write_json_to, utility_path(config)))
+
+
+def _write_json(path: str, payload) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+def _write_json_to(payload, path: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.create(path) as f:
+        f.write(json.dumps(payload).encode())
+
+
+def utility_path(config: ReplayConfig) -> str:
+    """Where the pipeline leaves the released and TRUE histograms for the report; deleted after reading."""
+    key = hashlib.sha256(os.path.abspath(config.output).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"wevent-utility-{key}.json")
+
+
+def run(argv=None) -> int:
+    """Entry point: returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    quiet = "--quiet" in argv
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
+    for noisy in ("apache_beam", "root"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        config = build_config(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    remove_previous_outputs(config.output)
+    os.makedirs(config.output, exist_ok=True)
+    options = PipelineOptions(config.beam_args)
+    runner = options.view_as(StandardOptions).runner
+    pipeline = beam.Pipeline(runner=runner or _fn_api_runner(), options=options)
+    build(pipeline, config)
+    _LOGGER.info("replaying %s with %s into %s", ", ".join(config.inputs), config.mechanism, config.output)
+    start = time.perf_counter()
+    result = pipeline.run()
+    result.wait_until_finish()
+    report = write_report(config, result, time.perf_counter() - start)
+    if not quiet:
+        print(json.dumps(report, indent=2))
+    return 0 if report["ledger_violations"] == 0 else 1
+
+
+OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
+                   "released_vs_true.png")
+
+
+def remove_previous_outputs(directory: str) -> None:
+    """With --overwrite: delete what an earlier replay wrote there, and nothing else."""
+    for pattern in OUTPUT_PATTERNS:
+        for path in glob.glob(os.path.join(directory, pattern)):
+            os.remove(path)
+
+
+def _fn_api_runner():
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    return FnApiRunner()
+
+
+def write_report(config: ReplayConfig, result, seconds: float) -> dict:
+    """``report.json``: where every record went, the slots, the ledger, the utility."""
+    counts = account(result)
+    ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
+    usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
+        if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
+    scratch = utility_path(config)
+    utility = {}
+    if os.path.exists(scratch):
+        with open(scratch) as f:
+            utility = json.load(f)
+        os.remove(scratch)  # the true histograms never stay on disk
+    report = {**{k: v for k, v in counts.as_dict().items() if k != "ledger_violations"},
+              "slots": counts.slots_fresh + counts.slots_skipped + counts.slots_nullified,
+              "fresh": counts.slots_fresh, "skipped": counts.slots_skipped, "nullified": counts.slots_nullified,
+              "max_window_usage_ratio": max((u["max_window_usage_ratio"] for u in usage), default=0.0),
+              "ledger_violations": counts.ledger_violations, "reconciles": counts.reconciles,
+              "users": len(usage), "mechanism": config.mechanism, "wall_seconds": seconds,
+              **utility.get("metrics", {})}
+    for key in ("slots_fresh", "slots_skipped", "slots_nullified"):
+        report.pop(key)
+    _write_json(os.path.join(config.output, "report.json"), report)
+    if config.plot and utility:
+        plot_busiest_bins(utility, os.path.join(config.output, "released_vs_true.png"))
+    return report
+
+
+def plot_busiest_bins(utility: dict, path: str, count: int = 4) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    released, true, slots = np.array(utility["released"]), np.array(utility["true"]), utility["slots"]
+    busiest = np.argsort(true.sum(axis=0))[::-1][:count]
+    fig, axes = plt.subplots(len(busiest), 1, figsize=(10, 2.2 * len(busiest)), sharex=True)
+    for ax, b in zip(np.atleast_1d(axes), busiest):
+        ax.plot(slots, true[:, b], label="true", color="black", linewidth=1)
+        ax.plot(slots, released[:, b], label="released", color="tab:red", linewidth=1, alpha=0.8)
+        ax.set_ylabel(f"bin {b}")
+    np.atleast_1d(axes)[0].legend(loc="upper right")
+    np.atleast_1d(axes)[-1].set_xlabel("slot")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

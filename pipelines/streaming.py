@@ -1,0 +1,198 @@
+"""The continuous job: the same private graph over an unbounded source.
+
+Locally:
+
+    python -m pipelines.streaming --watch incoming/ --binning tdrive --slot-seconds 600 \\
+        --requirement fixed:120,0.6 --output live/ --max-slots 50
+    python -m pipelines.streaming --demo --output demo/          # a generated stream, slot by slot
+
+``--watch`` picks up new JSON-lines files as they land in a directory
+(``fileio.MatchContinuously``, which works offline); ``--demo`` replays the
+project's synthetic taxi stream through a TestStream, advancing the watermark
+slot by slot.  Releases are written per slot as they are produced (windowed
+JSON-lines files), so the output directory grows while the job runs.  Both
+stop after ``--max-slots`` slots (watch: of wall-clock time) or on Ctrl-C.
+
+On a runner (exact command lines in the README):
+
+* Dataflow + Pub/Sub: ``--pubsub-subscription projects/P/subscriptions/S --runner DataflowRunner ...``
+* Flink or Dataflow + Kafka: ``--kafka-bootstrap host:9092 --kafka-topic events --runner FlinkRunner ...``
+  (Beam's Kafka IO is cross-language: it needs Java and the expansion-service jar at build time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.transforms.window import TimestampedValue
+
+from pipelines.replay import ConfigError, parse_levels, parse_requirement
+from transforms.binning import binner_from_spec
+from transforms.declarations import RequirementPolicy
+from transforms.mechanisms import MECHANISMS, DynamicRequirements, mechanism_class
+from transforms.parse import ParseConfig, ParseEvents
+from transforms.private_histogram import PrivateStreamHistogram
+from transforms.sinks import WriteRecords
+
+_LOGGER = logging.getLogger("pipelines.streaming")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.streaming", description=__doc__.split("\n\n")[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--watch", help="directory to watch for new .jsonl files")
+    source.add_argument("--demo", action="store_true", help="replay a generated taxi stream slot by slot")
+    source.add_argument("--pubsub-subscription", help="Pub/Sub subscription (Dataflow)")
+    source.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers (Flink/Dataflow)")
+    p.add_argument("--kafka-topic", help="Kafka topic (with --kafka-bootstrap)")
+    p.add_argument("--binning", default="tdrive")
+    p.add_argument("--slot-seconds", type=float, default=600.0)
+    p.add_argument("--allowed-lateness", type=float, default=60.0)
+    p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
+    p.add_argument("--max-slots", type=int, help="stop after this many slots")
+    p.add_argument("--mechanism", default="pbd")
+    p.add_argument("--epsilon", type=float)
+    p.add_argument("--window", type=int)
+    p.add_argument("--max-window", type=int, default=1000)
+    p.add_argument("--carry-forward", action="store_true")
+    p.add_argument("--requirement", default="fixed:120,0.6")
+    p.add_argument("--levels")
+    p.add_argument("--output", required=True)
+    p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
+    p.add_argument("--demo-taxis", type=int, default=50)
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def private_transform(args, bins: int) -> PrivateStreamHistogram:
+    name = args.mechanism.lower()
+    if name not in MECHANISMS:
+        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    cls = mechanism_class(name)
+    params = {"carry_forward": args.carry_forward}
+    if "epsilon" in cls.params_type.__dataclass_fields__:
+        if args.epsilon is None or args.window is None:
+            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window")
+        params.update(epsilon=args.epsilon, window=args.window)
+    if cls.requirement_kind is DynamicRequirements:
+        params["max_window"] = args.max_window
+    levels, _ = parse_levels(args.levels or "", None)
+    policy = RequirementPolicy(levels, parse_requirement(args.requirement))
+    try:
+        return PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
+                                      allowed_lateness=args.allowed_lateness, policy=policy,
+                                      insecure_seed=args.insecure_seed, bounded=False)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def demo_source(pipeline, args, binner):
+    """The synthetic taxi stream as a TestStream: each slot's lines, then the watermark past the slot."""
+    from apache_beam.testing.test_stream import TestStream
+
+    from transforms.loaders import synthetic_taxi_stream
+
+    path = os.path.join(tempfile.mkdtemp(prefix="wevent-demo-"), "taxis.jsonl")
+    synthetic_taxi_stream(path, taxis=args.demo_taxis, hours=6)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    by_slot: dict[int, list] = {}
+    for line in lines:
+        by_slot.setdefault(int(json.loads(line)["time"] // args.slot_seconds), []).append(line)
+    stream = TestStream()
+    slots = sorted(by_slot)[: args.max_slots or None]
+    for slot in slots:
+        start = slot * args.slot_seconds
+        stream = stream.add_elements([TimestampedValue(line, start) for line in by_slot[slot]])
+        stream = stream.advance_watermark_to(start + args.slot_seconds + args.allowed_lateness + 1)
+    stream = stream.advance_watermark_to((slots[-1] + 3) * args.slot_seconds + args.allowed_lateness)
+    return pipeline | "Demo" >> stream.advance_watermark_to_infinity()
+
+
+def watch_source(pipeline, args):
+    from apache_beam.io import fileio
+    from apache_beam.utils.timestamp import Timestamp
+
+    start = Timestamp.now()  # MatchContinuously's default start is the time its module was imported
+    stop = start + args.max_slots * args.slot_seconds if args.max_slots else None
+    matches = pipeline | "Watch" >> fileio.MatchContinuously(
+        os.path.join(args.watch, "*.jsonl"), interval=args.poll_seconds, start_timestamp=start,
+        **({"stop_timestamp": stop} if stop is not None else {}))
+    return (matches | "Open" >> fileio.ReadMatches()
+            | "Lines" >> beam.FlatMap(lambda f: f.read_utf8().splitlines()))
+
+
+def runner_source(pipeline, args):
+    if args.pubsub_subscription:
+        return (pipeline | "PubSub" >> beam.io.ReadFromPubSub(subscription=args.pubsub_subscription)
+                | "Decode" >> beam.Map(lambda b: b.decode("utf-8")))
+    from apache_beam.io.kafka import ReadFromKafka
+
+    if not args.kafka_topic:
+        raise ConfigError("--kafka-bootstrap needs --kafka-topic")
+    return (pipeline | "Kafka" >> ReadFromKafka({"bootstrap.servers": args.kafka_bootstrap}, [args.kafka_topic])
+            | "Values" >> beam.Map(lambda kv: kv[1].decode("utf-8")))
+
+
+def build(pipeline, args) -> None:
+    try:
+        binner = binner_from_spec(args.binning)
+    except ValueError as error:
+        raise ConfigError(f"--binning: {error}") from None
+    transform = private_transform(args, binner.bins)
+    if args.demo:
+        lines = demo_source(pipeline, args, binner)
+    elif args.watch:
+        if not os.path.isdir(args.watch):
+            raise ConfigError(f"--watch {args.watch!r} is not a directory")
+        lines = watch_source(pipeline, args)
+    else:
+        lines = runner_source(pipeline, args)
+    to_bin = None if args.binning.startswith("int:") else binner
+    parsed = lines | "Parse" >> ParseEvents(ParseConfig(bins=binner.bins, to_bin=to_bin))
+    outputs = parsed.events | "Private" >> transform
+    every = args.slot_seconds
+    out = lambda name: os.path.join(args.output, name)  # noqa: E731
+    outputs["releases"] | "WriteReleases" >> WriteRecords(out("releases"), "release", triggering_frequency=every)
+    ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
+     | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
+    outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
+
+
+def run(argv=None) -> int:
+    args, beam_args = parser().parse_known_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    options = PipelineOptions(beam_args)
+    options.view_as(StandardOptions).streaming = True
+    runner = options.view_as(StandardOptions).runner or ("BundleBasedDirectRunner" if args.demo else None)
+    if runner is None:
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        runner = FnApiRunner()
+    try:
+        os.makedirs(args.output, exist_ok=True)
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        build(pipeline, args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
+    start = time.perf_counter()
+    try:
+        pipeline.run().wait_until_finish()
+    except KeyboardInterrupt:
+        _LOGGER.info("stopped by signal after %.1f s", time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

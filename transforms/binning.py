@@ -8,11 +8,11 @@ name the domain, not the offending value) so dead letters group well.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import math
 import numbers
 from collections.abc import Mapping
-import dataclasses
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction

@@ -107,9 +107,6 @@ class TDriveInput:
     size: int = 0
     whole_archive: bool = False
 
-    def describe(self) -> str:
-        return f"{self.path}:{self.member}" if self.member is not None else self.path
-
 
 def _is_tdrive_member(member: tarfile.TarInfo) -> bool:
     return member.isfile() and member.name.endswith(TDRIVE_FILE_SUFFIX)

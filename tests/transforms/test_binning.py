@@ -122,6 +122,21 @@ def test_grid_cells_match_counting_edges(lon, lat, rows, cols):
     assert 0 <= expected < grid.bins
 
 
+@pytest.mark.parametrize("low, high, count", [(116.0, 116.8, 10), (39.5, 40.3, 7), (-125.0, -66.0, 13),
+                                              (0.1, 0.7, 3), (-1e-3, 2e-3, 30)])
+def test_points_on_and_next_to_every_edge(low, high, count):
+    """The float fast path must agree with the exact edges for points within a few ulps of one."""
+    grid = GridBins(low, high, 0.0, 1.0, 1, count)
+    width = Fraction(repr(high)) - Fraction(repr(low))
+    for k in range(count + 1):
+        edge = float(Fraction(repr(low)) + k * width / count)
+        for candidate in (edge, float(f"{edge:.12g}"), math.nextafter(edge, -math.inf),
+                          math.nextafter(math.nextafter(edge, math.inf), math.inf)):
+            if low <= candidate < high:
+                assert grid(point(candidate, 0.5)) == _reference_cell(candidate, low, high, count), candidate
+                assert grid(point(repr(candidate), "0.5")) == grid(point(candidate, 0.5))
+
+
 def test_cells_with_wildly_different_magnitudes_stay_exact():
     grid = GridBins(-1e-300, 1.0, 0.0, 1e300, 2, 2)
     assert grid(point(0.5, 5e299)) == 3

@@ -244,7 +244,8 @@ def test_checkins_with_pois(checkin_files):
     checkins, pois = checkin_files
     records = list(iter_checkins(checkins, pois))
     assert records[:2] == [
-        {"user": "0", "time": 1333447208.0, "poi": "0", "lat": 40.748939, "lon": -73.99228, "raw": "0\t0\t1333447208.0"},
+        {"user": "0", "time": 1333447208.0, "poi": "0", "lat": 40.748939, "lon": -73.99228,
+         "raw": "0\t0\t1333447208.0"},
         {"user": "1", "time": 1333447209.0, "poi": "20", "lat": 40.719726, "lon": -74.002472,
          "raw": "1\t20\t1333447209.0"},
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
+import time
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -176,6 +177,8 @@ class _StreamRun:
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
         self.released = 0
+        self.records_used = 0
+        self.started = time.monotonic()
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
@@ -233,8 +236,11 @@ class _StreamRun:
         release = self.mechanism.step(batch, self.randomness)
         yield "used", used
         self.released += 1
+        self.records_used += used
         if self.released % 100 == 0:
-            _LOGGER.info("stream %s: released %d slots (up to slot %d)", self.stream, self.released, slot)
+            elapsed = max(time.monotonic() - self.started, 1e-9)
+            _LOGGER.info("stream %s: %d slots released (up to slot %d), %d records used, %.0f slots/s",
+                         self.stream, self.released, slot, self.records_used, self.released / elapsed)
         clock = self.config.clock
         error = release.predicted_error
         yield "release", {

@@ -73,6 +73,18 @@ def one_hot_stream(users: int, bins: int, slots: int, seed: int):
     return [gen.integers(0, bins, users) for _ in range(slots)]
 
 
+def shared_requirement(name: str, users: int, bins: int, window: int, epsilon: float):
+    """Mechanism ``name`` and requirement rows for ``users`` who all ask for ``(window, epsilon)``."""
+    reqs = FixedRequirements.of([window] * users, [epsilon] * users)
+    kwargs = {"bins": bins}
+    if name in HOMOGENEOUS:
+        kwargs.update(epsilon=epsilon, window=window)
+    if name in ("dpbd", "dpba"):
+        kwargs.update(max_window=window)
+        reqs = DynamicRequirements.from_fixed(reqs)
+    return make_mechanism(name, **kwargs), reqs
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_huge_epsilon_releases_the_truth(name):
     """With E = 1000 per user the noise is essentially zero: every release equals the true histogram.
@@ -80,17 +92,10 @@ def test_huge_epsilon_releases_the_truth(name):
     The noise scales are at most 2w/E = 0.024, so a draw is non-zero with probability
     below 2e^{-40}; over 30 slots x 4 bins the false-failure probability is < 1e-15.
     """
-    users, bins, window = 50, 4, 6
-    reqs = FixedRequirements.of([window] * users, [1000.0] * users)
-    kwargs = {"bins": bins}
-    if name in HOMOGENEOUS:
-        kwargs.update(epsilon=1000.0, window=window)
-    if name in ("dpbd", "dpba"):
-        kwargs.update(max_window=window)
-        reqs = DynamicRequirements.from_fixed(reqs)
+    users, bins = 50, 4
+    mechanism, reqs = shared_requirement(name, users, bins, window=6, epsilon=1000.0)
     values = one_hot_stream(users, bins, 30, seed=3)
-    releases, ledger = run_with_ledger(make_mechanism(name, **kwargs),
-                                       [SlotBatch.of(np.arange(users), v, reqs) for v in values])
+    releases, ledger = run_with_ledger(mechanism, [SlotBatch.of(np.arange(users), v, reqs) for v in values])
     assert ledger.ok
     for release, v in zip(releases, values):
         if name == "sample" or release.kind is ReleaseKind.NULLIFIED:
@@ -106,17 +111,10 @@ def test_tiny_epsilon_releases_are_visibly_noisy(name):
     absolute error is below 50 with probability < 1e-3 per slot; a repeated one is off by
     the drift of the data (~500). Averaged over 20 slots, false failure < 1e-12.
     """
-    users, bins, window = 1000, 2, 2
-    reqs = FixedRequirements.of([window] * users, [0.001] * users)
-    kwargs = {"bins": bins}
-    if name in HOMOGENEOUS:
-        kwargs.update(epsilon=0.001, window=window)
-    if name in ("dpbd", "dpba"):
-        kwargs.update(max_window=window)
-        reqs = DynamicRequirements.from_fixed(reqs)
+    users, bins = 1000, 2
+    mechanism, reqs = shared_requirement(name, users, bins, window=2, epsilon=0.001)
     values = one_hot_stream(users, bins, 20, seed=4)
-    releases, _ = run_with_ledger(make_mechanism(name, **kwargs),
-                                  [SlotBatch.of(np.arange(users), v, reqs) for v in values])
+    releases, _ = run_with_ledger(mechanism, [SlotBatch.of(np.arange(users), v, reqs) for v in values])
     errors = [np.abs(r.histogram - np.bincount(v, minlength=bins)).mean() for r, v in zip(releases, values)]
     assert np.mean(errors) > 50
 
@@ -124,16 +122,10 @@ def test_tiny_epsilon_releases_are_visibly_noisy(name):
 @pytest.mark.parametrize("name", ALL)
 def test_empty_slots_and_a_single_user(name):
     """Slots where nobody reports are released like any other; one user alone works."""
-    reqs = FixedRequirements.of([3], [1.0])
-    kwargs = {"bins": 3}
-    if name in HOMOGENEOUS:
-        kwargs.update(epsilon=1.0, window=3)
-    if name in ("dpbd", "dpba"):
-        kwargs.update(max_window=3)
-        reqs = DynamicRequirements.from_fixed(reqs)
+    mechanism, reqs = shared_requirement(name, users=1, bins=3, window=3, epsilon=1.0)
     batches = [SlotBatch.empty(), SlotBatch.of([7], [2], reqs), SlotBatch.empty(), SlotBatch.empty(),
                SlotBatch.of([7], [1]), SlotBatch.empty()]
-    releases, ledger = run_with_ledger(make_mechanism(name, **kwargs), batches)
+    releases, ledger = run_with_ledger(mechanism, batches)
     assert [r.slot for r in releases] == [1, 2, 3, 4, 5, 6]
     assert all(r.histogram.shape == (3,) for r in releases)
     assert list(releases[0].charges.users) == []

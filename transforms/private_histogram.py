@@ -55,8 +55,9 @@ class PrivateStreamHistogram(beam.PTransform):
         bounded = self.bounded
         if bounded is None:
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
+        if not bounded:  # timers follow event time; a bounded run closes every slot at once
+            events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
         closed = (events
-                  | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserSlotState" >> beam.ParDo(UserSlotState(self.clock, bounded)).with_outputs(
                       LATE, ACCOUNTING, main="contributions"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import BytesCoder, FastPrimitivesCoder, VarIntCoder
+from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -76,9 +76,10 @@ class ReleaseConfig:
 class ReleaseController(beam.DoFn):
     """Runs one stream's mechanism over its slots, strictly in order."""
 
-    CONTRIBUTIONS = BagStateSpec("contributions", FastPrimitivesCoder())
+    # Large values are kept as pickled bytes: the SDK's state cache measures every object it holds.
+    CONTRIBUTIONS = BagStateSpec("contributions", BytesCoder())
     MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())
-    USERS = ReadModifyWriteStateSpec("users", FastPrimitivesCoder())
+    USERS = ReadModifyWriteStateSpec("users", BytesCoder())
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
     RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
@@ -101,7 +102,7 @@ class ReleaseController(beam.DoFn):
         stream, chunk = element
         if not chunk:
             return
-        contributions.add(chunk)
+        contributions.add(pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL))
         if self.bounded:  # one firing at the end; setting the same timer again is harmless
             if stream not in self._armed_keys:
                 self._armed_keys.add(stream)
@@ -122,7 +123,7 @@ class ReleaseController(beam.DoFn):
         clock = self.config.clock
         by_slot: dict[int, list] = {}
         for chunk in contributions.read():
-            for c in chunk:
+            for c in pickle.loads(chunk):
                 by_slot.setdefault(c[0], []).append(c)
         contributions.clear()
         armed.clear()
@@ -130,14 +131,15 @@ class ReleaseController(beam.DoFn):
         due_set = set(due)
         later = [c for s in by_slot if s not in due_set for c in by_slot[s]]
         if later:
-            contributions.add(later)
+            contributions.add(pickle.dumps(later, protocol=pickle.HIGHEST_PROTOCOL))
             earliest = clock.release_micros(min(c[0] for c in later))
             armed.write(earliest)
             release.set(Timestamp(micros=earliest))
         if not due:
             return
-        run = _StreamRun.load(self.config, key, mechanism_state.read(), users_state.read(), next_slot_state.read(),
-                              randomness_state.read())
+        users = users_state.read()
+        run = _StreamRun.load(self.config, key, mechanism_state.read(), pickle.loads(users) if users else None,
+                              next_slot_state.read(), randomness_state.read())
         for s in due:
             if run.next_slot is not None and s < run.next_slot:
                 for c in map(Contribution._make, by_slot.pop(s)):
@@ -162,7 +164,7 @@ class ReleaseController(beam.DoFn):
             else:
                 yield beam.pvalue.TaggedOutput(CHARGES, payload)
         mechanism_state.write(run.mechanism.to_bytes())
-        users_state.write(run.user_ids)
+        users_state.write(pickle.dumps(run.user_ids, protocol=pickle.HIGHEST_PROTOCOL))
         next_slot_state.write(run.next_slot)
         if run.randomness_bytes is not None:
             randomness_state.write(run.randomness_bytes)

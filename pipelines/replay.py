@@ -178,7 +178,8 @@ def build_config(argv=None) -> ReplayConfig:
         config = ReplayConfig(
             inputs=_inputs(args.input), input_format=args.input_format, output=args.output, mechanism=name,
             mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
-            allowed_lateness=args.allowed_lateness, parse=parse, policy=RequirementPolicy(levels, default),
+            allowed_lateness=args.allowed_lateness, parse=parse,
+            policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window),
             level_shares=tuple(shares), requirements_files=_inputs(args.requirements_file) if args.requirements_file
             else (), poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
             insecure_seed=args.insecure_seed, plot=args.plot, beam_args=beam_args)
@@ -208,7 +209,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanism", default="pbd", help=", ".join(MECHANISMS))
     p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
     p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
-    p.add_argument("--max-window", type=int, default=1000, help="dynamic mechanisms: longest declarable window")
+    p.add_argument("--max-window", type=int, default=1000, help="operator bound: longest declarable window")
+    p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
+    p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
     p.add_argument("--sensitivity", type=int, default=1)
     p.add_argument("--requirement", help="one requirement for all: fixed:W,E or dynamic:WB,EB,WF,EF")
     p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")

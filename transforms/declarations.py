@@ -21,12 +21,24 @@ from transforms.mechanisms import (NO_VALUE, DynamicRequirement, DynamicRequirem
 
 @dataclass(frozen=True)
 class RequirementPolicy:
-    """How declarations are read: named levels, and the default for users who declare nothing."""
+    """How declarations are read: named levels, the default for users who declare nothing, and the
+    operator's bounds (every budget in ``[min_epsilon, max_epsilon]``, every window ``<= max_window``)."""
 
     levels: dict = field(default_factory=dict)
     default: FixedRequirement | DynamicRequirement | None = None
+    min_epsilon: float | None = None
+    max_epsilon: float | None = None
+    max_window: int | None = None
 
     def __post_init__(self):
+        for name in ("min_epsilon", "max_epsilon"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        if self.min_epsilon and self.max_epsilon and self.min_epsilon > self.max_epsilon:
+            raise ValueError("min_epsilon must not exceed max_epsilon")
+        if self.max_window is not None and (not isinstance(self.max_window, int) or self.max_window < 1):
+            raise ValueError(f"max_window must be an integer >= 1, got {self.max_window!r}")
         for name, level in self.levels.items():
             if not isinstance(level, (FixedRequirement, DynamicRequirement)):
                 raise ValueError(f"level {name!r} must map to a FixedRequirement or DynamicRequirement")
@@ -70,6 +82,7 @@ class DeclarationTranslator:
                 requirement = self.policy.levels[declaration[1]]
             else:
                 requirement = _as_requirement(declaration)
+            self._check_bounds(requirement)
             columns = self._columns(requirement)
             self.mechanism.check_requirements(SlotBatch.of([0], [NO_VALUE], columns))
         except ValueError as error:
@@ -78,6 +91,23 @@ class DeclarationTranslator:
             return (int(columns.backward_window[0]), int(columns.backward_units[0]),
                     int(columns.forward_window[0]), int(columns.forward_units[0])), None
         return (int(columns.window[0]), int(columns.epsilon_units[0])), None
+
+    def _check_bounds(self, requirement) -> None:
+        """The operator's bounds, applied to every window and budget of the declaration."""
+        policy = self.policy
+        if isinstance(requirement, FixedRequirement):
+            windows, epsilons = [requirement.window], [requirement.epsilon]
+        else:
+            windows = [requirement.backward_window, requirement.forward_window]
+            epsilons = [requirement.backward_epsilon, requirement.forward_epsilon]
+        if policy.max_window is not None and max(windows) > policy.max_window:
+            raise ValueError(f"window {max(windows)} exceeds the operator's maximum {policy.max_window}")
+        if policy.min_epsilon is not None and min(float(e) for e in epsilons) < policy.min_epsilon:
+            raise ValueError(f"epsilon {min(float(e) for e in epsilons)} is below the operator's minimum "
+                             f"{policy.min_epsilon}")
+        if policy.max_epsilon is not None and max(float(e) for e in epsilons) > policy.max_epsilon:
+            raise ValueError(f"epsilon {max(float(e) for e in epsilons)} exceeds the operator's maximum "
+                             f"{policy.max_epsilon}")
 
     def _columns(self, requirement):
         if isinstance(requirement, DynamicRequirement):

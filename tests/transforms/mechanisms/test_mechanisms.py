@@ -309,3 +309,19 @@ def test_default_requirement_registers_users_without_one():
     assert list(release.charges.requirements.window) == [4, 4]
     with pytest.raises(ValueError, match="default_requirement must be a DynamicRequirement"):
         make_mechanism("dpbd", bins=2, default_requirement=FixedRequirement(window=4, epsilon=1.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [1e-6, 100.0])
+@pytest.mark.parametrize("window", [1, 10_000])
+@pytest.mark.parametrize("name", ALL)
+def test_budgets_at_the_edges_neither_overspend_nor_crash(name, epsilon, window):
+    """E from 1e-6 to 100 and w from 1 to 10,000: the ledger finds no window over its requirement."""
+    users, bins = 20, 3
+    mechanism, reqs = shared_requirement(name, users, bins, window=window, epsilon=epsilon)
+    gen = np.random.default_rng(8)
+    batches = [SlotBatch.of(np.arange(users), gen.integers(0, bins, users), reqs) for _ in range(40)]
+    releases, ledger = run_with_ledger(mechanism, batches, max_window=window)
+    assert ledger.ok, [str(v) for v in ledger.violations[:3]]
+    assert 0 < ledger.max_usage_ratio <= 1
+    assert len(releases) == 40

@@ -1,0 +1,53 @@
+"""Declarations: levels, defaults, operator bounds, and what each mechanism accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from transforms.declarations import DeclarationTranslator, RequirementPolicy
+from transforms.mechanisms import DynamicRequirement, FixedRequirement, make_mechanism
+from transforms.mechanisms.budget import to_units
+
+BOUNDED = RequirementPolicy(levels={"high": FixedRequirement(40, 0.5), "loose": FixedRequirement(10, 50.0)},
+                            default=FixedRequirement(20, 1.0), min_epsilon=0.1, max_epsilon=10.0, max_window=100)
+
+
+@pytest.mark.parametrize("declaration, row, reason", [
+    (("fixed", 20, "0.6"), (20, to_units(0.6)), None),
+    (None, (20, to_units(1.0)), None),
+    (("level", "high"), (40, to_units(0.5)), None),
+    (("level", "nope"), None, "unknown requirement level 'nope'"),
+    (("level", "loose"), None, "exceeds the operator's maximum 10.0"),
+    (("fixed", 20, "0.05"), None, "below the operator's minimum 0.1"),
+    (("fixed", 500, "1.0"), None, "window 500 exceeds the operator's maximum 100"),
+    (("fixed", 20, "0"), None, "epsilon must be in (0"),
+    (("dynamic", 1, "5.0", 20, "1.0"), None, "takes fixed (w, epsilon) requirements"),
+])
+def test_fixed_mechanisms(declaration, row, reason):
+    translator = DeclarationTranslator(make_mechanism("pbd", bins=2), BOUNDED)
+    got_row, got_reason = translator.row(declaration)
+    assert got_row == row
+    assert (got_reason is None) if reason is None else (reason in got_reason), got_reason
+
+
+def test_dynamic_mechanisms_take_fixed_as_both_directions_and_check_every_window():
+    translator = DeclarationTranslator(make_mechanism("dpbd", bins=2, max_window=50), BOUNDED)
+    assert translator.row(("fixed", 20, "0.6")) == ((20, to_units(0.6), 20, to_units(0.6)), None)
+    assert "max_window=50" in translator.row(("dynamic", 1, "5.0", 60, "1.0"))[1]
+    assert "below the operator's minimum" in translator.row(("dynamic", 1, "0.01", 20, "1.0"))[1]
+
+
+def test_homogeneous_baselines_refuse_stricter_requirements():
+    translator = DeclarationTranslator(make_mechanism("bd", bins=2, epsilon=0.5, window=30), RequirementPolicy())
+    assert translator.row(("fixed", 20, "0.6"))[1] is None
+    assert "stricter than bd's" in translator.row(("fixed", 40, "0.6"))[1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"min_epsilon": 0}, "min_epsilon"), ({"max_epsilon": float("inf")}, "max_epsilon"),
+    ({"min_epsilon": 2.0, "max_epsilon": 1.0}, "must not exceed"), ({"max_window": 0}, "max_window"),
+    ({"default": (20, 1.0)}, "default"), ({"levels": {"x": 3}}, "level 'x'"),
+])
+def test_bad_policies_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RequirementPolicy(**kwargs)

@@ -59,7 +59,7 @@ class LiveRelease:
             if path in self.seen:
                 continue
             self.seen.add(path)
-            with open(path, encoding="utf-8", errors="replace") as f:
+            with open(path, encoding="utf-8", errors="replace", newline="\n") as f:  # only \n ends a record
                 for line in f:
                     self.counts["records_read"] += 1
                     self._accept(parse_record(line.rstrip("\n"), self.parse))
@@ -114,6 +114,9 @@ class LiveRelease:
             self.counts["records_used"] += payload
         elif kind == "dead":
             self._dead(payload)
+        elif kind == "late":
+            self.counts["late"] += 1
+            self._write("dead_letters", payload)
         elif kind == "charges":
             key, chunk = payload
             tail, _, violations = check_windows(self.tails.get(key, empty_tail()), chunk, self.max_window)

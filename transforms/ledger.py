@@ -28,20 +28,26 @@ ENTRIES = "ledger_entries"
 
 
 def check_windows(tail: dict, chunk: dict, max_window: int):
-    """Check one chunk against the user's tail; returns (new tail, worst ratio, violations)."""
+    """Check one chunk against the user's tail; returns (new tail, worst ratio, violations).
+
+    Slots need not be consecutive: a slot the stream did not release charged nothing.
+    """
     slots = np.concatenate([tail["slots"], chunk["slots"]])
     spent = np.concatenate([tail["spent"], chunk["dc"] + chunk["publication"]])
-    if slots.size > 1 and np.any(np.diff(slots) != 1):
-        raise ValueError("a user's charges must cover consecutive slots")
+    if slots.size > 1 and np.any(np.diff(slots) <= 0):
+        raise ValueError("a user's charges must come in increasing slot order")
     totals = np.concatenate([[0], np.cumsum(spent)])  # totals[k]: sum of the first k entries
-    first_new = tail["slots"].size
-    rows = np.arange(first_new, slots.size)
+    rows = np.arange(tail["slots"].size, slots.size)
     reqs = chunk["requirements"]
     checks = []  # (slot, kind, window sum, bound)
 
+    def window_sum(first_slot, last_slot):
+        """Charges over the slots [first_slot, last_slot] (arrays)."""
+        return totals[np.searchsorted(slots, last_slot, "right")] - totals[np.searchsorted(slots, first_slot, "left")]
+
     def backward(windows, bounds, kind):
-        lows = np.maximum(rows + 1 - windows, 0)
-        checks.append((slots[rows], kind, totals[rows + 1] - totals[lows], bounds))
+        ends = slots[rows]
+        checks.append((ends, kind, window_sum(ends - windows + 1, ends), bounds))
 
     if chunk["dynamic"]:
         backward(reqs[:, 0], reqs[:, 1], "backward")
@@ -54,8 +60,8 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
     for start, window, bound in tail["open"] + opened:  # forward windows [start, start + window - 1]
         end = start + window - 1
         if end <= last or chunk["final"]:
-            lo, hi = start - int(slots[0]), min(end, last) - int(slots[0]) + 1
-            checks.append((np.array([min(end, last)]), "forward", np.array([totals[hi] - totals[lo]]),
+            at = min(end, last)
+            checks.append((np.array([at]), "forward", window_sum(np.array([start]), np.array([at])),
                            np.array([bound])))
         else:
             still_open.append((start, window, bound))
@@ -68,7 +74,8 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
                                    "bound_units": int(bounds[i])})
     widest = int(reqs[:, 0::2].max()) if reqs.size else 1
     keep = max(max_window, widest, tail.get("keep", 1))
-    new_tail = {"slots": slots[-keep:], "spent": spent[-keep:], "open": still_open, "keep": keep}
+    recent = slots > last - keep  # only slots some later window can still reach
+    new_tail = {"slots": slots[recent], "spent": spent[recent], "open": still_open, "keep": keep}
     return new_tail, worst, violations
 
 

@@ -35,8 +35,12 @@ class Contribution(NamedTuple):
     user: str
     value: int               # bin, or NO_VALUE (declaration only)
     requirement: tuple | None  # the user's declaration in force at this slot (None: none yet)
-    records: int             # input records this contribution uses (the report and declaration-only records)
-    raw: str                 # the chosen record's text, for a dead letter should the release stage refuse it
+    raws: tuple              # text of every input record it uses (the report first), for dead letters
+
+    @property
+    def records(self) -> int:
+        """How many input records this contribution uses."""
+        return len(self.raws)
 
 
 def dead_letter(reason: str, raw: str, stage: str, stream: str | None = None, user: str | None = None) -> dict:

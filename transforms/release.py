@@ -60,12 +60,15 @@ class ReleaseConfig:
     insecure_seed: int | None = None  # reproducible, NOT private noise: tests and replays only
     ledger_flush_slots: int = 100
     evaluate: bool = False  # also emit (slot, released, TRUE histogram): NOT private, for measuring utility
+    max_empty_slots: int = 10_000  # longest run of empty slots released one by one (see release_until)
 
     def __post_init__(self):
         mechanism_class(self.mechanism)
         self.build()  # fails now, with the parameter named, rather than inside the pipeline
         if self.insecure_seed is not None and (not isinstance(self.insecure_seed, int) or self.insecure_seed < 0):
             raise ValueError(f"insecure_seed must be a non-negative integer, got {self.insecure_seed!r}")
+        if not isinstance(self.max_empty_slots, int) or self.max_empty_slots < 0:
+            raise ValueError(f"max_empty_slots must be an integer >= 0, got {self.max_empty_slots!r}")
         if not isinstance(self.ledger_flush_slots, int) or self.ledger_flush_slots < 1:
             raise ValueError(f"ledger_flush_slots must be an integer >= 1, got {self.ledger_flush_slots!r}")
 
@@ -140,13 +143,6 @@ class ReleaseController(beam.DoFn):
         users = users_state.read()
         run = _StreamRun.load(self.config, key, mechanism_state.read(), pickle.loads(users) if users else None,
                               next_slot_state.read(), randomness_state.read())
-        for s in due:
-            if run.next_slot is not None and s < run.next_slot:
-                for c in map(Contribution._make, by_slot.pop(s)):
-                    self.late.inc(c.records)
-                    yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", c.records))
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(
-                        f"late: slot {s} already released", c.raw, "release", key, c.user))
         for output in run.release_until(max(due), by_slot, final=self.bounded):
             kind, payload = output
             if kind == "release":
@@ -158,6 +154,10 @@ class ReleaseController(beam.DoFn):
             elif kind == "dead":
                 self.dead.inc()
                 yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", 1))
+                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)  # one per input record
+            elif kind == "late":
+                self.late.inc()
+                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)
             elif kind == "evaluation":
                 yield beam.pvalue.TaggedOutput(EVALUATION, payload)
@@ -206,24 +206,50 @@ class _StreamRun:
         return None if self.config.insecure_seed is None else pickle.dumps(self.randomness)
 
     def release_until(self, last_slot: int, by_slot: dict, final: bool):
-        """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs."""
+        """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
+
+        Empty slots are released too, but at most ``max_empty_slots`` in a row: a longer gap (a
+        far-off timestamp, a stream that paused) resumes at the next slot with data.  Releasing fewer
+        slots never costs privacy: any w consecutive slots then hold at most w mechanism steps.
+        """
         if self.next_slot is None:
             self.next_slot = min(by_slot)
-        for slot in range(self.next_slot, last_slot + 1):
-            yield from self._release(slot, by_slot.get(slot, []))
-            self.next_slot = slot + 1
-            if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
-                yield from self._flush(final=False)
+        for slot in sorted(s for s in by_slot if s < self.next_slot):  # already released: late
+            for c in map(Contribution._make, by_slot[slot]):
+                for raw in c.raws:
+                    yield "late", dead_letter(f"late: slot {slot} already released", raw, "release", self.stream,
+                                              c.user)
+        with_data = sorted(s for s in by_slot if self.next_slot <= s <= last_slot)
+        slot = self.next_slot
+        for upcoming in with_data + [last_slot + 1]:
+            if upcoming - slot > self.config.max_empty_slots:
+                _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", self.stream,
+                                upcoming - slot - self.config.max_empty_slots, slot - 1)
+                empty_until = slot + self.config.max_empty_slots
+            else:
+                empty_until = upcoming
+            for empty in range(slot, empty_until):
+                yield from self._release_one(empty, [], final)
+            if upcoming <= last_slot:
+                yield from self._release_one(upcoming, by_slot[upcoming], final)
+            slot = upcoming + 1
         yield from self._flush(final=final)
+
+    def _release_one(self, slot: int, contributions: list, final: bool):
+        yield from self._release(slot, contributions)
+        self.next_slot = slot + 1
+        if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
+            yield from self._flush(final=False)
 
     def _release(self, slot: int, contributions: list):
         columns = self.combine.build(contributions)
         users, values, rows, used = [], [], [], 0
-        for user, value, declaration, records, raw in zip(columns.users, columns.values, columns.requirements,
-                                                           columns.records, columns.raws):
+        for user, value, declaration, raws in zip(columns.users, columns.values, columns.requirements,
+                                                   columns.raws):
             row, reason = self.translator.row(None if declaration is None else tuple(declaration))
             if reason is not None:
-                yield "dead", dead_letter(reason, raw, "release", self.stream, user)
+                for raw in raws:
+                    yield "dead", dead_letter(reason, raw, "release", self.stream, user)
                 continue
             if user not in self.index:
                 self.index[user] = len(self.user_ids)
@@ -231,7 +257,7 @@ class _StreamRun:
             users.append(self.index[user])
             values.append(value)
             rows.append(row)
-            used += int(records)
+            used += len(raws)
         order = np.argsort(np.array(users, np.int64), kind="stable")
         batch = SlotBatch(np.array(users, np.int64)[order], np.array(values, np.int64)[order],
                           self.translator.columns([rows[i] for i in order]) if rows else None)

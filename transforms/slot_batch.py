@@ -17,8 +17,7 @@ class ColumnarSlot:
     users: list
     values: np.ndarray
     requirements: list
-    records: np.ndarray
-    raws: list
+    raws: list  # per row, the texts of the input records it uses
 
 
 class SlotBatchFn(beam.CombineFn):
@@ -36,7 +35,7 @@ class SlotBatchFn(beam.CombineFn):
     def add_input(self, accumulator, contribution):
         c = Contribution(*contribution)
         kept = accumulator.get(c.user)
-        if kept is None or c.raw > kept.raw:
+        if kept is None or c.raws > kept.raws:
             accumulator[c.user] = c
         return accumulator
 
@@ -51,7 +50,7 @@ class SlotBatchFn(beam.CombineFn):
         rows = [accumulator[user] for user in sorted(accumulator)]
         return ColumnarSlot(users=[c.user for c in rows], values=np.array([c.value for c in rows], np.int64),
                             requirements=[c.requirement for c in rows],
-                            records=np.array([c.records for c in rows], np.int64), raws=[c.raw for c in rows])
+                            raws=[c.raws for c in rows])
 
     def build(self, contributions) -> ColumnarSlot:
         """Combine a list in one go (what the release stage does)."""

@@ -81,20 +81,17 @@ def close_slots(events: list, clock: SlotClock, declared: tuple | None) -> tuple
         if declarations:
             declared = declarations[-1].requirement
         reports = [e for e in slot_events if e.value != NO_VALUE]
+        declaration_only = tuple(e.raw for e in sorted(slot_events, key=_order) if e.value == NO_VALUE)
         if reports:
             chosen = max(reports, key=_order)
             duplicates += len(reports) - 1
-            contributions.append(Contribution(slot, chosen.user, chosen.value,
-                                              declared, 1 + _declaration_only(slot_events), chosen.raw))
+            contributions.append(Contribution(slot, chosen.user, chosen.value, declared,
+                                              (chosen.raw,) + declaration_only))
         elif declarations:
-            last = declarations[-1]
-            contributions.append(Contribution(slot, last.user, NO_VALUE, declared, len(declarations), last.raw))
+            contributions.append(Contribution(slot, declarations[-1].user, NO_VALUE, declared, declaration_only))
     return SlotOutcome(contributions, duplicates), declared
 
 
 def _order(event: Event):
     return event.time, event.raw
 
-
-def _declaration_only(events: list) -> int:
-    return sum(1 for e in events if e.value == NO_VALUE)

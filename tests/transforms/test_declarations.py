@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
-from transforms.mechanisms import DynamicRequirement, FixedRequirement, make_mechanism
+from transforms.mechanisms import FixedRequirement, make_mechanism
 from transforms.mechanisms.budget import to_units
 
 BOUNDED = RequirementPolicy(levels={"high": FixedRequirement(40, 0.5), "loose": FixedRequirement(10, 50.0)},

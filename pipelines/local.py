@@ -1,9 +1,10 @@
 """The main job of ``./run_local.sh``: a private replay of the project's own taxi-like stream.
 
-Generates (once) a synthetic stream of taxis driving over Beijing's T-Drive
-box, then replays it with PBD: 10-minute slots, the papers' 10x10 grid, each
-taxi's last cell carried forward, and half the taxis at (w=40, E=1.0), half
-at (w=120, E=0.6), as in the papers' user-type experiment.  Prints a short
+Generates (once) a synthetic stream of 1,000 taxis driving for a day over
+Beijing's T-Drive box, then replays it with PBD: 10-minute slots, the papers'
+10x10 grid, each taxi's last cell carried forward, and two user types as in
+the papers' experiment: half the taxis protect any hour with E = 2.0
+(w = 6 slots), half any two hours with E = 1.0 (w = 12).  Prints a short
 summary and where the outputs are.  Arguments after the script name are
 passed to ``pipelines.replay`` and override these defaults.
 """
@@ -26,11 +27,11 @@ def main(argv=None) -> int:
         from transforms.loaders import synthetic_taxi_stream
 
         os.makedirs(os.path.dirname(DATA), exist_ok=True)
-        lines = synthetic_taxi_stream(DATA, taxis=300, hours=48)
+        lines = synthetic_taxi_stream(DATA, taxis=1000, hours=24)
         print(f"generated {lines} taxi reports into {DATA}")
     defaults = ["--input", DATA, "--binning", "tdrive", "--slot-seconds", "600", "--carry-forward",
-                "--mechanism", "pbd", "--levels", "short=fixed:40,1.0;long=fixed:120,0.6",
-                "--level-ratios", "short=0.5,long=0.5", "--output", OUTPUT, "--overwrite", "--quiet"]
+                "--mechanism", "pbd", "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0",
+                "--level-ratios", "hour=0.5,two_hours=0.5", "--output", OUTPUT, "--overwrite", "--quiet"]
     code = replay.run(defaults + list(argv))
     report_path = os.path.join(OUTPUT, "report.json")
     if os.path.exists(report_path):

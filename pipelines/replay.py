@@ -36,6 +36,7 @@ from transforms.accounting import account
 from transforms.binning import binner_from_spec
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
+                                   HomogeneousParams,
                                    mechanism_class)
 from transforms.mechanisms.metrics import utility_report
 from transforms.parse import FieldMapping, ParseConfig, ParseEvents
@@ -153,7 +154,7 @@ def build_config(argv=None) -> ReplayConfig:
     name = args.mechanism.lower()
     cls = mechanism_class(name)
     params = {"bins": binner.bins, "carry_forward": args.carry_forward, "sensitivity": args.sensitivity}
-    if "epsilon" in {f for f in cls.params_type.__dataclass_fields__}:
+    if issubclass(cls.params_type, HomogeneousParams):
         if args.epsilon is None or args.window is None:
             raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
         params.update(epsilon=args.epsilon, window=args.window)

@@ -39,7 +39,7 @@ from apache_beam.transforms.window import TimestampedValue
 from pipelines.replay import ConfigError, parse_levels, parse_requirement
 from transforms.binning import binner_from_spec
 from transforms.declarations import RequirementPolicy
-from transforms.mechanisms import MECHANISMS, DynamicRequirements, mechanism_class
+from transforms.mechanisms import MECHANISMS, DynamicRequirements, HomogeneousParams, mechanism_class
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.sinks import WriteRecords
@@ -80,7 +80,7 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
         raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
     cls = mechanism_class(name)
     params = {"carry_forward": args.carry_forward}
-    if "epsilon" in cls.params_type.__dataclass_fields__:
+    if issubclass(cls.params_type, HomogeneousParams):
         if args.epsilon is None or args.window is None:
             raise ConfigError(f"{name} is homogeneous: give --epsilon and --window")
         params.update(epsilon=args.epsilon, window=args.window)

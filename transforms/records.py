@@ -12,9 +12,10 @@ from typing import NamedTuple
 NO_VALUE = -1
 """``Event.value`` of a record that only declares a requirement."""
 
-FixedDeclaration = tuple  # ("fixed", window: int, epsilon: str)
-DynamicDeclaration = tuple  # ("dynamic", backward_window: int, backward_epsilon: str, forward_window: int, forward_epsilon: str)
-LevelDeclaration = tuple  # ("level", name: str) -- mapped to a fixed or dynamic declaration by configuration
+# A requirement declaration is one of these tuples:
+#   ("fixed", window, epsilon_text)
+#   ("dynamic", backward_window, backward_epsilon_text, forward_window, forward_epsilon_text)
+#   ("level", name)   -- mapped to a fixed or dynamic declaration by the operator's configuration
 
 
 class Event(NamedTuple):
@@ -24,7 +25,7 @@ class Event(NamedTuple):
     user: str
     time: float              # event time, seconds since the Unix epoch
     value: int               # histogram bin in [0, d), or NO_VALUE for a declaration-only record
-    requirement: tuple | None  # a Fixed/Dynamic/Level declaration, in force from ``time`` on
+    requirement: tuple | None  # a declaration (see above), in force from ``time`` on
     raw: str                 # the original record as text, kept for dead letters
 
 

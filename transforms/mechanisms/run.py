@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, PrivacyLedger, ReleaseKind, SlotBatch, make_mechanism
+from transforms.mechanisms import (MECHANISMS, HomogeneousParams, PrivacyLedger, ReleaseKind, SlotBatch,
+                                   make_mechanism)
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import DynamicRequirements
@@ -34,7 +35,7 @@ def mechanism_for(name: str, setup: PaperSetup, bins: int):
     cls = MECHANISMS[name]
     if cls.requirement_kind is DynamicRequirements:
         return make_mechanism(name, bins=bins, max_window=setup.max_window)
-    if "epsilon" in {f.name for f in __import__("dataclasses").fields(cls.params_type)}:
+    if issubclass(cls.params_type, HomogeneousParams):
         return make_mechanism(name, bins=bins, epsilon=setup.epsilon, window=setup.window)
     return make_mechanism(name, bins=bins)
 

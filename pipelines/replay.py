@@ -87,6 +87,22 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
     return mapping, shares
 
 
+def mechanism_params(args) -> tuple[str, dict]:
+    """The mechanism's name and the parameters the command line gives it (shared by both jobs)."""
+    name = args.mechanism.lower()
+    if name not in MECHANISMS:
+        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    cls = mechanism_class(name)
+    params = {"carry_forward": args.carry_forward}
+    if issubclass(cls.params_type, HomogeneousParams):
+        if args.epsilon is None or args.window is None:
+            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
+        params.update(epsilon=args.epsilon, window=args.window)
+    if cls.requirement_kind is DynamicRequirements:
+        params["max_window"] = args.max_window
+    return name, params
+
+
 @dataclass(frozen=True)
 class LevelAssignment:
     """Assigns each user a named level by ratio, deterministically (a hash of the user id)."""
@@ -149,17 +165,8 @@ def build_config(argv=None) -> ReplayConfig:
         binner = binner_from_spec(args.binning)
     except ValueError as error:
         raise ConfigError(f"--binning: {error}") from None
-    if args.mechanism.lower() not in MECHANISMS:
-        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-    name = args.mechanism.lower()
-    cls = mechanism_class(name)
-    params = {"bins": binner.bins, "carry_forward": args.carry_forward, "sensitivity": args.sensitivity}
-    if issubclass(cls.params_type, HomogeneousParams):
-        if args.epsilon is None or args.window is None:
-            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
-        params.update(epsilon=args.epsilon, window=args.window)
-    if cls.requirement_kind is DynamicRequirements:
-        params["max_window"] = args.max_window
+    name, params = mechanism_params(args)
+    params.update(bins=binner.bins, sensitivity=args.sensitivity)
     levels, shares = parse_levels(args.levels or "", args.level_ratios)
     default = parse_requirement(args.requirement) if args.requirement else None
     if shares and default is not None:

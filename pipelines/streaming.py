@@ -36,10 +36,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
-from pipelines.replay import ConfigError, parse_levels, parse_requirement
+from pipelines.replay import ConfigError, mechanism_params, parse_levels, parse_requirement
 from transforms.binning import binner_from_spec
 from transforms.declarations import RequirementPolicy
-from transforms.mechanisms import MECHANISMS, DynamicRequirements, HomogeneousParams, mechanism_class
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.sinks import WriteRecords
@@ -75,17 +74,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def private_transform(args, bins: int) -> PrivateStreamHistogram:
-    name = args.mechanism.lower()
-    if name not in MECHANISMS:
-        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-    cls = mechanism_class(name)
-    params = {"carry_forward": args.carry_forward}
-    if issubclass(cls.params_type, HomogeneousParams):
-        if args.epsilon is None or args.window is None:
-            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window")
-        params.update(epsilon=args.epsilon, window=args.window)
-    if cls.requirement_kind is DynamicRequirements:
-        params["max_window"] = args.max_window
+    name, params = mechanism_params(args)
     levels, _ = parse_levels(args.levels or "", None)
     policy = RequirementPolicy(levels, parse_requirement(args.requirement))
     try:

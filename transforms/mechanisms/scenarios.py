@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transforms.mechanisms.budget import to_units, to_units_array
 from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements
 
 EPSILON_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -69,18 +70,31 @@ class PaperSetup:
         """Yield, per slot, every user's declaration (types redraw their forward requirement)."""
         epsilons, windows = self.type_requirements(rng)
         types = self.user_types()
+        # each type's candidates, padded to the longest list; a draw picks index < its count
         eps_choices = [[e for e in self.epsilon_grid if e >= ek] for ek in epsilons]
         win_choices = [[w for w in self.window_grid if w <= wk] for wk in windows]
-        ones = np.ones(self.users, np.int64)
+        eps_table = _padded([to_units_array(c) for c in eps_choices])
+        win_table = _padded([np.asarray(c, np.int64) for c in win_choices])
+        eps_counts = np.array([len(c) for c in eps_choices])
+        win_counts = np.array([len(c) for c in win_choices])
+        by_type = np.arange(self.types)
+        backward_window = np.ones(self.users, np.int64)
+        backward_units = np.full(self.users, to_units(BACKWARD_EPSILON), np.int64)
         for _ in range(slots):
-            forward_eps = np.array([rng.choice(c) for c in eps_choices])
-            forward_win = np.array([rng.choice(c) for c in win_choices])
-            yield DynamicRequirements.of(ones, np.full(self.users, BACKWARD_EPSILON),
-                                         forward_win[types], forward_eps[types])
+            forward_units = eps_table[by_type, rng.integers(0, eps_counts)]
+            forward_window = win_table[by_type, rng.integers(0, win_counts)]
+            yield DynamicRequirements(backward_window, backward_units, forward_window[types], forward_units[types])
 
     @property
     def max_window(self) -> int:
         return max(self._windows())
+
+
+def _padded(rows: list[np.ndarray]) -> np.ndarray:
+    table = np.zeros((len(rows), max(r.size for r in rows)), np.int64)
+    for i, row in enumerate(rows):
+        table[i, :row.size] = row
+    return table
 
 
 def two_types(users: int, ratio: float, first: tuple[int, float], second: tuple[int, float]) -> FixedRequirements:

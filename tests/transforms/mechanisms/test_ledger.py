@@ -99,3 +99,32 @@ def test_slots_must_arrive_in_order():
         ledger.record(3, charges([1], reqs))
     with pytest.raises(ValueError, match="max_window"):
         ledger.record(2, charges([1], FixedRequirements(np.array([3]), np.array([5]))))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), users=st.integers(1, 6), slots=st.integers(2, 30), data=st.data())
+def test_a_ledger_restored_mid_stream_continues_exactly(seed, users, slots, data):
+    """Save after any slot, restore, go on: same verdicts and window sums as an uninterrupted ledger."""
+    gen = np.random.default_rng(seed)
+    u = UNITS_PER_EPSILON
+    stop = data.draw(st.integers(1, slots - 1))
+    history = gen.integers(0, u // 3, (slots, users))
+    declarations = [DynamicRequirements(gen.integers(1, 4, users), np.full(users, u),
+                                        gen.integers(1, 6, users), gen.integers(u // 2, u, users))
+                    for _ in range(slots)]
+    whole, first = PrivacyLedger(max_window=6, max_violations_kept=3), PrivacyLedger(6, max_violations_kept=3)
+    for t in range(slots):
+        whole.record(t + 1, charges(history[t], declarations[t]))
+        if t < stop:
+            first.record(t + 1, charges(history[t], declarations[t]))
+    resumed = PrivacyLedger.from_bytes(first.to_bytes())
+    for t in range(stop, slots):
+        resumed.record(t + 1, charges(history[t], declarations[t]))
+    whole.close()
+    resumed.close()
+    assert (resumed.slot, resumed.max_usage_ratio, resumed.violation_count) == \
+        (whole.slot, whole.max_usage_ratio, whole.violation_count)
+    assert resumed.violations == whole.violations
+    first_slot = max(1, slots - 5)
+    assert [resumed.window_sum(i, first_slot, slots) for i in range(users)] == \
+        [whole.window_sum(i, first_slot, slots) for i in range(users)]

@@ -29,6 +29,11 @@ from transforms.mechanisms.run import mechanism_for
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
 
 
+def peak_memory_bytes() -> int:
+    """This process's maximum resident set size so far (interpreter and numpy included)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int = 0) -> dict:
     """Time ``slots`` steps of ``name`` (after one warm-up slot) in this process."""
     gen = np.random.default_rng(seed)
@@ -51,8 +56,7 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
         mechanism.step(batch, rng)
         if t:  # slot 1 (registration of every user) is the warm-up
             elapsed += time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds_per_slot": elapsed / slots, "peak_memory_bytes": peak_kib * 1024}
+    return {"seconds_per_slot": elapsed / slots, "peak_memory_bytes": peak_memory_bytes()}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -103,7 +103,8 @@ class PrivacyLedger:
             return 0
         ring = self._totals.shape[0]
         end, start = self._totals[last_slot % ring, user], self._totals[(first_slot - 1) % ring, user]
-        return int(np.int64((end - start).astype(np.uint64).view(np.int64)))
+        difference = (int(end) - int(start)) % 2**64  # Python ints: no numpy overflow warning when totals wrap
+        return difference - 2**64 if difference >= 2**63 else difference
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:

@@ -22,6 +22,7 @@ setup(
         "numpy>=1.24,<2.5",
         "pyarrow>=14,<26",
         "fastavro>=1.9",
+        "cryptography>=41",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3"],

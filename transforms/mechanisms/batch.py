@@ -48,9 +48,10 @@ class SlotBatch:
             raise ValueError("users and values must be one-dimensional")
         if users.size != values.size:
             raise ValueError(f"users has {users.size} entries but values has {values.size}")
-        if users.size and users.min() < 0:
+        ascending = users.size < 2 or bool((users[1:] > users[:-1]).all())  # the usual batch
+        if users.size and (users[0] if ascending else users.min()) < 0:
             raise ValueError("users must be non-negative indices")
-        if users.size > 1 and not _distinct(users):
+        if not ascending and not _distinct(users):
             raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
         if values.size and (values.min() < NO_VALUE or values.max() >= bins):
             raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
@@ -63,9 +64,6 @@ class SlotBatch:
 
 
 def _distinct(users: np.ndarray) -> bool:
-    """True when no index repeats (O(n) for the usual ascending batch)."""
-    if np.all(users[1:] > users[:-1]):
-        return True
     ordered = np.sort(users)
     return bool(np.all(ordered[1:] != ordered[:-1]))
 

@@ -18,6 +18,7 @@ vectors use the latter.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -38,6 +39,12 @@ class ErrorModel(str, Enum):
 
     def noise_variance(self, epsilon, sensitivity: int):
         """Per-bin variance of noise calibrated to ``epsilon`` (scalar or array; inf where ε <= 0)."""
+        if type(epsilon) is float:  # the homogeneous mechanisms' one budget per slot
+            if not epsilon > 0:
+                return math.inf
+            scale = sensitivity / epsilon
+            return (continuous_laplace_variance(scale) if self is ErrorModel.CONTINUOUS
+                    else discrete_laplace_variance(scale))
         eps = np.asarray(epsilon, dtype=np.float64)
         positive = eps > 0
         scale = sensitivity / np.where(positive, eps, 1.0)
@@ -88,7 +95,15 @@ def sampling_errors(distinct_units: np.ndarray, holders: np.ndarray) -> np.ndarr
 def optimal_budget(units: np.ndarray, counts: np.ndarray, sensitivity: int = 1,
                    model: ErrorModel = ErrorModel.DISCRETE) -> Selection:
     """OBS over budgets ``units`` held by ``counts`` users each (zero budgets never win)."""
-    distinct, holders = group_budgets(np.asarray(units, np.int64), np.asarray(counts))
+    units, counts = np.asarray(units, np.int64), np.asarray(counts, np.int64)
+    # A cohort's budgets repeat from slot to slot (PBD/PBA shares every slot), so recent
+    # answers are kept; the key is the exact input, so a hit returns what a recomputation would.
+    return _cached_selection(units.tobytes(), counts.tobytes(), sensitivity, model)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_selection(units: bytes, counts: bytes, sensitivity: int, model: ErrorModel) -> Selection:
+    distinct, holders = group_budgets(np.frombuffer(units, np.int64), np.frombuffer(counts, np.int64))
     if distinct.size == 0 or distinct[-1] <= 0:
         return NO_SELECTION
     errors = sampling_errors(distinct, holders)

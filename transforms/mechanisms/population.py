@@ -412,7 +412,8 @@ class Population:
             return Cells.empty()
         cells = self.table.rows * self.bins
         if cells <= _DENSE_CELL_LIMIT:  # every (cohort, bin) pair, zero counts included
-            counts = np.bincount(cohorts * self.bins + values, minlength=cells)
+            keys = values if self.table.rows == 1 else cohorts * self.bins + values
+            counts = np.bincount(keys, minlength=cells)
             return Cells(*self._dense_index(), counts)
         keys, counts = np.unique(cohorts * self.bins + values, return_counts=True)
         return Cells(keys // self.bins, keys % self.bins, counts.astype(np.int64))

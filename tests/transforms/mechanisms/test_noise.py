@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import os
 import pickle
 from fractions import Fraction
 from pathlib import Path
@@ -499,6 +500,34 @@ def test_secure_randomness_works():
     assert draws.dtype == np.int64 and draws.shape == (100,)
 
 
+def test_secure_randomness_forked_child_never_repeats_the_parents_stream():
+    """A child process must not hand out the keystream or buffer it inherited (FFP 2^-256)."""
+    rng = secure_randomness()
+    rng.randbelow(10)  # key and buffer exist before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report its next draws, then leave without running pytest's atexit
+        os.write(write, rng.uint32(8).tobytes() + rng.randbelow(2**256).to_bytes(32, "little"))
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = rng.uint32(8).tobytes() + rng.randbelow(2**256).to_bytes(32, "little")
+    assert len(child) == 64 and child != parent
+
+
+def test_secure_randomness_takes_a_fresh_key_after_rekey_bytes(monkeypatch):
+    keys = []
+    real = os.urandom
+    monkeypatch.setattr(os, "urandom", lambda n: keys.append(n) or real(n))
+    monkeypatch.setattr(SecureRandomness, "REKEY_BYTES", 4096)
+    rng = SecureRandomness()
+    rng.uint32(1000)   # 4000 bytes: first key (32-byte key + 16-byte nonce)
+    rng.uint32(1000)   # would pass 4096: a new key
+    assert keys == [32, 16, 32, 16]
+
+
 @pytest.mark.parametrize(
     "bad", [0, -1, Fraction(-1, 2), Fraction(0), math.nan, 2.0, "1", None, True, 2**54]
 )
@@ -554,7 +583,7 @@ def test_noise_module_does_not_import_apache_beam():
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
     assert "apache_beam" not in imported
-    assert imported <= {"__future__", "abc", "fractions", "math", "numbers", "numpy", "os", "random", "secrets"}
+    assert imported <= {"__future__", "abc", "cryptography", "fractions", "math", "numbers", "numpy", "os", "random", "secrets"}
 
 
 # --------------------------------------------------------------------------

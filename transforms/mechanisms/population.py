@@ -120,22 +120,28 @@ class CohortTable:
         return remap
 
 
-def _group_moves(source: np.ndarray, declared: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+def _group_moves(source: np.ndarray, declared: tuple[np.ndarray, ...], rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ``(source cohort, declaration)`` pairs and each mover's pair index.
 
-    Usually every mover from one cohort declares the same thing (a level or a
-    user type changing); that case costs O(n).  Otherwise rows are grouped by
-    a 64-bit hash, checked for collisions.
+    ``declared`` holds one array per declaration column.  Usually every mover
+    from one cohort declares the same thing (a level or a user type
+    changing); that case costs O(n).  Otherwise rows are grouped by a 64-bit
+    hash, checked for collisions.
     """
     slot = source + 1  # source -1 (new users) becomes 0
-    representative = np.zeros((rows + 1, declared.shape[1]), np.int64)
-    representative[slot] = declared
-    if np.array_equal(representative[slot], declared):
-        present = np.flatnonzero(np.bincount(slot, minlength=rows + 1))
+    present = np.flatnonzero(np.bincount(slot, minlength=rows + 1))
+    representatives = []
+    for column in declared:
+        representative = np.zeros(rows + 1, np.int64)
+        representative[slot] = column
+        if not np.array_equal(representative[slot], column):
+            break
+        representatives.append(representative[present])
+    else:
         position = np.zeros(rows + 1, np.int64)
         position[present] = np.arange(present.size)
-        return np.column_stack([present - 1, representative[present]]), position[slot]
-    pairs = np.column_stack([source, declared])
+        return np.column_stack([present - 1, *representatives]), position[slot]
+    pairs = np.column_stack([source, *declared])
     mixed = np.zeros(pairs.shape[0], np.uint64)
     for k in range(pairs.shape[1]):
         mixed = (mixed ^ pairs[:, k].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
@@ -356,16 +362,21 @@ class Population:
         users, reqs = self._declarations(batch, rows)
         if reqs is None:
             return
-        declared = reqs.as_matrix()
-        table.widen(int(max(declared[:, 0].max(), declared[:, 2].max())))
+        declared = (reqs.backward_window, reqs.backward_units, reqs.forward_window, reqs.forward_units)
+        table.widen(int(max(reqs.backward_window.max(), reqs.forward_window.max())))
         rows = self.cohort_of[users]
-        current = np.stack([table.data[c] for c in self._DECLARATION], axis=1)
         known = rows >= 0
         moving = ~known
-        moving[known] = np.any(current[rows[known]] != declared[known], axis=1)
+        if table.rows:
+            gather = rows if not moving.any() else np.where(known, rows, 0)
+            for name, column in zip(self._DECLARATION, declared):  # column by column: no n x 4 matrices
+                moving |= table.data[name][gather] != column
         if not moving.any():
             return
-        movers, source, decl = users[moving], rows[moving], declared[moving]
+        if moving.all():
+            movers, source, decl = users, rows, declared
+        else:
+            movers, source, decl = users[moving], rows[moving], tuple(column[moving] for column in declared)
         groups, inverse = _group_moves(source, decl, table.rows)
         group_sizes = np.bincount(inverse, minlength=groups.shape[0])
         source_rows = groups[:, 0]

@@ -68,8 +68,14 @@ class UserCharges:
     def _rows(self) -> np.ndarray:
         return self.cohort_of[self.users]
 
+    @cached_property
+    def _all_in_cohorts(self) -> bool:
+        return bool(self._rows.min(initial=0) >= 0)  # nobody waiting for a changed requirement
+
     def _per_user(self, per_cohort: np.ndarray) -> np.ndarray:
         rows = self._rows
+        if self._all_in_cohorts:
+            return per_cohort[rows].astype(np.int64, copy=False)
         return np.where(rows >= 0, per_cohort[np.maximum(rows, 0)], 0).astype(np.int64)
 
     @cached_property
@@ -85,13 +91,13 @@ class UserCharges:
     @cached_property
     def units(self) -> np.ndarray:
         """Total budget charged per user at this slot."""
-        return self.dc_units + self.publication_units
+        return self._per_user(self.cohort_dc_units + self.cohort_publication_units)
 
     @cached_property
     def requirements(self) -> Requirements:
         """The requirement in force for each user of :attr:`users`."""
         rows = self._rows
-        per_user = self.cohort_requirements.take(np.maximum(rows, 0))
+        per_user = self.cohort_requirements.take(rows if self._all_in_cohorts else np.maximum(rows, 0))
         if self.waiting_users.size:
             at = np.searchsorted(self.users, self.waiting_users)
             for name in ("window", "epsilon_units"):

@@ -76,10 +76,11 @@ class PrivacyLedger:
         reqs = charges.requirements
         if isinstance(reqs, DynamicRequirements):
             self._check(users, self._window_sum(users, reqs.backward_window), reqs.backward_units, "backward")
-            ends = slot + reqs.forward_window - 1
-            for end in np.unique(ends):
-                pick = ends == end
-                self._open_forward.setdefault(int(end), []).append((users[pick], slot, reqs.forward_units[pick]))
+            windows = reqs.forward_window
+            for window in np.flatnonzero(np.bincount(windows)):  # a few distinct windows, each < max_window
+                pick = windows == window
+                self._open_forward.setdefault(slot + int(window) - 1, []).append(
+                    (users[pick], slot, reqs.forward_units[pick]))
             self._close_forward(self._open_forward.pop(slot, []))
         else:
             self._check(users, self._window_sum(users, reqs.window), reqs.epsilon_units, "fixed")

@@ -80,8 +80,10 @@ class BD(HomogeneousMechanism):
         fresh = publication > 0 and is_fresh_publication(
             scaled_dis, p.bins, p.sensitivity * UNITS_PER_EPSILON / publication)
         spent = publication if fresh else 0
-        if self.publication_history.size:
-            self.publication_history = np.concatenate([[spent], self.publication_history[:-1]])
+        history = self.publication_history
+        if history.size:
+            history[1:] = history[:-1].copy()
+            history[0] = spent
         dc_units, pub_units = self.charges(data, dc, spent)
         if fresh:
             noisy = disturb(truth, publication, p.sensitivity, rng)

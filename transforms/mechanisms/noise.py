@@ -25,6 +25,7 @@ import abc
 import math
 import os
 import random
+import weakref
 from fractions import Fraction
 from numbers import Integral, Rational
 
@@ -55,7 +56,8 @@ class SecureRandomness(Randomness):
     """Cryptographically secure randomness (the default): a ChaCha20 keystream keyed by the OS.
 
     The key comes from :func:`os.urandom` and is replaced every ``REKEY_BYTES``
-    of output and in a forked child (parent and child never share a stream).
+    of output; a forked child drops the key and buffer it inherited (parent and
+    child never share a stream).
     This is the construction of the operating systems' own generators (Linux
     ``getrandom``, OpenBSD ``arc4random``); here it runs in user space because
     a system call per buffer made the sampling coins of large slots the
@@ -69,16 +71,20 @@ class SecureRandomness(Randomness):
     REKEY_BYTES = 1 << 32
 
     def __init__(self):
-        self._pid = -1  # no key yet
+        self._forget()
+        _LIVE_SECURE.add(self)
+
+    def _forget(self) -> None:
+        """Drop the key and the buffer (at creation and in a forked child)."""
+        self._cipher = None
         self._produced = 0
         self._buffer = b""
         self._offset = 0
 
     def _keystream(self, size: int) -> bytes:
-        if self._pid != os.getpid() or self._produced + size > self.REKEY_BYTES:
+        if self._cipher is None or self._produced + size > self.REKEY_BYTES:
             self._cipher = Cipher(algorithms.ChaCha20(os.urandom(32), os.urandom(16)), mode=None).encryptor()
-            self._pid, self._produced = os.getpid(), 0
-            self._buffer, self._offset = b"", 0  # never hand out bytes buffered before a fork
+            self._produced = 0
         self._produced += size
         return self._cipher.update(bytes(size))
 
@@ -91,7 +97,7 @@ class SecureRandomness(Randomness):
         bits = (n - 1).bit_length()
         width = (bits + 7) // 8
         while True:
-            if self._offset + width > len(self._buffer) or self._pid != os.getpid():
+            if self._offset + width > len(self._buffer):
                 self._buffer = self._keystream(max(self._BUFFER_BYTES, width))
                 self._offset = 0
             chunk = self._buffer[self._offset:self._offset + width]
@@ -113,6 +119,17 @@ class SecureRandomness(Randomness):
 
     def __repr__(self) -> str:
         return "SecureRandomness()"
+
+
+_LIVE_SECURE: "weakref.WeakSet[SecureRandomness]" = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for rng in list(_LIVE_SECURE):
+        rng._forget()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)  # a child never reuses its parent's stream
 
 
 class InsecureSeededRandomness(Randomness):

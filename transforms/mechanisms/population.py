@@ -401,8 +401,10 @@ class Population:
     # cells -------------------------------------------------------------------
     def _compact(self) -> None:
         table = self.table
+        if table.rows < 64:
+            return
         dead = table.size == 0
-        if table.rows < 64 or dead.sum() * 2 <= table.rows:
+        if dead.sum() * 2 <= table.rows:
             return
         remap = table.keep(np.flatnonzero(~dead))
         active = self.cohort_of >= 0

@@ -19,6 +19,7 @@ the DC step free of floating-point noise as well.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -67,6 +68,7 @@ def sample_histogram(cells: Cells, cohort_units: np.ndarray, threshold_units: in
     return np.bincount(cells.bin, weights=kept, minlength=bins).astype(np.int64)
 
 
+@functools.lru_cache(maxsize=4096)
 def laplace_scale(threshold_units: int, sensitivity: int) -> Fraction:
     """The exact noise scale ``Δ/θ``."""
     return Fraction(sensitivity * UNITS_PER_EPSILON, threshold_units)

@@ -583,7 +583,7 @@ def test_noise_module_does_not_import_apache_beam():
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
     assert "apache_beam" not in imported
-    assert imported <= {"__future__", "abc", "cryptography", "fractions", "math", "numbers", "numpy", "os", "random", "secrets"}
+    assert imported <= {"__future__", "abc", "cryptography", "fractions", "math", "numbers", "numpy", "os", "random", "secrets", "weakref"}
 
 
 # --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
+from functools import cached_property
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -118,6 +119,12 @@ class ParseConfig:
         if not _is_int(self.max_text_length) or self.max_text_length < 1:
             raise ValueError(f"max_text_length must be an integer >= 1, got {self.max_text_length!r}")
 
+    @cached_property
+    def requirement_names(self) -> frozenset:
+        """The field names that declare a requirement."""
+        f = self.fields
+        return frozenset((f.w, f.epsilon, f.w_b, f.epsilon_b, f.w_f, f.epsilon_f, f.level))
+
     def _check_csv(self) -> None:
         if not isinstance(self.csv_delimiter, str) or len(self.csv_delimiter) != 1 or self.csv_delimiter in '"\r\n':
             raise ValueError(f"csv_delimiter must be one character other than a quote or newline, "
@@ -151,6 +158,63 @@ class _Rejected(Exception):
 
 def parse_record(raw: Any, config: ParseConfig) -> Event | dict:
     """One raw record to an ``Event``, or to a dead-letter dict naming why not. Never raises."""
+    if config.file_format == "jsonl" and config.to_bin is None and type(raw) is str:
+        event = _plain_json_event(raw, config)
+        if event is not None:
+            return event
+    return _validated(raw, config)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:
+    """Fast path: the ``Event`` of a plain, valid JSON line, or ``None`` for anything else.
+
+    Accepts only what the validating path would accept and turn into the same
+    event: an ASCII (or valid UTF-8) object with a non-blank text or integer
+    user, a text or absent stream, a number time in range, an integer bin and
+    no requirement field. Everything else, valid or not, takes the full path,
+    which alone decides dead letters and their reasons.
+    """
+    try:
+        if len(raw) > config.max_text_length or not (raw.isascii() or _printable(raw) is raw):
+            return None
+        text = raw.rstrip("\r\n")
+        record, end = _DECODER.raw_decode(text)
+        if end != len(text) or type(record) is not dict or not config.requirement_names.isdisjoint(record):
+            return None
+        fields = config.fields
+        stream = record.get(fields.stream) if fields.stream is not None else None
+        if stream is None:
+            stream = config.default_stream
+        elif type(stream) is not str or not _plain_text(stream):
+            return None
+        user = record.get(fields.user)
+        if type(user) is int:
+            user = str(user)
+        elif type(user) is not str or not _plain_text(user):
+            return None
+        time = record.get(fields.time)
+        if (type(time) is not float and type(time) is not int) or not 0 <= time <= MAX_TIME:
+            return None
+        value = record.get(fields.value)
+        if type(value) is float and value.is_integer():
+            value = int(value)
+        if type(value) is not int or not 0 <= value < config.bins:
+            return None
+        return Event(stream, user, float(time), value, None, text[:EVENT_RAW_LIMIT])
+    except Exception:  # noqa: BLE001 -- anything odd is the full path's to judge
+        return None
+
+
+def _plain_text(text: str) -> bool:
+    """Non-blank and valid Unicode (no lone surrogates from JSON escapes)."""
+    return (text.isascii() or _printable(text) is text) and not text.isspace() and text != ""
+
+
+def _validated(raw: Any, config: ParseConfig) -> Event | dict:
+    """The full validating path of :func:`parse_record`."""
     stream = user = None
     text = ""
     try:

@@ -26,6 +26,8 @@ from transforms.parse import (
     FieldMapping,
     ParseConfig,
     ParseEvents,
+    _plain_json_event,
+    _validated,
     parse_record,
 )
 from transforms.records import NO_VALUE, Event
@@ -538,6 +540,63 @@ def test_hostile_dicts():
                    circular, {"user": HostileRepr(), "time": HostileRepr()}, {"user": "a", "time": float("nan")}):
         check_exactly_one_outcome(parse_record(record, RECORD), RECORD)
     assert parse_record(circular, RECORD).value == 1
+
+
+# -- the fast path for plain JSON lines ------------------------------------------------------------------------
+
+FAST_CONFIGS = [JSONL, ParseConfig(bins=7, fields=FieldMapping(user="taxi", time="ts", value="cell", stream=None),
+                                   default_stream="city", max_text_length=60)]
+renamed = plausible_records.map(lambda r: {{"user": "taxi", "time": "ts", "value": "cell"}.get(k, k): v
+                                           for k, v in r.items()})
+plain_values = st.fixed_dictionaries(
+    {"user": st.text(min_size=1, max_size=4) | st.integers(-10**20, 10**20)
+     | st.sampled_from(["", " ", "\ud800", True, None]),
+     "time": (st.floats(0, MAX_TIME) | st.integers(0, MAX_TIME)
+              | st.sampled_from([-0.0, -1, MAX_TIME + 1, float("nan"), float("inf"), 1e-300, True, "5"])),
+     "value": (st.integers(0, 6) | st.integers(0, 6).map(float)
+               | st.sampled_from([-1, 7, BINS, -0.0, 0.5, 1e300, False, "3", None]))},
+    optional={"stream": st.none() | st.text(max_size=3) | st.sampled_from(["s", "", " ", "\u00e9", 1]),
+              "w": st.none() | st.integers(1, 5), "level": st.none() | st.just("gold")})
+fast_lines = st.builds(
+    lambda record, ascii_only, suffix: json.dumps(record, ensure_ascii=ascii_only) + suffix,
+    st.one_of(plain_values, plain_values, plain_values, plausible_records, json_records, renamed), st.booleans(),
+    st.sampled_from(["", "", "", "", "\n", "\r\n", " ", "\t", "x", "\u00a0"]))
+
+plain_lines = st.builds(
+    lambda record, ascii_only, suffix: json.dumps(record, ensure_ascii=ascii_only) + suffix,
+    st.fixed_dictionaries({"user": st.text(min_size=1, max_size=4).filter(str.strip) | st.integers(),
+                           "time": st.floats(0, MAX_TIME) | st.integers(0, MAX_TIME),
+                           "value": st.integers(0, 6) | st.integers(0, 6).map(float)},
+                          optional={"stream": st.none() | st.text(min_size=1, max_size=3)}),
+    st.booleans(), st.sampled_from(["", "\n", "\r\n"]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(raw=plain_lines | fast_lines | anything, config_index=st.integers(0, len(FAST_CONFIGS) - 1))
+def test_fast_path_gives_exactly_what_the_validating_path_gives(raw, config_index):
+    """Valid or hostile: the fast path yields the full path's event or steps aside, never another outcome."""
+    config = FAST_CONFIGS[config_index]
+    fast = _plain_json_event(raw, config) if isinstance(raw, str) else None
+    full = _validated(raw, config)
+    if fast is not None:
+        assert fast == full and isinstance(full, Event)
+        assert [type(x) for x in fast] == [type(x) for x in full]
+    assert parse_record(raw, config) == full
+
+
+@pytest.mark.parametrize("raw, taken", [
+    (line(user="u1", time=12.5, value=3), True),
+    (line(stream="taxi", user=7, time=INSTANT, value=99.0) + "\r\n", True),
+    (json.dumps({"user": "zoë", "time": 1, "value": 1}, ensure_ascii=False), True),
+    (line(user="u1", time=12.5, value=3, w=4, epsilon=1), False),       # declarations: full path
+    (line(user="u1", time="2008-02-02T15:36:08Z", value=3), False),     # text time: full path
+    (line(user="u1", time=12.5, value="3"), False),                      # text value: full path
+    (" " + line(user="u1", time=12.5, value=3), False),                 # leading blank: full path
+    (line(user="\ud800", time=1, value=1), False),                       # escaped lone surrogate: full path
+])
+def test_the_fast_path_takes_plain_lines_only(raw, taken):
+    assert (_plain_json_event(raw, JSONL) is not None) == taken
+    assert parse_record(raw, JSONL) == _validated(raw, JSONL)
 
 
 # -- Beam ---------------------------------------------------------------------------------------------------------

@@ -242,12 +242,12 @@ class Mechanism(abc.ABC):
     # -- the protocol ---------------------------------------------------------------
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
-        batch.validate(self.params.bins, self.requirement_kind)
-        rows = self.population.rows_of(batch.users)
+        extent = batch.validate(self.params.bins, self.requirement_kind)
+        rows = self.population.rows_of(batch.users, extent.max_user)
         self.population.validate(batch, rows)
         self.check_requirements(batch)
         self.slot += 1
-        data = self.population.admit(batch, self.slot, rows)
+        data = self.population.admit(batch, self.slot, rows, extent)
         self._last_cells = data.cells
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -10,6 +11,13 @@ from transforms.mechanisms.requirements import DynamicRequirements, FixedRequire
 
 NO_VALUE = -1
 """A batch value meaning "this row only declares a requirement, it reports no bin"."""
+
+
+class BatchExtent(NamedTuple):
+    """What validation learned about a batch, so later steps need not scan it again."""
+
+    max_user: int   # largest user index (-1 for an empty batch)
+    min_value: int  # smallest value (NO_VALUE when some row reports nothing; 0 for an empty batch)
 
 
 @dataclass(frozen=True)
@@ -41,26 +49,31 @@ class SlotBatch:
     def __len__(self) -> int:
         return self.users.size
 
-    def validate(self, bins: int, requirement_kind: type | None = None) -> None:
+    def validate(self, bins: int, requirement_kind: type | None = None) -> BatchExtent:
         """Raise ``ValueError`` naming the problem; called before any state changes."""
         users, values = self.users, self.values
         if users.ndim != 1 or values.ndim != 1:
             raise ValueError("users and values must be one-dimensional")
         if users.size != values.size:
             raise ValueError(f"users has {users.size} entries but values has {values.size}")
-        ascending = users.size < 2 or bool((users[1:] > users[:-1]).all())  # the usual batch
-        if users.size and (users[0] if ascending else users.min()) < 0:
-            raise ValueError("users must be non-negative indices")
-        if not ascending and not _distinct(users):
-            raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
-        if values.size and (values.min() < NO_VALUE or values.max() >= bins):
-            raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
+        if users.size == 0:
+            extent = BatchExtent(-1, 0)
+        else:
+            ascending = users.size < 2 or bool((users[1:] > users[:-1]).all())  # the usual batch
+            if (users[0] if ascending else users.min()) < 0:
+                raise ValueError("users must be non-negative indices")
+            if not ascending and not _distinct(users):
+                raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
+            extent = BatchExtent(int(users[-1] if ascending else users.max()), int(values.min()))
+            if extent.min_value < NO_VALUE or values.max() >= bins:
+                raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
         if self.requirements is not None:
             if len(self.requirements) != users.size:
                 raise ValueError(f"requirements has {len(self.requirements)} rows, expected {users.size}")
             if requirement_kind is not None and not isinstance(self.requirements, requirement_kind):
                 raise ValueError(f"this mechanism takes {requirement_kind.__name__}, "
                                  f"got {type(self.requirements).__name__}")
+        return extent
 
 
 def _distinct(users: np.ndarray) -> bool:
@@ -68,4 +81,4 @@ def _distinct(users: np.ndarray) -> bool:
     return bool(np.all(ordered[1:] != ordered[:-1]))
 
 
-__all__ = ["NO_VALUE", "SlotBatch", "FixedRequirements", "DynamicRequirements"]
+__all__ = ["NO_VALUE", "BatchExtent", "SlotBatch", "FixedRequirements", "DynamicRequirements"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.batch import BatchExtent, SlotBatch
 from transforms.mechanisms.requirements import FixedRequirements
 from transforms.mechanisms.sampling import Cells
 
@@ -223,13 +223,14 @@ class Population:
         return np.flatnonzero(self.cohort_of != UNREGISTERED)
 
     # ------------------------------------------------------------------ per slot
-    def admit(self, batch: SlotBatch, slot: int, rows: np.ndarray) -> SlotData:
+    def admit(self, batch: SlotBatch, slot: int, rows: np.ndarray, extent: BatchExtent) -> SlotData:
         """Apply one slot's rows (registrations, changes, values); return the slot's cells.
 
-        ``rows`` is :meth:`rows_of` the batch's users, computed by the caller's validation.
+        ``rows`` is :meth:`rows_of` the batch's users and ``extent`` what the batch's
+        validation returned, both computed by the caller before any change.
         """
         if batch.users.size:
-            self._grow(int(batch.users.max()))
+            self._grow(extent.max_user)
         before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
@@ -239,11 +240,11 @@ class Population:
         self._compact()
         if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
             rows = self.cohort_of[batch.users]  # memberships changed this slot
-        return SlotData(cells=self._cells(batch, rows), sizes=self.table.size.copy())
+        return SlotData(cells=self._cells(batch, rows, extent.min_value), sizes=self.table.size.copy())
 
-    def rows_of(self, users: np.ndarray) -> np.ndarray:
+    def rows_of(self, users: np.ndarray, max_user: int) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything."""
-        if users.size and users.max() >= self.capacity:
+        if max_user >= self.capacity:
             rows = np.full(users.size, UNREGISTERED, np.int64)
             known = users < self.capacity
             rows[known] = self.cohort_of[users[known]]
@@ -410,7 +411,7 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray) -> Cells:
+    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int) -> Cells:
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
@@ -418,7 +419,7 @@ class Population:
             values, cohorts = self.value_of[users], self.cohort_of[users]
         else:
             values, cohorts = batch.values, rows
-            if values.size and min(values.min(), cohorts.min()) < 0:
+            if values.size and (min_value < 0 or cohorts.min() < 0):
                 keep = (values >= 0) & (cohorts >= 0)
                 values, cohorts = values[keep], cohorts[keep]
         if cohorts.size == 0:

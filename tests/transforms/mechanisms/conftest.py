@@ -26,10 +26,11 @@ def drive(mechanism, batch: SlotBatch, publish: bool):
     decision and returns ``(dc, publication)`` per batch user, or
     ``(dc, None)`` when the mechanism nullifies the slot itself.
     """
-    batch.validate(mechanism.params.bins, mechanism.requirement_kind)
+    extent = batch.validate(mechanism.params.bins, mechanism.requirement_kind)
     mechanism.check_requirements(batch)
     mechanism.slot += 1
-    data = mechanism.population.admit(batch, mechanism.slot, mechanism.population.rows_of(batch.users))
+    data = mechanism.population.admit(batch, mechanism.slot, mechanism.population.rows_of(batch.users, extent.max_user),
+                                      extent)
     dc = mechanism.dc_budgets(data)
     publication = mechanism.publication_budgets(data)
     rows = mechanism.population.cohort_of[batch.users]

@@ -23,7 +23,8 @@ def test_cohorts_are_distinct_requirements_and_obs_counts_registered_users():
     assert pbd.population.table.rows == 4
     # Only 10 users report next: the public cohort sizes (what OBS uses) still count everyone.
     batch = SlotBatch.of(np.arange(10), np.zeros(10, np.int64))
-    data = pbd.population.admit(batch, 2, pbd.population.rows_of(batch.users))
+    extent = batch.validate(2)
+    data = pbd.population.admit(batch, 2, pbd.population.rows_of(batch.users, extent.max_user), extent)
     assert data.sizes.sum() == n
     assert data.cells.count.sum() == 10
 
@@ -36,7 +37,7 @@ def test_absent_users_are_charged_and_carry_forward_keeps_their_bin():
         release = pbd.step(SlotBatch.of([0], [1]), rng)
         assert list(release.charges.users) == [0, 1, 2]
         assert np.all(release.charges.dc_units == to_units(1.0) // 8)
-        data = pbd.population.admit(SlotBatch.empty(), 3, np.zeros(0, np.int64))
+        data = pbd.population.admit(SlotBatch.empty(), 3, np.zeros(0, np.int64), SlotBatch.empty().validate(2))
         assert data.cells.histogram(3).tolist() == ([0, 2, 1] if carry else [0, 0, 0])
 
 

@@ -9,15 +9,30 @@ pipeline ends), so ``pipelines.streaming --watch`` runs the same stage code
 ``poll`` seconds it reads new ``*.jsonl`` files, closes the slots whose
 end plus allowed lateness has passed on the wall clock, releases them in
 order and appends each release to ``releases-live.jsonl`` as it is made.
+
+With a checkpoint file the loop survives being stopped or killed.  Each round
+(read new files, release due slots) is committed write-ahead: first the
+checkpoint (every stage's state, the files consumed, the round's output lines
+and the output files' sizes before them), then the lines are appended.  A
+restart truncates each output file to the size the checkpoint recorded and
+appends the round's lines again, so every line is written exactly once; a
+round that never reached its checkpoint published nothing and is redone.  A
+slot is therefore never released twice (which would spend its budget twice),
+and files consumed before the checkpoint are not read again.
 """
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
+import logging
 import os
 import time
 
+import numpy as np
+
+from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
@@ -25,14 +40,19 @@ from transforms.records import Event, dead_letter
 from transforms.release import _StreamRun
 from transforms.slotting import close_slots
 
+_LOGGER = logging.getLogger(__name__)
+OUTPUTS = ("releases", "dead_letters", "violations")
+
 
 class LiveRelease:
-    """Holds every stage's state between polls."""
+    """Holds every stage's state between polls; resumes from ``checkpoint`` when that file exists."""
 
-    def __init__(self, watch: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram):
+    def __init__(self, watch: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram,
+                 checkpoint: str | None = None):
         self.watch, self.output, self.parse = watch, output, parse
         self.clock, self.config = transform.clock, transform.config
         self.max_window = transform.ledger_max_window
+        self.checkpoint = checkpoint
         self.seen: set = set()
         self.pending: dict = {}       # (stream, user) -> events of open slots
         self.declared: dict = {}      # (stream, user) -> requirement in force
@@ -41,17 +61,30 @@ class LiveRelease:
         self.tails: dict = {}         # (stream, user) -> ledger tail
         self.counts = {"records_read": 0, "records_used": 0, "duplicates": 0, "late": 0, "dead_letters": 0,
                        "releases": 0, "ledger_violations": 0}
+        self.outbox: collections.deque = collections.deque()  # (output name, line) of the round, not yet written
+        self.consumed_since_commit = False
         os.makedirs(output, exist_ok=True)
-        self.files = {name: open(os.path.join(output, f"{name}-live.jsonl"), "a")
-                      for name in ("releases", "dead_letters", "violations")}
+        self.paths = {name: os.path.join(output, f"{name}-live.jsonl") for name in OUTPUTS}
+        restored = None
+        if checkpoint and os.path.exists(checkpoint):
+            restored = load(checkpoint)
+            self.config.check_checkpoint(restored, checkpoint)
+            self._restore(restored)
+        self.files = {name: open(path, "a", encoding="utf-8") for name, path in self.paths.items()}
+        if restored is not None:
+            self._publish()  # the round the checkpoint committed may not have been written, or only in part
+            _LOGGER.info("resumed from %s: %d files consumed, next slots %s", checkpoint, len(self.seen),
+                         {s: r.next_slot for s, r in self.runs.items()})
 
-    def close(self) -> None:
+    def close(self, commit: bool = True) -> None:
+        """Commit what is pending (unless stopping after an interruption: the checkpoint has it) and close."""
+        if commit:
+            self.commit()
         for f in self.files.values():
             f.close()
 
     def _write(self, name: str, record: dict) -> None:
-        self.files[name].write(json.dumps(record, sort_keys=True) + "\n")
-        self.files[name].flush()
+        self.outbox.append((name, json.dumps(record, sort_keys=True) + "\n"))
 
     def poll(self) -> None:
         """Read files that appeared since the last poll."""
@@ -59,6 +92,7 @@ class LiveRelease:
             if path in self.seen:
                 continue
             self.seen.add(path)
+            self.consumed_since_commit = True
             with open(path, encoding="utf-8", errors="replace", newline="\n") as f:  # only \n ends a record
                 for line in f:
                     self.counts["records_read"] += 1
@@ -82,20 +116,22 @@ class LiveRelease:
         self._write("dead_letters", letter)
 
     def release_due(self, now: float) -> int:
-        """Close every slot whose end plus lateness has passed; release those slots in order."""
+        """Close every slot whose end plus lateness has passed; release those slots in order; commit."""
         by_stream: dict = {}
         for key in list(self.pending):
             due = [e for e in self.pending[key] if self.clock.close_time(self.clock.slot_of(e.time)) <= now]
             if not due:
                 continue
             self.pending[key] = [e for e in self.pending[key] if e not in due]
+            if not self.pending[key]:
+                del self.pending[key]
             outcome, self.declared[key] = close_slots(due, self.clock, self.declared.get(key))
             self.last_closed[key] = max(self.clock.slot_of(e.time) for e in due)
             self.counts["duplicates"] += outcome.duplicates
             by_stream.setdefault(key[0], []).extend(outcome.contributions)
         released = 0
         for stream, contributions in by_stream.items():
-            run = self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None, None, None, None))
+            run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
             by_slot: dict = {}
             for c in contributions:
                 by_slot.setdefault(c.slot, []).append(tuple(c))
@@ -103,6 +139,7 @@ class LiveRelease:
                 released += self._output(stream, kind, payload)
             for kind, payload in run._flush(final=False):
                 self._output(stream, kind, payload)
+        self.commit()
         return released
 
     def _output(self, stream: str, kind: str, payload) -> int:
@@ -126,23 +163,107 @@ class LiveRelease:
                 self._write("violations", {"key": key, **violation})
         return 0
 
+    # ------------------------------------------------------------------ commit and resume
+    def commit(self) -> None:
+        """End of a round: save the checkpoint (with the round's lines), then write the lines."""
+        if not self.outbox and not self.consumed_since_commit:
+            return
+        if self.checkpoint:
+            self._save_checkpoint()
+        self.consumed_since_commit = False
+        self._publish()
+
+    def _save_checkpoint(self) -> None:
+        for f in self.files.values():
+            f.flush()
+        sizes = {name: os.path.getsize(path) for name, path in self.paths.items()}
+        save(self.checkpoint, self.snapshot(sizes))
+
+    def _publish(self) -> None:
+        """Append the round's lines, then make them durable: the next checkpoint counts on their sizes."""
+        while self.outbox:
+            name, line = self.outbox[0]
+            self.files[name].write(line)
+            self.outbox.popleft()
+        for f in self.files.values():
+            f.flush()
+            os.fsync(f.fileno())
+
+    def snapshot(self, sizes: dict) -> Checkpoint:
+        """The whole loop's state; ``sizes`` are the output files' sizes before the round's lines."""
+        keys = sorted(self.tails)
+        tails = [self.tails[k] for k in keys]
+        opened = [(i, *window) for i, tail in enumerate(tails) for window in tail["open"]]
+        arrays = {"ledger.sizes": np.array([t["slots"].size for t in tails], np.int64),
+                  "ledger.keep": np.array([t.get("keep", 0) for t in tails], np.int64),
+                  "ledger.slots": np.concatenate([t["slots"] for t in tails] or [np.zeros(0, np.int64)]),
+                  "ledger.spent": np.concatenate([t["spent"] for t in tails] or [np.zeros(0, np.int64)]),
+                  "ledger.open": np.array(opened, np.int64).reshape(-1, 4)}
+        live = {"consumed": sorted(self.seen), "counts": self.counts, "ledger_keys": keys,
+                "pending": [list(e) for key in sorted(self.pending) for e in self.pending[key]],
+                "declared": [[*key, None if d is None else list(d)] for key, d in sorted(self.declared.items())],
+                "last_closed": [[*key, slot] for key, slot in sorted(self.last_closed.items())],
+                "sizes": sizes, "outbox": list(self.outbox)}
+        return self.config.new_checkpoint({s: run.state() for s, run in self.runs.items()}, live=live,
+                                          arrays=arrays)
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Continue ``checkpoint``; one a Beam job wrote has only the streams (every file is then read)."""
+        self.runs = {s: _StreamRun.load(self.config, s, state) for s, state in checkpoint.streams.items()}
+        live, arrays = checkpoint.live, checkpoint.arrays
+        if live is None:
+            return
+        self.seen = set(live["consumed"])
+        self.counts.update(live["counts"])
+        for stream, user, time_, value, requirement, raw in live["pending"]:
+            event = Event(stream, user, time_, value, None if requirement is None else tuple(requirement), raw)
+            self.pending.setdefault((stream, user), []).append(event)
+        self.declared = {(s, u): None if d is None else tuple(d) for s, u, d in live["declared"]}
+        self.last_closed = {(s, u): slot for s, u, slot in live["last_closed"]}
+        ends = np.cumsum(arrays["ledger.sizes"])
+        opened = arrays["ledger.open"]
+        for i, key in enumerate(live["ledger_keys"]):
+            start = ends[i] - arrays["ledger.sizes"][i]
+            tail = {"slots": arrays["ledger.slots"][start:ends[i]].copy(),
+                    "spent": arrays["ledger.spent"][start:ends[i]].copy(),
+                    "open": [tuple(int(v) for v in row[1:]) for row in opened[opened[:, 0] == i]]}
+            if arrays["ledger.keep"][i]:
+                tail["keep"] = int(arrays["ledger.keep"][i])
+            self.tails[key] = tail
+        for name, size in live["sizes"].items():  # drop what a killed round wrote after its checkpoint
+            path = self.paths[name]
+            if os.path.exists(path) and os.path.getsize(path) >= size:
+                os.truncate(path, size)
+            else:
+                _LOGGER.warning("%s is shorter than the checkpoint recorded (moved or truncated by hand?); "
+                                "appending after what is there", path)
+        self.outbox = collections.deque((name, line) for name, line in live["outbox"])
+
 
 def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram,
-          poll_seconds: float, max_slots: int | None, clock=time.time, sleep=time.sleep) -> dict:
-    """Run until ``max_slots`` slots of wall-clock time have passed (or Ctrl-C); returns the counts."""
-    live = LiveRelease(directory, output, parse, transform)
+          poll_seconds: float, max_slots: int | None, clock=time.time, sleep=time.sleep,
+          checkpoint: str | None = None) -> dict:
+    """Run until ``max_slots`` slots of wall-clock time have passed (or Ctrl-C); returns the counts.
+
+    Without a checkpoint, stopping closes every open slot (there is no later run to finish them); with one,
+    open slots stay open in the checkpoint and the next run continues them.
+    """
+    live = LiveRelease(directory, output, parse, transform, checkpoint)
     started = clock()
+    interrupted = False
     try:
         while max_slots is None or clock() - started < max_slots * transform.clock.slot_seconds:
             live.poll()
             live.release_due(clock())
             sleep(poll_seconds)
         live.poll()
-        live.release_due(float("inf"))  # stopping: every open slot closes now
+        live.release_due(clock() if checkpoint else float("inf"))
     except KeyboardInterrupt:
-        live.release_due(float("inf"))
+        interrupted = True
+        if not checkpoint:
+            live.release_due(float("inf"))
     finally:
-        live.close()
+        live.close(commit=not (interrupted and checkpoint))  # the checkpoint holds an interrupted round
     with open(os.path.join(output, "report.json"), "w") as f:
         json.dump(live.counts, f, indent=2)
     return live.counts

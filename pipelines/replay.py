@@ -10,7 +10,9 @@ per-user ledger summary (usage), violations, dead letters (``--format``
 jsonl/avro/parquet), with ``--ledger-detail`` every charge, and
 ``report.json`` with where every record went and the utility of the
 releases against the true histograms (computed in the pipeline, never
-written out).  A bad configuration stops before the pipeline starts with one
+written out).  ``--checkpoint-dir`` keeps the release state at the end (and
+every ``--checkpoint-every`` slots); a later replay continues it with
+``--resume-from`` (docs/operations.md).  A bad configuration stops before the pipeline starts with one
 line naming the problem and exit code 2.  Extra arguments go to Beam
 (``--runner``, ``--project``, ...); the default runner is FnApiRunner.
 """
@@ -34,6 +36,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
+from transforms.checkpoint import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
                                    HomogeneousParams,
@@ -142,6 +145,9 @@ class ReplayConfig:
     ledger_detail: bool = False
     insecure_seed: int | None = None
     plot: bool = False
+    resume_from: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100
     beam_args: list = field(default_factory=list)
 
 
@@ -190,7 +196,8 @@ def build_config(argv=None) -> ReplayConfig:
             policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window),
             level_shares=tuple(shares), requirements_files=_inputs(args.requirements_file) if args.requirements_file
             else (), poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
-            insecure_seed=args.insecure_seed, plot=args.plot, beam_args=beam_args)
+            insecure_seed=args.insecure_seed, plot=args.plot, resume_from=args.resume_from,
+            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args)
         histogram(config)  # builds and validates the mechanism and the slot clock
     except ValueError as error:
         raise ConfigError(str(error)) from None
@@ -231,6 +238,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger-detail", action="store_true", help="also write every per-user charge")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (tests/replays only)")
     p.add_argument("--plot", action="store_true", help="PNG of released vs true counts (needs the plot extra)")
+    p.add_argument("--resume-from", help="continue the release state of a checkpoint file or directory")
+    p.add_argument("--checkpoint-dir", help="write each stream's release state into this directory")
+    p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
+                   "checkpoints (the state at the end is always written)")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -240,7 +251,9 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram:
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
                                   policy=config.policy, insecure_seed=config.insecure_seed,
-                                  ledger_detail=config.ledger_detail, bounded=True, evaluate=True)
+                                  ledger_detail=config.ledger_detail, bounded=True, evaluate=True,
+                                  resume_from=config.resume_from,
+                                  checkpoint_every=config.checkpoint_every if config.checkpoint_dir else None)
 
 
 def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_format: str):
@@ -310,6 +323,8 @@ def build(pipeline, config: ReplayConfig) -> None:
         out("violations"), file_name_suffix=".jsonl", num_shards=1)
     if config.ledger_detail:
         outputs["ledger_entries"] | "WriteLedger" >> WriteRecords(out("ledger"), "ledger_entry", config.output_format)
+    if config.checkpoint_dir:
+        outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(_Utility())
      | "WriteUtility" >> beam.Map(_write_json_to, utility_path(config)))
 

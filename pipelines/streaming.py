@@ -15,6 +15,12 @@ polling source in real time, so it runs the graph's stages in a wall-clock
 loop (``pipelines.live``).  Both stop after ``--max-slots`` slots (watch: of
 wall-clock time) or on Ctrl-C.
 
+Stopping and resuming (docs/operations.md): ``--watch DIR --checkpoint PATH``
+commits a checkpoint after every round and resumes from it on start; a Beam
+job writes each stream's state into ``--checkpoint-dir`` (every
+``--checkpoint-every`` slots and after every firing) and a new job continues it
+with ``--resume-from`` (a checkpoint file or that directory).
+
 On a runner (exact command lines in the README):
 
 * Dataflow + Pub/Sub: ``--pubsub-subscription projects/P/subscriptions/S --runner DataflowRunner ...``
@@ -38,6 +44,8 @@ from apache_beam.transforms.window import TimestampedValue
 
 from pipelines.replay import ConfigError, mechanism_params, parse_levels, parse_requirement
 from transforms.binning import binner_from_spec
+from transforms.checkpoint import WriteCheckpoints
+from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
@@ -68,19 +76,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--levels")
     p.add_argument("--output", required=True)
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
+    p.add_argument("--checkpoint", help="--watch: checkpoint file, resumed from when it exists, written every round")
+    p.add_argument("--resume-from", help="Beam job: continue the release state of a checkpoint file or directory")
+    p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory")
+    p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
+                   "checkpoints (one is also written after every firing)")
     p.add_argument("--demo-taxis", type=int, default=50)
     p.add_argument("--quiet", action="store_true")
     return p
+
+
+def check_checkpoint_flags(args) -> None:
+    if args.watch and (args.resume_from or args.checkpoint_dir):
+        raise ConfigError("--watch resumes from and writes one file: give --checkpoint PATH")
+    if not args.watch and args.checkpoint:
+        raise ConfigError("--checkpoint is for --watch; a Beam job takes --checkpoint-dir and --resume-from")
+    if args.checkpoint and os.path.isdir(args.checkpoint):
+        raise ConfigError(f"--checkpoint {args.checkpoint!r} is a directory; give a file path")
 
 
 def private_transform(args, bins: int) -> PrivateStreamHistogram:
     name, params = mechanism_params(args)
     levels, _ = parse_levels(args.levels or "", None)
     policy = RequirementPolicy(levels, parse_requirement(args.requirement))
+    check_checkpoint_flags(args)
+    beam_job = not args.watch
     try:
         return PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
                                       allowed_lateness=args.allowed_lateness, policy=policy,
-                                      insecure_seed=args.insecure_seed, bounded=False)
+                                      insecure_seed=args.insecure_seed, bounded=False,
+                                      resume_from=args.resume_from if beam_job else None,
+                                      checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
+                                      else None)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 
@@ -139,6 +166,8 @@ def build(pipeline, args) -> None:
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
+    if args.checkpoint_dir:
+        outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir))
 
 
 def run_watch(args) -> int:
@@ -150,11 +179,14 @@ def run_watch(args) -> int:
             raise ConfigError(f"--watch {args.watch!r} is not a directory")
         transform = private_transform(args, binner.bins)
         parse = ParseConfig(bins=binner.bins, to_bin=None if args.binning.startswith("int:") else binner)
+        if args.checkpoint and os.path.exists(args.checkpoint):  # refuse a damaged or foreign one before starting
+            transform.config.check_checkpoint(load_checkpoint(args.checkpoint), args.checkpoint)
     except (ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     _LOGGER.info("watching %s, releasing into %s/releases-live.jsonl (Ctrl-C stops)", args.watch, args.output)
-    counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots)
+    counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
+                   checkpoint=args.checkpoint)
     _LOGGER.info("%s", json.dumps(counts))
     return 0 if counts["ledger_violations"] == 0 else 1
 

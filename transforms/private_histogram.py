@@ -9,6 +9,7 @@
     outputs["ledger_entries"]  # every charge, when ledger_detail=True
     outputs["accounting"]    # (counter, n): records_used, duplicates, late, dead_letters (release stage)
     outputs["evaluation"]    # with evaluate=True: (stream, slot, released, TRUE histogram) -- not private
+    outputs["checkpoints"]   # with checkpoint_every=K: (stream, next_slot, checkpoint bytes), see transforms.checkpoint
 
 Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
 Bounded or streaming is read from the pipeline's ``--streaming`` option.
@@ -25,7 +26,7 @@ from apache_beam.transforms.window import TimestampedValue
 from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, PrivacyLedger
 from transforms.mechanisms import DynamicRequirements, mechanism_class
-from transforms.release import CHARGES, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
+from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, LATE, GroupUserEvents, UserSlotState
 
@@ -38,11 +39,13 @@ class PrivateStreamHistogram(beam.PTransform):
     def __init__(self, mechanism: str, slot_seconds: float, bins: int, *, mechanism_params: dict | None = None,
                  origin: float = 0.0, allowed_lateness: float = 0.0, policy: RequirementPolicy | None = None,
                  insecure_seed: int | None = None, ledger_detail: bool = False, ledger_flush_slots: int = 100,
-                 ledger_max_window: int = 1000, bounded: bool | None = None, evaluate: bool = False):
+                 ledger_max_window: int = 1000, bounded: bool | None = None, evaluate: bool = False,
+                 resume_from: str | None = None, checkpoint_every: int | None = None):
         super().__init__()
         self.clock = SlotClock(slot_seconds, origin, allowed_lateness)
         self.config = ReleaseConfig(mechanism.lower(), {"bins": bins, **(mechanism_params or {})}, self.clock,
-                                    policy or RequirementPolicy(), insecure_seed, ledger_flush_slots, evaluate)
+                                    policy or RequirementPolicy(), insecure_seed, ledger_flush_slots, evaluate,
+                                    resume_from=resume_from, checkpoint_every=checkpoint_every)
         if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
             ledger_max_window = max(ledger_max_window, self.config.build().params.max_window)
         if not isinstance(ledger_max_window, int) or ledger_max_window < 1:
@@ -64,7 +67,7 @@ class PrivateStreamHistogram(beam.PTransform):
         released = (closed.contributions
                     | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
                     | "ReleaseController" >> beam.ParDo(ReleaseController(self.config, bounded)).with_outputs(
-                        CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, main="releases"))
+                        CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
         ledger = (released[CHARGES]
                   | "KeyByUser" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
                   | "PrivacyLedger" >> beam.ParDo(PrivacyLedger(self.ledger_max_window, self.ledger_detail))
@@ -73,4 +76,4 @@ class PrivateStreamHistogram(beam.PTransform):
         accounting = (closed[ACCOUNTING], released[ACCOUNTING]) | "Accounting" >> beam.Flatten()
         return {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
                 "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting,
-                "evaluation": released[EVALUATION]}
+                "evaluation": released[EVALUATION], "checkpoints": released[CHECKPOINTS]}

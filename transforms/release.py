@@ -14,6 +14,14 @@ after the last one with data are not released (the stream has no more data).
 
 Besides releases it emits each user's charges, in chunks of slots, for the
 per-user ``PrivacyLedger`` stage.
+
+Checkpoints (``transforms.checkpoint``): with ``checkpoint_every=K`` the stage
+emits each stream's state after every K-th slot and at the end of every
+firing that released a slot (so the latest state is always saved); with
+``resume_from`` a new job starts each stream from a saved state.  A resumed
+stream never releases a slot before its saved next slot again (records for
+those are late dead letters), and its mechanism carries the budget every user
+already spent, so no window is overspent across the restart.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
+from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, encode, load_for_resume, load_randomness
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
@@ -45,6 +54,7 @@ from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
 _LOGGER = logging.getLogger(__name__)
 
 CHARGES = "charges"
+CHECKPOINTS = "checkpoints"
 DEAD_LETTERS = "dead_letters"
 EVALUATION = "evaluation"
 
@@ -61,6 +71,8 @@ class ReleaseConfig:
     ledger_flush_slots: int = 100
     evaluate: bool = False  # also emit (slot, released, TRUE histogram): NOT private, for measuring utility
     max_empty_slots: int = 10_000  # longest run of empty slots released one by one (see release_until)
+    resume_from: str | None = None  # checkpoint file, or directory of them, that the streams continue from
+    checkpoint_every: int | None = None  # emit each stream's state every this many slots and after each firing
 
     def __post_init__(self):
         mechanism_class(self.mechanism)
@@ -71,9 +83,30 @@ class ReleaseConfig:
             raise ValueError(f"max_empty_slots must be an integer >= 0, got {self.max_empty_slots!r}")
         if not isinstance(self.ledger_flush_slots, int) or self.ledger_flush_slots < 1:
             raise ValueError(f"ledger_flush_slots must be an integer >= 1, got {self.ledger_flush_slots!r}")
+        if self.checkpoint_every is not None and (isinstance(self.checkpoint_every, bool) or not isinstance(
+                self.checkpoint_every, int) or self.checkpoint_every < 1):
+            raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
+        if self.resume_from is not None:
+            self.resume_state()  # a missing, damaged or mismatched checkpoint fails now
 
     def build(self) -> Mechanism:
         return make_mechanism(self.mechanism, **self.params)
+
+    def new_checkpoint(self, streams: dict, **live) -> Checkpoint:
+        """A checkpoint of ``streams`` (stream -> StreamState) stamped with this configuration."""
+        return Checkpoint(self.mechanism, self.build().params.to_json(), self.clock.slot_seconds, self.clock.origin,
+                          self.insecure_seed, streams, **live)
+
+    def check_checkpoint(self, checkpoint: Checkpoint, source: str) -> None:
+        """Raise a one-line CheckpointError unless ``checkpoint`` was written for this configuration."""
+        checkpoint.check(self.mechanism, self.build().params.to_json(), self.clock.slot_seconds, self.clock.origin,
+                         self.insecure_seed, source)
+
+    def resume_state(self) -> dict:
+        """stream -> StreamState saved in ``resume_from`` (checked against this configuration)."""
+        checkpoint = load_for_resume(self.resume_from)
+        self.check_checkpoint(checkpoint, self.resume_from)
+        return checkpoint.streams
 
 
 class ReleaseController(beam.DoFn):
@@ -92,10 +125,14 @@ class ReleaseController(beam.DoFn):
         self.config = config
         self.bounded = bounded
         self._armed_keys: set = set()
+        self._resume: dict = {}
         self.used = Metrics.counter(NAMESPACE, "records_used")
         self.late = Metrics.counter(NAMESPACE, "late")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
         self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+
+    def setup(self):
+        self._resume = self.config.resume_state() if self.config.resume_from else {}
 
     def start_bundle(self):
         self._armed_keys = set()
@@ -140,9 +177,13 @@ class ReleaseController(beam.DoFn):
             release.set(Timestamp(micros=earliest))
         if not due:
             return
-        users = users_state.read()
-        run = _StreamRun.load(self.config, key, mechanism_state.read(), pickle.loads(users) if users else None,
-                              next_slot_state.read(), randomness_state.read())
+        mechanism_bytes = mechanism_state.read()
+        if mechanism_bytes is None:  # the stream's first firing in this job: maybe a resumed one
+            state = self._resume.get(key)
+        else:
+            user_ids, declared = pickle.loads(users_state.read())
+            state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
+        run = _StreamRun.load(self.config, key, state)
         for output in run.release_until(max(due), by_slot, final=self.bounded):
             kind, payload = output
             if kind == "release":
@@ -161,23 +202,29 @@ class ReleaseController(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)
             elif kind == "evaluation":
                 yield beam.pvalue.TaggedOutput(EVALUATION, payload)
+            elif kind == "checkpoint":
+                yield beam.pvalue.TaggedOutput(CHECKPOINTS, payload)
             else:
                 yield beam.pvalue.TaggedOutput(CHARGES, payload)
-        mechanism_state.write(run.mechanism.to_bytes())
-        users_state.write(pickle.dumps(run.user_ids, protocol=pickle.HIGHEST_PROTOCOL))
-        next_slot_state.write(run.next_slot)
-        if run.randomness_bytes is not None:
-            randomness_state.write(run.randomness_bytes)
+        state = run.state()
+        mechanism_state.write(state.mechanism)
+        users_state.write(pickle.dumps((state.user_ids, state.declared), protocol=pickle.HIGHEST_PROTOCOL))
+        next_slot_state.write(state.next_slot)
+        if state.randomness is not None:
+            randomness_state.write(state.randomness)
 
 
 class _StreamRun:
     """One firing's work for a stream: the mechanism and its user index, outside Beam."""
 
     def __init__(self, config: ReleaseConfig, stream: str, mechanism: Mechanism, user_ids: list,
-                 next_slot: int | None, randomness):
+                 next_slot: int | None, randomness, declared: dict | None = None):
         self.config, self.stream, self.mechanism = config, stream, mechanism
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
+        self._interned: dict = {}  # one object per distinct declaration: state pickles each once
+        self.declared = {user: self._intern(d) for user, d in (declared or {}).items()}
+        self._saved_at = next_slot  # next_slot of the last checkpoint emitted (or loaded)
         self.released = 0
         self.records_used = 0
         self.started = time.monotonic()
@@ -189,21 +236,33 @@ class _StreamRun:
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
 
     @classmethod
-    def load(cls, config, stream, mechanism_bytes, user_ids, next_slot, randomness_bytes):
-        mechanism_type = mechanism_class(config.mechanism)
-        mechanism = (mechanism_type.from_bytes(config.build().params, mechanism_bytes) if mechanism_bytes
-                     else config.build())
+    def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None) -> "_StreamRun":
+        """A fresh run, or one continuing ``state`` (from the stage's state cells or a checkpoint)."""
+        if state is None:
+            return cls(config, stream, config.build(), [], None,
+                       secure_randomness() if config.insecure_seed is None
+                       else insecure_seeded_randomness(config.insecure_seed))
+        mechanism = mechanism_class(config.mechanism).from_bytes(config.build().params, state.mechanism)
         if config.insecure_seed is None:
-            randomness = secure_randomness()
-        elif randomness_bytes:
-            randomness = pickle.loads(randomness_bytes)
+            randomness = secure_randomness()  # whatever was saved: a resumed job draws secure noise
+        elif state.randomness:
+            randomness = load_randomness(state.randomness)
         else:
             randomness = insecure_seeded_randomness(config.insecure_seed)
-        return cls(config, stream, mechanism, list(user_ids or []), next_slot, randomness)
+        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared)
 
-    @property
-    def randomness_bytes(self) -> bytes | None:
-        return None if self.config.insecure_seed is None else pickle.dumps(self.randomness)
+    def state(self) -> StreamState:
+        """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
+        return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
+                           None if self.config.insecure_seed is None else dump_randomness(self.randomness))
+
+    def _intern(self, declaration: tuple) -> tuple:
+        return self._interned.setdefault(declaration, declaration)
+
+    def _checkpoint(self):
+        self._saved_at = self.next_slot
+        payload = encode(self.config.new_checkpoint({self.stream: self.state()}))
+        yield "checkpoint", (self.stream, self.next_slot, payload)
 
     def release_until(self, last_slot: int, by_slot: dict, final: bool):
         """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
@@ -233,11 +292,15 @@ class _StreamRun:
             if upcoming <= last_slot:
                 yield from self._release_one(upcoming, by_slot[upcoming], final)
             slot = upcoming + 1
+        if self.config.checkpoint_every and self.next_slot != self._saved_at:
+            yield from self._checkpoint()  # the latest state: a resumed job must never release these slots again
         yield from self._flush(final=final)
 
     def _release_one(self, slot: int, contributions: list, final: bool):
         yield from self._release(slot, contributions)
         self.next_slot = slot + 1
+        if self.config.checkpoint_every and self.next_slot % self.config.checkpoint_every == 0:
+            yield from self._checkpoint()
         if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
             yield from self._flush(final=False)
 
@@ -246,7 +309,11 @@ class _StreamRun:
         users, values, rows, used = [], [], [], 0
         for user, value, declaration, raws in zip(columns.users, columns.values, columns.requirements,
                                                    columns.raws):
-            row, reason = self.translator.row(None if declaration is None else tuple(declaration))
+            if declaration is None:  # never declared, or a resumed job's per-user stage does not know it yet
+                declaration = self.declared.get(user)
+            else:
+                declaration = self.declared[user] = self._intern(tuple(declaration))
+            row, reason = self.translator.row(declaration)
             if reason is not None:
                 for raw in raws:
                     yield "dead", dead_letter(reason, raw, "release", self.stream, user)

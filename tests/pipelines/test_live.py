@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import random
+
+import numpy as np
+import pytest
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipelines.live import LiveRelease
+from transforms.ledger import check_windows, empty_tail
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement
 from transforms.parse import ParseConfig
@@ -74,3 +80,236 @@ def test_every_hostile_record_is_used_duplicate_late_or_a_dead_letter(tmp_path_f
     assert all(d["reason"] for d in dead)
     if first == VALID_FIRST and second == VALID_SECOND:  # the pinned example exercises every outcome
         assert (counts["records_used"], counts["duplicates"], counts["late"], counts["dead_letters"]) == (3, 1, 1, 1)
+
+
+# ---------------------------------------------------------------- stop, kill and resume (docs/operations.md)
+
+class Crash(Exception):
+    """A simulated kill: the process stops where it is."""
+
+
+ROUNDS = 9
+
+
+def round_lines(k: int, declare_always: bool = False) -> list[str]:
+    """Slot k's records (60 s slots): six users, declarations in slot 0 (and u5's change in slot 4), a
+    duplicate, a junk line and, from slot 2 on, a straggler for slot k - 2 (late)."""
+    rnd = random.Random(k)
+    lines = []
+    for u in range(6):
+        record = {"user": f"u{u}", "time": k * 60 + rnd.uniform(0, 50), "value": rnd.randrange(4)}
+        if k == 0 or (u == 5 and k == 4) or declare_always:
+            record.update(w=[3, 5, 4][u % 3] + (u == 5 and k >= 4), epsilon=[1.0, 2.0, 1.5][u % 3])
+        lines.append(json.dumps(record))
+    lines.append(json.dumps({"user": "u1", "time": k * 60 + 55, "value": (k + 1) % 4}))  # u1's slot-k duplicate
+    lines.append("{not json")
+    if k >= 2:
+        lines.append(json.dumps({"user": "u2", "time": (k - 2) * 60 + 1, "value": 0}))
+    return lines
+
+
+def live_transform(mechanism: str) -> PrivateStreamHistogram:
+    params = {"max_window": 8} if mechanism.startswith("dp") else {}
+    return PrivateStreamHistogram(mechanism, 60, 4, mechanism_params=params, insecure_seed=3)
+
+
+class Recording(LiveRelease):
+    """Keeps every charge of a committed round: what the whole run really spent."""
+
+    def __init__(self, *args, spent: list, **kwargs):
+        self.spent, self.round_charges = spent, []
+        super().__init__(*args, **kwargs)
+
+    def _output(self, stream, kind, payload):
+        if kind == "charges":
+            self.round_charges.append(payload)
+        return super()._output(stream, kind, payload)
+
+    def commit(self):
+        if self.checkpoint is None:
+            self.spent.extend(self.round_charges)
+            self.round_charges = []
+        super().commit()
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        self.spent.extend(self.round_charges)  # from here on the round's releases will be published
+        self.round_charges = []
+
+
+def whole_run_violations(spent: list, max_window: int = 1000) -> list:
+    """The ledger over every committed charge of the run at once (pre- and post-restart)."""
+    by_user: dict = {}
+    for key, chunk in spent:
+        by_user.setdefault(key, []).append(chunk)
+    found = []
+    for key, chunks in by_user.items():
+        whole = {name: np.concatenate([c[name] for c in chunks])
+                 for name in ("slots", "dc", "publication", "requirements")}
+        order = np.argsort(whole["slots"], kind="stable")
+        whole = {name: values[order] for name, values in whole.items()}
+        whole.update(dynamic=chunks[0]["dynamic"], final=True)
+        found += [(key, v) for v in check_windows(empty_tail(), whole, max_window)[2]]
+    return found
+
+
+def run_rounds(work, mechanism: str, crashes: dict | None = None, checkpoint: bool = True,
+               forget_at: int | None = None, forget: str = "checkpoint", spent: list | None = None) -> Recording:
+    """Round k writes slot k's file, polls and releases slot k.  ``crashes``: round -> list of crash points
+    ('read': after reading; 'save': while saving the checkpoint; ('publish', n): after n lines of the
+    round's output, the n+1-th half written).  ``forget_at``: at that round restart and forget
+    ``"checkpoint"`` (start afresh, the files read so far archived) or ``"mechanism"`` (resume, but with
+    mechanisms that forgot what users spent): the power checks."""
+    watch, out, path = work / "in", work / "out", work / "state" / "checkpoint.wevent"
+    watch.mkdir(parents=True, exist_ok=True)
+    spent = [] if spent is None else spent
+    transform = live_transform(mechanism)
+
+    def start(with_checkpoint=True):
+        return Recording(str(watch), str(out), ParseConfig(bins=4), transform,
+                         str(path) if checkpoint and with_checkpoint else None, spent=spent)
+
+    def kill(live):
+        for f in live.files.values():
+            getattr(f, "raw", f).close()  # what the process wrote reaches the file, partial lines included
+
+    live = start()
+    crashes = {k: list(v) for k, v in (crashes or {}).items()}
+    for k in range(ROUNDS):
+        name = watch / f"part{k:02d}.jsonl"
+        name.write_text("\n".join(round_lines(k, declare_always=forget_at is not None)) + "\n")
+        os.utime(name, (1000 + k, 1000 + k))
+        if k == forget_at:
+            kill(live)
+            if forget == "checkpoint":
+                archive = work / "archive"
+                archive.mkdir()
+                for old in watch.glob("*.jsonl"):
+                    if old != name:
+                        old.rename(archive / old.name)
+            live = start(with_checkpoint=forget != "checkpoint")
+            if forget == "mechanism":
+                for run in live.runs.values():
+                    run.mechanism = live.config.build()
+        while True:
+            point = crashes.get(k, [None]).pop(0) if crashes.get(k) else None
+            try:
+                arm(live, point)
+                live.poll()
+                if point == "read":
+                    raise Crash
+                live.release_due((k + 1) * 60)
+                break
+            except Crash:
+                kill(live)
+                live = start()
+    live.close()
+    return live
+
+
+def arm(live: LiveRelease, point) -> None:
+    """Make ``live`` crash at ``point`` of the next commit."""
+    if point == "save":
+        def crash_saving():
+            raise Crash
+        live._save_checkpoint = crash_saving
+    elif isinstance(point, tuple):
+        budget = [point[1]]
+
+        class Dying:
+            def __init__(self, f):
+                self.raw = f
+
+            def write(self, line):
+                if budget[0] == 0:
+                    self.raw.write(line[: len(line) // 2])
+                    raise Crash
+                budget[0] -= 1
+                return self.raw.write(line)
+
+            def __getattr__(self, name):
+                return getattr(self.raw, name)
+
+        live.files = {name: Dying(f) for name, f in live.files.items()}
+
+
+def outputs(work) -> dict:
+    return {name: (work / "out" / f"{name}-live.jsonl").read_text() for name in ("releases", "dead_letters",
+                                                                                 "violations")}
+
+
+UNINTERRUPTED: dict = {}  # mechanism -> outputs and counts of the run without checkpoint or crash
+crash_points = st.one_of(st.just("read"), st.just("save"), st.tuples(st.just("publish"), st.integers(0, 6)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mechanism=st.sampled_from(["pbd", "pba", "dpbd"]),
+       crashes=st.dictionaries(st.integers(0, ROUNDS - 1), st.lists(crash_points, min_size=1, max_size=2),
+                               min_size=1, max_size=3))
+def test_killed_and_resumed_loop_writes_exactly_the_uninterrupted_outputs(tmp_path_factory, mechanism, crashes):
+    if mechanism not in UNINTERRUPTED:
+        work = tmp_path_factory.mktemp("reference")
+        counts = run_rounds(work, mechanism, checkpoint=False).counts
+        UNINTERRUPTED[mechanism] = outputs(work), counts
+    expected, expected_counts = UNINTERRUPTED[mechanism]
+    work = tmp_path_factory.mktemp("killed")
+    spent: list = []
+    resumed = run_rounds(work, mechanism, crashes, spent=spent)
+    assert outputs(work) == expected  # byte for byte: every release and dead letter once, in order
+    assert resumed.counts == expected_counts
+    counts = resumed.counts
+    assert counts["records_read"] == 9 * 8 + 7 * 1
+    assert counts["records_read"] == (counts["records_used"] + counts["duplicates"] + counts["late"]
+                                      + counts["dead_letters"])
+    assert counts["releases"] == ROUNDS and counts["late"] == 7 and counts["ledger_violations"] == 0
+    assert whole_run_violations(spent) == []
+    assert not resumed.outbox and not any(p.name.startswith(".checkpoint-") for p in (work / "state").iterdir())
+
+
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "dpbd", "dpba"])
+def test_a_restart_without_the_checkpoint_overspends(tmp_path, mechanism):
+    """The power check: restarted afresh, the loop releases again slots a straggler names and its fresh
+    mechanism spends budget the users already spent; the whole-run ledger of the test above reports it."""
+    spent: list = []
+    live = run_rounds(tmp_path, mechanism, forget_at=3, spent=spent)
+    assert whole_run_violations(spent), "restarting from scratch must overspend some window"
+    assert live.counts["ledger_violations"] == 0  # the fresh loop's own ledger cannot know
+
+
+@pytest.mark.parametrize("mechanism", ["pba", "dpba"])
+def test_restored_ledger_windows_see_what_a_mechanism_that_forgot_its_budgets_overspends(tmp_path, mechanism):
+    """Resumed with everything but the mechanism's state: the ledger windows restored from the checkpoint
+    report exactly the violations of the whole-run ledger, across the restart."""
+    spent: list = []
+    live = run_rounds(tmp_path, mechanism, forget_at=3, forget="mechanism", spent=spent)
+    assert live.counts["ledger_violations"] == len(whole_run_violations(spent)) > 0
+
+
+def test_a_stopped_watch_keeps_open_slots_for_the_next_run(tmp_path):
+    """Stopped with a checkpoint, the loop leaves the open slot open (without one it would release it now);
+    the next run, started later, continues it: the releases equal one uninterrupted run's."""
+    from pipelines.live import watch
+
+    def files(directory, slots):
+        directory.mkdir(parents=True, exist_ok=True)
+        for slot in slots:
+            records = [{"user": f"u{u}", "time": slot * 60 + 10 + u, "value": (slot + u) % 4, "w": 3, "epsilon": 1.0}
+                       for u in range(4)]
+            (directory / f"slot{slot}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def run(work, start, slots, checkpoint):
+        now = [start]
+        return watch(str(work / "in"), str(work / "out"), ParseConfig(bins=4), live_transform("pbd"), 5.0, slots,
+                     clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s), checkpoint=checkpoint)
+
+    files(tmp_path / "whole" / "in", range(4))
+    whole = run(tmp_path / "whole", 0.0, 4, None)
+    path = str(tmp_path / "stopped" / "checkpoint.wevent")
+    files(tmp_path / "stopped" / "in", [0, 1, 2])
+    first = run(tmp_path / "stopped", 0.0, 2, path)  # stops at t=120: slot 2 (t=130..) is still open
+    assert first["releases"] == 2 and first["records_used"] == 8
+    files(tmp_path / "stopped" / "in", [3])
+    second = run(tmp_path / "stopped", 120.0, 2, path)
+    assert second == whole and second["releases"] == 4 and second["late"] == 0
+    released = lambda work: (work / "out" / "releases-live.jsonl").read_text()  # noqa: E731
+    assert released(tmp_path / "stopped") == released(tmp_path / "whole")

@@ -70,3 +70,32 @@ def test_watched_directory_picks_up_files_written_while_running(tmp_path):
     assert len(slots) >= 2 and slots == list(range(slots[0], slots[-1] + 1)), slots  # in order, gaps released
     report = json.loads((out / "report.json").read_text())
     assert report["records_read"] == 10 and report["records_used"] == 10 and report["ledger_violations"] == 0
+
+
+def test_a_missing_damaged_or_foreign_checkpoint_stops_the_job_with_one_line(tmp_path, capsys):
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    (incoming / "a.jsonl").write_text(json.dumps({"user": "u", "time": 10, "value": 1}) + "\n")
+    path = tmp_path / "checkpoint.wevent"
+    common = ["--watch", str(incoming), "--binning", "int:3", "--slot-seconds", "60", "--requirement", "fixed:3,1.0",
+              "--insecure-seed", "1", "--max-slots", "0", "--quiet"]
+    assert streaming.run([*common, "--output", str(tmp_path / "out"), "--checkpoint", str(path)]) == 0
+    assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["releases"] == 1
+    capsys.readouterr()
+    damaged = tmp_path / "damaged.wevent"
+    damaged.write_bytes(path.read_bytes()[:-1] + bytes([path.read_bytes()[-1] ^ 1]))
+    for extra, message in [(["--checkpoint", str(path), "--mechanism", "pba"], "written by mechanism pbd, not pba"),
+                           (["--checkpoint", str(path), "--slot-seconds", "30"], "slots of 60 s"),
+                           (["--checkpoint", str(damaged)], "damaged (checksum mismatch)"),
+                           (["--resume-from", str(path)], "give --checkpoint PATH")]:
+        assert streaming.run([*common, "--output", str(tmp_path / "out2"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    demo = ["--demo", "--output", str(tmp_path / "demo"), "--quiet"]
+    for extra, message in [(["--checkpoint", str(path)], "--checkpoint is for --watch"),
+                           (["--resume-from", str(tmp_path / "nowhere")], "does not exist"),
+                           (["--resume-from", str(path), "--mechanism", "pba"], "not pba")]:
+        assert streaming.run([*demo, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out2" / "releases-live.jsonl").exists()

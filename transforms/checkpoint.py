@@ -1,0 +1,308 @@
+"""Portable checkpoints of the release state, so that a stopped job can be continued by a new one.
+
+A runner (Dataflow, Flink) checkpoints Beam state itself; a checkpoint here is
+what an operator carries from one job, or one machine, to the next so that
+the privacy accounting continues.  Per stream it holds the mechanism
+(``Mechanism.to_bytes``), the user ids in index order, each user's declaration
+last seen, the next slot to release and, only when an insecure seed is in
+use, the seeded generator's state (a secure generator's state is never
+saved).  The watch loop (``pipelines.live``) adds its own state: the input
+files consumed, events of slots still open, per-user slot state, the ledger's
+windows, the counts, and the outputs of the round being published.
+
+A file is ``MAGIC``, the SHA-256 of the rest, then an ``.npz`` archive
+(loaded without pickle) whose ``header`` is JSON.  Loading checks the magic,
+the version and the checksum, and :meth:`Checkpoint.check` compares the
+mechanism, its parameters, the slot clock and the seed with the job's, so a
+wrong or damaged checkpoint stops the job with one line before anything runs.
+Files are written atomically (a temporary file, fsync, rename).
+
+A checkpoint holds per-user state and raw events: protect it like the raw data.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import pickle
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+
+MAGIC = b"WEVENT-CHECKPOINT "
+VERSION = 1
+SUFFIX = ".wevent"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, damaged, or written by a different configuration."""
+
+
+@dataclass
+class StreamState:
+    """One stream's release state: everything the release stage needs to continue exactly."""
+
+    mechanism: bytes                 # Mechanism.to_bytes()
+    user_ids: list                   # user id of each dense index the mechanism uses
+    declared: dict                   # user -> the declaration last seen (a tuple), for users who declared
+    next_slot: int | None            # the next slot to release (None: nothing released yet)
+    randomness: bytes | None = None  # pickled seeded generator; only with an insecure seed
+
+
+@dataclass
+class Checkpoint:
+    """Release state of every stream, with what it was written for; ``live`` is the watch loop's state."""
+
+    mechanism: str
+    params: str                      # MechanismParams.to_json()
+    slot_seconds: float
+    origin: float
+    insecure_seed: int | None
+    streams: dict = field(default_factory=dict)   # stream -> StreamState
+    live: dict | None = None         # JSON-able watch-loop state
+    arrays: dict = field(default_factory=dict)    # the watch loop's numpy arrays (ledger windows)
+
+    def check(self, mechanism: str, params_json: str, slot_seconds: float, origin: float,
+              insecure_seed: int | None, source: str) -> None:
+        """Raise one-line :class:`CheckpointError` unless this checkpoint fits the job's configuration."""
+        if self.mechanism != mechanism:
+            raise CheckpointError(f"checkpoint {source} was written by mechanism {self.mechanism}, not {mechanism}")
+        if self.params != params_json:
+            saved, now = json.loads(self.params), json.loads(params_json)
+            differ = ", ".join(f"{k} saved {saved.get(k)!r} now {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+                               if saved.get(k) != now.get(k))
+            raise CheckpointError(f"checkpoint {source} was written with other {mechanism} parameters: {differ}")
+        if (self.slot_seconds, self.origin) != (slot_seconds, origin):
+            raise CheckpointError(f"checkpoint {source} counts slots of {self.slot_seconds:g} s from "
+                                  f"{self.origin:g}, this job of {slot_seconds:g} s from {origin:g}")
+        if insecure_seed is not None and insecure_seed != self.insecure_seed:
+            raise CheckpointError(f"checkpoint {source} was written with insecure seed {self.insecure_seed}, "
+                                  f"not {insecure_seed}; resume with the same seed or without one (secure noise)")
+
+
+def _blob(value) -> np.ndarray:
+    return np.frombuffer(value, np.uint8)
+
+
+def _json_blob(value) -> np.ndarray:
+    return _blob(json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii"))
+
+
+def _declaration(value):
+    return None if value is None else tuple(value)
+
+
+def encode(checkpoint: Checkpoint) -> bytes:
+    """The file's bytes."""
+    arrays, streams = {}, []
+    for i, (name, state) in enumerate(sorted(checkpoint.streams.items())):
+        streams.append({"stream": name, "next_slot": state.next_slot, "users": list(state.user_ids),
+                        "declared": sorted([user, list(d)] for user, d in state.declared.items()),
+                        "randomness": state.randomness is not None})
+        arrays[f"stream{i}.mechanism"] = _blob(state.mechanism)
+        if state.randomness is not None:
+            arrays[f"stream{i}.randomness"] = _blob(state.randomness)
+    header = {"format": "wevent-checkpoint", "version": VERSION, "mechanism": checkpoint.mechanism,
+              "params": checkpoint.params, "slot_seconds": checkpoint.slot_seconds, "origin": checkpoint.origin,
+              "insecure_seed": checkpoint.insecure_seed, "streams": streams, "live": checkpoint.live}
+    for name, values in checkpoint.arrays.items():
+        arrays[f"live.{name}"] = values
+    buffer = io.BytesIO()
+    np.savez(buffer, header=_json_blob(header), **arrays)
+    body = buffer.getvalue()
+    return MAGIC + str(VERSION).encode() + b"\n" + hashlib.sha256(body).digest() + body
+
+
+def decode(payload: bytes, source: str) -> Checkpoint:
+    """Parse :func:`encode` output; raises one-line :class:`CheckpointError`."""
+    if not payload.startswith(MAGIC):
+        raise CheckpointError(f"{source} is not a wevent checkpoint")
+    line, _, rest = payload[len(MAGIC):].partition(b"\n")
+    if line != str(VERSION).encode():
+        raise CheckpointError(f"checkpoint {source} has format version {line[:20].decode('ascii', 'replace')!r}; "
+                              f"this version reads {VERSION}")
+    digest, body = rest[:32], rest[32:]
+    if hashlib.sha256(body).digest() != digest:
+        raise CheckpointError(f"checkpoint {source} is damaged (checksum mismatch); use an earlier copy")
+    try:
+        with np.load(io.BytesIO(body), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        header = json.loads(arrays.pop("header").tobytes())
+        streams = {}
+        for i, s in enumerate(header["streams"]):
+            streams[s["stream"]] = StreamState(
+                arrays.pop(f"stream{i}.mechanism").tobytes(), list(s["users"]),
+                {user: _declaration(d) for user, d in s["declared"]}, s["next_slot"],
+                arrays.pop(f"stream{i}.randomness").tobytes() if s["randomness"] else None)
+        return Checkpoint(header["mechanism"], header["params"], header["slot_seconds"], header["origin"],
+                          header["insecure_seed"], streams, header["live"],
+                          {k[5:]: v for k, v in arrays.items() if k.startswith("live.")})
+    except (KeyError, TypeError, ValueError, zipfile.BadZipFile) as error:  # checksum fine: written by other code
+        raise CheckpointError(f"checkpoint {source} cannot be read: {error}") from None
+
+
+def _local(path: str) -> bool:
+    return "://" not in path
+
+
+def save(path: str, checkpoint: Checkpoint) -> None:
+    """Write atomically: a crash leaves either the previous file or the new one, never a mix."""
+    write_atomically(path, encode(checkpoint))
+
+
+def write_atomically(path: str, payload: bytes) -> None:
+    """Local files: temporary file, fsync, rename, fsync of the directory; object stores publish on close."""
+    if not _local(path):
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(path) as f:
+            f.write(payload)
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)  # the rename itself survives a power cut
+    finally:
+        os.close(descriptor)
+
+
+def load(path: str) -> Checkpoint:
+    """Read one checkpoint file."""
+    try:
+        if _local(path):
+            with open(path, "rb") as f:
+                payload = f.read()
+        else:
+            from apache_beam.io.filesystems import FileSystems
+
+            with FileSystems.open(path) as f:
+                payload = f.read()
+    except OSError as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {error.strerror or error}") from None
+    return decode(payload, path)
+
+
+def file_name(stream: str, next_slot: int) -> str:
+    """Where a Beam job writes one stream's checkpoint: sortable by slot, the stream hashed."""
+    digest = hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"checkpoint-{digest}-{next_slot:015d}{SUFFIX}"
+
+
+def _checkpoint_files(directory: str) -> list[str]:
+    pattern = f"checkpoint-*{SUFFIX}"
+    if _local(directory):
+        return sorted(glob.glob(os.path.join(directory, pattern))) if os.path.isdir(directory) else []
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([directory.rstrip("/") + "/" + pattern])[0].metadata_list
+    return sorted(m.path for m in found)
+
+
+def load_for_resume(path: str) -> Checkpoint:
+    """A file, or a directory a Beam job wrote into: then each stream's latest checkpoint."""
+    files = _checkpoint_files(path)
+    if not files:
+        if _local(path) and os.path.isdir(path):
+            raise CheckpointError(f"checkpoint directory {path} holds no checkpoint-*{SUFFIX} file")
+        if _local(path) and not os.path.exists(path):
+            raise CheckpointError(f"checkpoint {path} does not exist")
+        return load(path)
+    latest: dict[str, str] = {}
+    for name in files:  # names sort by stream digest, then slot: the last one per stream is the latest
+        latest[os.path.basename(name).rsplit("-", 1)[0]] = name
+    merged = None
+    for name in latest.values():
+        checkpoint = load(name)
+        if merged is None:
+            merged = checkpoint
+            continue
+        checkpoint.check(merged.mechanism, merged.params, merged.slot_seconds, merged.origin,
+                         merged.insecure_seed, name)
+        merged.streams.update(checkpoint.streams)
+    return merged
+
+
+_RANDOMNESS_CLASSES = {("transforms.mechanisms.noise", "InsecureSeededRandomness"), ("random", "Random"),
+                       ("numpy", "dtype"), ("numpy", "ndarray")}
+_NUMPY_RECONSTRUCTORS = {"__generator_ctor", "__bit_generator_ctor", "__randomstate_ctor", "PCG64",
+                         "SeedSequence", "__pyx_unpickle_SeedSequence", "_frombuffer", "_reconstruct", "scalar"}
+
+
+class _RandomnessUnpickler(pickle.Unpickler):
+    """Loads a seeded generator and nothing else: a checkpoint file must not be able to run code."""
+
+    def find_class(self, module, name):
+        if (module, name) in _RANDOMNESS_CLASSES or (module.startswith("numpy.") and name in _NUMPY_RECONSTRUCTORS):
+            return super().find_class(module, name)
+        raise CheckpointError(f"checkpoint randomness refers to {module}.{name}, which a checkpoint may not load")
+
+
+def dump_randomness(randomness) -> bytes:
+    """A seeded generator's state (refuses a secure one: its state is never saved)."""
+    if randomness.is_secure:
+        raise ValueError("a secure generator's state is never saved")
+    return pickle.dumps(randomness, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_randomness(payload: bytes):
+    """Inverse of :func:`dump_randomness`, loading only the generator's own classes."""
+    try:
+        randomness = _RandomnessUnpickler(io.BytesIO(payload)).load()
+    except CheckpointError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any unpickling failure means the payload is unusable
+        raise CheckpointError(f"checkpoint randomness cannot be loaded: {error}") from None
+    if getattr(randomness, "is_secure", True):
+        raise CheckpointError("checkpoint randomness is not a seeded generator")
+    return randomness
+
+
+class WriteCheckpoints(beam.DoFn):
+    """Writes each ``(stream, next_slot, bytes)`` the release stage emits to ``directory``; keeps the latest
+    ``keep`` files per stream.  Yields the path written."""
+
+    def __init__(self, directory: str, keep: int = 3):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        self.directory, self.keep = directory, keep
+
+    def process(self, element):
+        stream, next_slot, payload = element
+        name = file_name(stream, next_slot)
+        path = os.path.join(self.directory, name) if _local(self.directory) else \
+            self.directory.rstrip("/") + "/" + name
+        write_atomically(path, payload)
+        prefix = name.rsplit("-", 1)[0] + "-"
+        older = [f for f in _checkpoint_files(self.directory) if os.path.basename(f).startswith(prefix)]
+        stale = sorted(older)[:-self.keep]
+        if stale:
+            if _local(self.directory):
+                for f in stale:
+                    try:
+                        os.remove(f)
+                    except FileNotFoundError:  # another worker pruned it first
+                        pass
+            else:
+                from apache_beam.io.filesystems import FileSystems
+
+                FileSystems.delete(stale)
+        yield path
+

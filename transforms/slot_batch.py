@@ -7,8 +7,6 @@ from dataclasses import dataclass
 import apache_beam as beam
 import numpy as np
 
-from transforms.records import Contribution
-
 
 @dataclass
 class ColumnarSlot:
@@ -21,7 +19,7 @@ class ColumnarSlot:
 
 
 class SlotBatchFn(beam.CombineFn):
-    """CombineFn: contributions of one ``(stream, slot)`` -> a :class:`ColumnarSlot`.
+    """CombineFn: contributions (``Contribution`` or plain tuples) of one ``(stream, slot)`` -> a ``ColumnarSlot``.
 
     The release stage applies it to the contributions it holds for a slot; it
     also works under ``beam.CombinePerKey`` for pipelines that key by slot.
@@ -33,10 +31,9 @@ class SlotBatchFn(beam.CombineFn):
         return {}
 
     def add_input(self, accumulator, contribution):
-        c = Contribution(*contribution)
-        kept = accumulator.get(c.user)
-        if kept is None or c.raws > kept.raws:
-            accumulator[c.user] = c
+        kept = accumulator.get(contribution[1])
+        if kept is None or contribution[4] > kept[4]:
+            accumulator[contribution[1]] = tuple(contribution)
         return accumulator
 
     def merge_accumulators(self, accumulators):
@@ -48,9 +45,8 @@ class SlotBatchFn(beam.CombineFn):
 
     def extract_output(self, accumulator) -> ColumnarSlot:
         rows = [accumulator[user] for user in sorted(accumulator)]
-        return ColumnarSlot(users=[c.user for c in rows], values=np.array([c.value for c in rows], np.int64),
-                            requirements=[c.requirement for c in rows],
-                            raws=[c.raws for c in rows])
+        return ColumnarSlot(users=[c[1] for c in rows], values=np.array([c[2] for c in rows], np.int64),
+                            requirements=[c[3] for c in rows], raws=[c[4] for c in rows])
 
     def build(self, contributions) -> ColumnarSlot:
         """Combine a list in one go (what the release stage does)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from transforms.records import NO_VALUE, Contribution, Event
+from transforms.records import NO_VALUE, Contribution
 
 
 @dataclass(frozen=True)
@@ -66,32 +66,52 @@ class SlotOutcome:
 
 
 def close_slots(events: list, clock: SlotClock, declared: tuple | None) -> tuple[SlotOutcome, tuple | None]:
-    """Apply the per-slot rule to one user's events of some closed slots.
+    """Apply the per-slot rule to one user's events (``Event`` s) of some closed slots.
 
     ``declared`` is the requirement in force before these slots; returns the
     outcome and the requirement in force after them.
     """
-    by_slot: dict[int, list] = {}
-    for event in events:
-        by_slot.setdefault(clock.slot_of(event.time), []).append(event)
+    if not events:
+        return SlotOutcome([], 0), declared
+    reports = [(e.time, e.value, e.requirement, e.raw) for e in events]
+    rows, duplicates, declared = close_user_slots(events[0].user, reports, clock, declared)
+    return SlotOutcome(list(map(Contribution._make, rows)), duplicates), declared
+
+
+def close_user_slots(user: str, reports: list, clock: SlotClock,
+                     declared: tuple | None) -> tuple[list, int, tuple | None]:
+    """:func:`close_slots` on compact ``(time, value, requirement, raw)`` tuples of one user.
+
+    Returns the contributions as plain tuples (``Contribution`` field order), the
+    number of duplicates and the requirement in force after these slots.  One
+    sort by (slot, time, raw) and one pass: the per-user stage runs this for
+    every record.
+    """
+    origin, length, floor = clock.origin, clock.slot_seconds, math.floor
+    ordered = sorted(((floor((r[0] - origin) / length), r[0], r[3]), i, r) for i, r in enumerate(reports))
     contributions, duplicates = [], 0
-    for slot in sorted(by_slot):
-        slot_events = by_slot[slot]
-        declarations = sorted((e for e in slot_events if e.requirement is not None), key=_order)
-        if declarations:
-            declared = declarations[-1].requirement
-        reports = [e for e in slot_events if e.value != NO_VALUE]
-        declaration_only = tuple(e.raw for e in sorted(slot_events, key=_order) if e.value == NO_VALUE)
-        if reports:
-            chosen = max(reports, key=_order)
-            duplicates += len(reports) - 1
-            contributions.append(Contribution(slot, chosen.user, chosen.value, declared,
-                                              (chosen.raw,) + declaration_only))
-        elif declarations:
-            contributions.append(Contribution(slot, declarations[-1].user, NO_VALUE, declared, declaration_only))
-    return SlotOutcome(contributions, duplicates), declared
-
-
-def _order(event: Event):
-    return event.time, event.raw
-
+    i, n = 0, len(ordered)
+    while i < n:
+        slot = ordered[i][0][0]
+        chosen = chosen_key = last_declaration = None
+        declaration_only = []
+        reported = 0
+        while i < n and ordered[i][0][0] == slot:
+            key, _, (_, value, requirement, raw) = ordered[i]
+            i += 1
+            if requirement is not None:
+                last_declaration = requirement
+            if value == NO_VALUE:
+                declaration_only.append(raw)
+            else:
+                reported += 1
+                if chosen is None or key != chosen_key:  # the latest (time, raw); the first of exact ties
+                    chosen, chosen_key = (value, raw), key
+        if last_declaration is not None:
+            declared = last_declaration
+        if chosen is not None:
+            duplicates += reported - 1
+            contributions.append((slot, user, chosen[0], declared, (chosen[1], *declaration_only)))
+        elif last_declaration is not None:
+            contributions.append((slot, user, NO_VALUE, declared, tuple(declaration_only)))
+    return contributions, duplicates, declared

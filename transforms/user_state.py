@@ -1,27 +1,28 @@
 """Per-user state: one bounded contribution per user per slot, lateness, requirements.
 
-``UserSlotState`` is a stateful DoFn keyed by ``stream + SEP + user``.  Its
-state cells hold the requirement in force, the user's last closed slot and
-the events of open slots.
+``UserSlotState`` is a stateful DoFn keyed by ``(stream, user)``.  Its state
+cells hold the requirement in force, the user's last closed slot and the
+events of open slots.  Events travel as compact ``(time, value, requirement,
+raw)`` tuples: the key already names the stream and the user.
 
 * **Streaming**: an event-time timer fires when the earliest open slot
   closes (``slot end + allowed lateness``), emits that slot's contribution and
   re-arms for the next open slot.  An event for a slot already closed is late:
   it is counted and sent to the dead letters, never dropped silently.
-* **Bounded input**: events are grouped per key first (a combiner, cheap), so
-  a key's events arrive complete in one element and all its slots close at
-  once, without touching state.  This avoids one timer round per slot, which
-  costs a full pass of the runner each (measured: 258 records/s on
-  FnApiRunner), a stateful call per event (about 125 µs each), and the
-  embedded worker's state cache, which measures every value it holds
-  (milliseconds per access with ``objsize``).
+* **Bounded input**: each bundle gathers its events per key first (a combiner
+  lifted by hand: one call per event), a GroupByKey brings a key's events
+  together, and all its slots close at once, without touching state.  This
+  avoids one timer round per slot, which costs a full pass of the runner each
+  (measured: 258 records/s on FnApiRunner), a stateful call per event (about
+  125 µs each), and the embedded worker's state cache, which measures every
+  value it holds (milliseconds per access with ``objsize``).
 
 Counts (late, duplicates) go to Beam metrics and, as ``(name, n)`` records, to
 the ``accounting`` output, which every runner delivers (the bundle-based
 DirectRunner drops metrics of later TestStream bundles).
 
-Either way a key's closed slots leave as one element ``(stream, [Contribution,
-...])`` so the release stage sees one element per user and flush, not per event.
+Either way a key's closed slots leave as one element ``(stream, [contribution
+tuple, ...])`` so the release stage sees one element per user and flush, not per event.
 """
 
 from __future__ import annotations
@@ -33,53 +34,72 @@ from apache_beam.coders import FastPrimitivesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.records import Event, dead_letter
-from transforms.slotting import SlotClock, close_slots
+from transforms.slotting import SlotClock, close_user_slots
 
 SEP = "\x1f"
 NAMESPACE = "wevent"
 LATE = "late"
 ACCOUNTING = "accounting"
 
-
-def user_key(event: Event) -> tuple[str, Event]:
-    return f"{event.stream}{SEP}{event.user}", event
+UserKeyed = typing.Tuple[typing.Tuple[str, str], typing.Any]
 
 
-class _EventList(beam.CombineFn):
-    """Collects a key's events into one list (lifted into the mappers in batch)."""
+def compact(event: Event) -> tuple:
+    """What the per-user stage keeps of an event: ``(time, value, requirement, raw)``."""
+    return event[2], event[3], event[4], event[5]
 
-    def create_accumulator(self):
-        return []
 
-    def add_input(self, accumulator, event):
-        accumulator.append(tuple(event))
-        return accumulator
+class _GatherUserEvents(beam.DoFn):
+    """Bounded input: a bundle's events per ``(stream, user)`` as one ``(key, [compact event, ...])`` each."""
 
-    def merge_accumulators(self, accumulators):
-        merged = []
-        for accumulator in accumulators:
-            merged.extend(accumulator)
-        return merged
+    MAX_HELD = 250_000  # events held before the bundle's lists are sent on early (bounds memory)
 
-    def extract_output(self, accumulator):
-        return accumulator
+    def start_bundle(self):
+        self._lists: dict = {}
+        self._held = 0
+
+    def process(self, event):
+        key = (event[0], event[1])
+        held = self._lists.get(key)
+        if held is None:
+            self._lists[key] = [(event[2], event[3], event[4], event[5])]
+        else:
+            held.append((event[2], event[3], event[4], event[5]))
+        self._held += 1
+        if self._held >= self.MAX_HELD:
+            yield from self._take()
+
+    def finish_bundle(self):
+        window = GlobalWindow()
+        for element in self._take():
+            yield WindowedValue(element, MIN_TIMESTAMP, (window,))
+
+    def _take(self) -> list:
+        lists, self._lists, self._held = self._lists, {}, 0
+        return list(lists.items())
 
 
 class GroupUserEvents(beam.PTransform):
-    """Key events by (stream, user); in batch also gather each key's events into one list."""
+    """Key events by ``(stream, user)``: ``(key, [[compact event, ...], ...])``, in batch each key once."""
 
     def __init__(self, bounded: bool):
         super().__init__()
         self.bounded = bounded
 
     def expand(self, events):
-        keyed = events | "KeyByUser" >> beam.Map(user_key).with_output_types(typing.Tuple[str, typing.Any])
-        if self.bounded:
-            return keyed | "EventsPerUser" >> beam.CombinePerKey(_EventList())
-        return keyed | "OneEventPerElement" >> beam.MapTuple(lambda key, event: (key, [tuple(event)]))
+        if not self.bounded:
+            return events | "OneEventPerElement" >> beam.Map(
+                lambda e: ((e[0], e[1]), ([compact(e)],))).with_output_types(UserKeyed)
+        if not isinstance(events.windowing.windowfn, GlobalWindows):
+            raise ValueError("a bounded input must be in the global window (slots are the only windows)")
+        return (events
+                | "GatherPerBundle" >> beam.ParDo(_GatherUserEvents()).with_output_types(UserKeyed)
+                | "EventsPerUser" >> beam.GroupByKey())
 
 
 class UserSlotState(beam.DoFn):
@@ -101,28 +121,30 @@ class UserSlotState(beam.DoFn):
                 requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        key, raw_events = element
-        events = [Event(*e) for e in raw_events]
+        key, lists = element
         if self.bounded:  # the key's events are complete: close every slot now, no state needed
-            yield from self._close(key, events, None, None)
+            reports = [r for held in lists for r in held]
+            yield from self._close(key, reports, None, None)
             return
+        stream, user = key
+        slot_of = self.clock.slot_of
         last_closed = last_closed_state.read()
         on_time = []
-        for event in events:
-            slot = self.clock.slot_of(event.time)
+        for report in (r for held in lists for r in held):
+            slot = slot_of(report[0])
             if last_closed is not None and slot <= last_closed:
                 self.late.inc()
                 yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
                 yield beam.pvalue.TaggedOutput(LATE, dead_letter(
                     f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
-                    event.raw, "user_slot_state", event.stream, event.user))
+                    report[3], "user_slot_state", stream, user))
             else:
-                on_time.append(event)
+                on_time.append(report)
         if not on_time:
             return
-        for event in on_time:
-            events_state.add(tuple(event))
-        earliest = min(self.clock.slot_of(e.time) for e in on_time)
+        for report in on_time:
+            events_state.add(report)
+        earliest = min(slot_of(r[0]) for r in on_time)
         pending = next_close_state.read()
         if pending is None or earliest < pending:
             next_close_state.write(earliest)
@@ -133,30 +155,32 @@ class UserSlotState(beam.DoFn):
                  events_state=beam.DoFn.StateParam(EVENTS), requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                  last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                  next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        events = [Event(*e) for e in events_state.read()]
+        reports = list(events_state.read())
         events_state.clear()
         due, later = [], []
-        for event in events:
-            (due if self.clock.close_micros(self.clock.slot_of(event.time)) <= fired.micros else later).append(event)
-        for event in later:
-            events_state.add(tuple(event))
+        slot_of, close_micros = self.clock.slot_of, self.clock.close_micros
+        for report in reports:
+            (due if close_micros(slot_of(report[0])) <= fired.micros else later).append(report)
+        for report in later:
+            events_state.add(report)
         if later:
-            earliest = min(self.clock.slot_of(e.time) for e in later)
+            earliest = min(slot_of(r[0]) for r in later)
             next_close_state.write(earliest)
-            close.set(Timestamp(micros=self.clock.close_micros(earliest)))
+            close.set(Timestamp(micros=close_micros(earliest)))
         else:
             next_close_state.clear()
         if due:
             yield from self._close(key, due, requirement_state, last_closed_state)
 
-    def _close(self, key, events, requirement_state, last_closed_state):
-        """Close the slots of ``events``; state is None for a bounded key (nothing to keep)."""
-        outcome, in_force = close_slots(events, self.clock, requirement_state and requirement_state.read())
+    def _close(self, key, reports, requirement_state, last_closed_state):
+        """Close the slots of ``reports``; state is None for a bounded key (nothing to keep)."""
+        stream, user = key
+        rows, duplicates, in_force = close_user_slots(user, reports, self.clock,
+                                                      requirement_state and requirement_state.read())
         if requirement_state is not None:
             requirement_state.write(in_force)
-            last_closed_state.write(max(self.clock.slot_of(e.time) for e in events))
-        if outcome.duplicates:
-            self.duplicates.inc(outcome.duplicates)
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", outcome.duplicates))
-        stream = key.split(SEP, 1)[0]
-        yield stream, [tuple(c) for c in outcome.contributions]
+            last_closed_state.write(max(self.clock.slot_of(r[0]) for r in reports))
+        if duplicates:
+            self.duplicates.inc(duplicates)
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+        yield stream, rows

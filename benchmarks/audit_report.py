@@ -53,7 +53,7 @@ Every run's charges also go through the privacy ledger; "ledger" below is the la
 * So a broken variant passes when its overspending does not reach the releases, or is smaller than
   the statistical slack at the number of runs used. Half-scale noise in PBD spends `2E_i`, but its
   releases carry at most `E_i` of it; Uniform forgetting one slot spends `w_i/(w_i − 1) · E_i`, which
-  only a larger number of runs separates from `E_i`.
+  takes many runs to separate from `E_i` (`4E_i/3` at `w_i = 4`).
 * Uniform and Sample spend all of `E_i` on releases, so their bounds come closest to `E_i`: they
   show how much of a real leak the audit certifies with this many runs.
 * The confidence holds for each row separately: a correct mechanism is flagged with probability at

@@ -251,7 +251,7 @@ def clopper_pearson(successes, n: int, tail: float) -> tuple[np.ndarray, np.ndar
             + np.where(lower_rows[active], -tail, tail)   # P(X >= k) summed directly, never 1 - cdf
         slope = n * np.exp(log_choose_less[jj] + jj * np.log(q) + (n - 1 - jj) * np.log1p(-q))
         hi, lo = np.where(h > 0, q, hi), np.where(h > 0, lo, q)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # a vanishing slope gives no Newton step: bisect instead
             step = q - h / slope
         following = np.where(np.isfinite(step) & (step > lo) & (step < hi), step, (lo + hi) / 2)
         low[active], high[active] = lo, hi

@@ -6,11 +6,13 @@ generates ``records`` JSON lines (``users`` users reporting into ``bins``
 bins over ``slots`` one-minute slots), then runs on FnApiRunner, one after the
 other in this process:
 
-* private: read -> ParseEvents -> PrivateStreamHistogram (PBD, per-user ledger) -> release files;
-* baseline: read -> ParseEvents -> exact count per (slot, bin) -> one record per slot -> release files.
+* private: ReadLines -> ParseEvents -> PrivateStreamHistogram (PBD, per-user ledger) -> release files;
+* baseline: ReadLines -> ParseEvents -> exact count per (slot, bin) -> one record per slot -> release files.
 
 It prints ``{"records": N, "private_seconds": ..., "baseline_seconds": ..., "ratio": private/baseline,
-"records_per_second": N/private}`` (plus the sizes used).
+"records_per_second": N/private}`` plus the sizes used and each run's CPU seconds (this process and its
+workers): on a shared machine the CPU time moves less than the wall time.  ``--workers 2`` runs
+FnApiRunner with two worker processes (measured here: slower, the data crosses processes by gRPC).
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from transforms.declarations import RequirementPolicy
+from transforms.lines import ReadLines
 from transforms.mechanisms import FixedRequirement
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
@@ -60,21 +65,31 @@ def histogram_record(key_counts) -> dict:
 BINS = [100]
 
 
-def run_private(source: str, output: str, bins: int) -> float:
+def pipeline(workers: int = 1) -> beam.Pipeline:
+    """FnApiRunner in this process, or with ``workers`` worker processes (which import this checkout)."""
+    if workers == 1:
+        return beam.Pipeline(runner=FnApiRunner())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(
+        direct_num_workers=workers, direct_running_mode="multi_processing"))
+
+
+def run_private(source: str, output: str, bins: int, workers: int = 1) -> float:
     start = time.perf_counter()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        events = p | beam.io.ReadFromText(source) | ParseEvents(ParseConfig(bins=bins))
+    with pipeline(workers) as p:
+        events = p | ReadLines(source) | ParseEvents(ParseConfig(bins=bins))
         outputs = events.events | PrivateStreamHistogram(
             "pbd", SLOT_SECONDS, bins, policy=RequirementPolicy(default=FixedRequirement(window=120, epsilon=1.0)))
         outputs["releases"] | WriteRecords(os.path.join(output, "private"), "release")
     return time.perf_counter() - start
 
 
-def run_baseline(source: str, output: str, bins: int) -> float:
+def run_baseline(source: str, output: str, bins: int, workers: int = 1) -> float:
     BINS[0] = bins
     start = time.perf_counter()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        events = p | beam.io.ReadFromText(source) | ParseEvents(ParseConfig(bins=bins))
+    with pipeline(workers) as p:
+        events = p | ReadLines(source) | ParseEvents(ParseConfig(bins=bins))
         (events.events
          | beam.Map(lambda e: ((e.stream, int(e.time // SLOT_SECONDS), e.value), 1))
          | beam.CombinePerKey(sum)
@@ -85,22 +100,33 @@ def run_baseline(source: str, output: str, bins: int) -> float:
     return time.perf_counter() - start
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--bins", type=int, default=100)
     parser.add_argument("--slots", type=int, default=1_000)
+    parser.add_argument("--workers", type=int, default=1, help="FnApiRunner worker processes (default: in process)")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         source = os.path.join(work, "events.jsonl")
         write_input(source, args.records, args.users, args.bins, args.slots)
-        baseline = run_baseline(source, work, args.bins)
-        private = run_private(source, work, args.bins)
+        cpu = cpu_seconds()
+        baseline = run_baseline(source, work, args.bins, args.workers)
+        cpu, baseline_cpu = cpu_seconds(), cpu_seconds() - cpu
+        private = run_private(source, work, args.bins, args.workers)
+        private_cpu = cpu_seconds() - cpu
     result = {"records": args.records, "users": args.users, "bins": args.bins, "slots": args.slots,
-              "private_seconds": private, "baseline_seconds": baseline, "ratio": private / baseline,
-              "records_per_second": args.records / private}
+              "workers": args.workers, "private_seconds": private, "baseline_seconds": baseline,
+              "ratio": private / baseline, "records_per_second": args.records / private,
+              "private_cpu_seconds": private_cpu, "baseline_cpu_seconds": baseline_cpu}
     print(json.dumps(result))
     return 0
 

@@ -26,6 +26,7 @@ import apache_beam as beam
 
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.requirements import MAX_WINDOW
+from transforms.lines import LineBatch
 from transforms.records import NO_VALUE, Event, dead_letter
 
 PARSE_NAMESPACE = "wevent"
@@ -566,7 +567,10 @@ def _shorten(text: str, limit: int = _REASON_DETAIL_LIMIT) -> str:
 
 
 class _ParseFn(beam.DoFn):
-    """Parses each raw record; events go to the main output, dead letters to ``dead_letters``."""
+    """Parses each raw record; events go to the main output, dead letters to ``dead_letters``.
+
+    A ``LineBatch`` element (from ``transforms.lines.ReadLines``) is parsed line by line.
+    """
 
     def __init__(self, config: ParseConfig):
         super().__init__()
@@ -575,17 +579,30 @@ class _ParseFn(beam.DoFn):
         self.dead_letters = beam.metrics.Metrics.counter(PARSE_NAMESPACE, "dead_letters")
 
     def process(self, raw: Any) -> Iterator[Any]:
-        self.records_read.inc()
-        parsed = parse_record(raw, self.config)
-        if isinstance(parsed, Event):
-            yield parsed
-        else:
-            self.dead_letters.inc()
-            yield beam.pvalue.TaggedOutput("dead_letters", parsed)
+        if type(raw) is not LineBatch:
+            self.records_read.inc()
+            parsed = parse_record(raw, self.config)
+            if type(parsed) is Event:
+                yield parsed
+            else:
+                self.dead_letters.inc()
+                yield beam.pvalue.TaggedOutput("dead_letters", parsed)
+            return
+        config, dead = self.config, 0
+        self.records_read.inc(len(raw))
+        for line in raw:
+            parsed = parse_record(line, config)
+            if type(parsed) is Event:
+                yield parsed
+            else:
+                dead += 1
+                yield beam.pvalue.TaggedOutput("dead_letters", parsed)
+        if dead:
+            self.dead_letters.inc(dead)
 
 
 class ParseEvents(beam.PTransform):
-    """Raw records to tagged outputs ``events`` (``Event``) and ``dead_letters`` (dead-letter dicts)."""
+    """Raw records (or ``LineBatch`` es of them) to tagged outputs ``events`` (``Event``) and ``dead_letters``."""
 
     def __init__(self, config: ParseConfig, label: str | None = None):
         super().__init__(label)

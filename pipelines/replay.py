@@ -38,6 +38,7 @@ from transforms.accounting import account
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
+from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
                                    HomogeneousParams,
                                    mechanism_class)
@@ -261,7 +262,7 @@ def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_
     for i, pattern in enumerate(patterns):
         step = f"{label}{i}"
         if input_format in ("jsonl", "csv"):
-            sources.append(pipeline | step >> beam.io.ReadFromText(pattern))
+            sources.append(pipeline | step >> ReadLines(pattern))  # batches of lines: ParseEvents reads them
         elif input_format == "avro":
             sources.append(pipeline | step >> beam.io.ReadFromAvro(pattern))
         elif input_format == "parquet":

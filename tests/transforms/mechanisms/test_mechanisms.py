@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 
 from conftest import run_with_ledger
 from streams import HOMOGENEOUS, StreamSpec
+from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirement, FixedRequirements,
                                    ReleaseKind, SlotBatch, make_mechanism)
-from transforms.mechanisms.homogeneous import BA
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from transforms.mechanisms.personalized import PBA
 
 ALL = sorted(MECHANISMS)
 FIXED = [name for name in ALL if name not in ("dpbd", "dpba")]
@@ -161,27 +160,11 @@ def test_absorption_nullifies_after_a_multi_share_publication(name):
     assert ledger.ok
 
 
-class ForgetfulBA(BA):
-    """The authors' bug (reference_impl §4.4): never records the last publication."""
-
-    def decide(self, data, rng):
-        saved = self.last_publication, self.shares_at_last_publication
-        decision = super().decide(data, rng)
-        self.last_publication, self.shares_at_last_publication = saved
-        return decision
-
-
-class ForgetfulPBA(PBA):
-    def record(self, dc_units, publication_units, published):
-        pass
-
-
 @pytest.mark.parametrize("broken", [ForgetfulBA, ForgetfulPBA])
 def test_the_ledger_catches_the_reference_codes_absorption_bug(broken):
     from transforms.mechanisms.base import HomogeneousParams, MechanismParams
 
     params = HomogeneousParams(bins=2, epsilon=2.0, window=8) if broken is ForgetfulBA else MechanismParams(bins=2)
-    broken.name = "ba" if broken is ForgetfulBA else "pba"
     _, ledger = multi_share_run(broken(params))
     assert not ledger.ok
     assert ledger.max_usage_ratio > 1.5

@@ -120,11 +120,18 @@ class ParseConfig:
         if not _is_int(self.max_text_length) or self.max_text_length < 1:
             raise ValueError(f"max_text_length must be an integer >= 1, got {self.max_text_length!r}")
 
+    @property
+    def plain_json(self) -> bool:
+        """Whether JSON lines may take the fast path (no ``to_bin``: the value field is the bin)."""
+        return self.file_format == "jsonl" and self.to_bin is None
+
     @cached_property
-    def requirement_names(self) -> frozenset:
-        """The field names that declare a requirement."""
+    def plain_fields(self) -> tuple:
+        """What the fast path reads, in one tuple: field names, default stream, bins, length limit, and the
+        names of the requirement fields (a record with any of them takes the full path)."""
         f = self.fields
-        return frozenset((f.w, f.epsilon, f.w_b, f.epsilon_b, f.w_f, f.epsilon_f, f.level))
+        return (f.stream, f.user, f.time, f.value, self.default_stream, self.bins, self.max_text_length,
+                frozenset((f.w, f.epsilon, f.w_b, f.epsilon_b, f.w_f, f.epsilon_f, f.level)))
 
     def _check_csv(self) -> None:
         if not isinstance(self.csv_delimiter, str) or len(self.csv_delimiter) != 1 or self.csv_delimiter in '"\r\n':
@@ -159,14 +166,15 @@ class _Rejected(Exception):
 
 def parse_record(raw: Any, config: ParseConfig) -> Event | dict:
     """One raw record to an ``Event``, or to a dead-letter dict naming why not. Never raises."""
-    if config.file_format == "jsonl" and config.to_bin is None and type(raw) is str:
+    if config.plain_json and type(raw) is str:
         event = _plain_json_event(raw, config)
         if event is not None:
             return event
     return _validated(raw, config)
 
 
-_DECODER = json.JSONDecoder()
+_raw_decode = json.JSONDecoder().raw_decode
+_new_event = tuple.__new__
 
 
 def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:
@@ -178,33 +186,38 @@ def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:
     no requirement field. Everything else, valid or not, takes the full path,
     which alone decides dead letters and their reasons.
     """
+    stream_field, user_field, time_field, value_field, default_stream, bins, max_length, declaring = \
+        config.plain_fields
     try:
-        if len(raw) > config.max_text_length or not (raw.isascii() or _printable(raw) is raw):
+        if len(raw) > max_length or not (raw.isascii() or _printable(raw) is raw):
             return None
         text = raw.rstrip("\r\n")
-        record, end = _DECODER.raw_decode(text)
-        if end != len(text) or type(record) is not dict or not config.requirement_names.isdisjoint(record):
+        record, end = _raw_decode(text)
+        if end != len(text) or type(record) is not dict or not declaring.isdisjoint(record):
             return None
-        fields = config.fields
-        stream = record.get(fields.stream) if fields.stream is not None else None
+        get = record.get
+        stream = get(stream_field)  # JSON keys are text: get(None) is None
         if stream is None:
-            stream = config.default_stream
+            stream = default_stream
         elif type(stream) is not str or not _plain_text(stream):
             return None
-        user = record.get(fields.user)
-        if type(user) is int:
+        user = get(user_field)
+        if type(user) is str:
+            if not (user.isascii() or _printable(user) is user) or not user or user.isspace():
+                return None
+        elif type(user) is int:
             user = str(user)
-        elif type(user) is not str or not _plain_text(user):
+        else:
             return None
-        time = record.get(fields.time)
+        time = get(time_field)
         if (type(time) is not float and type(time) is not int) or not 0 <= time <= MAX_TIME:
             return None
-        value = record.get(fields.value)
+        value = get(value_field)
         if type(value) is float and value.is_integer():
             value = int(value)
-        if type(value) is not int or not 0 <= value < config.bins:
+        if type(value) is not int or not 0 <= value < bins:
             return None
-        return Event(stream, user, float(time), value, None, text[:EVENT_RAW_LIMIT])
+        return _new_event(Event, (stream, user, float(time), value, None, text[:EVENT_RAW_LIMIT]))
     except Exception:  # noqa: BLE001 -- anything odd is the full path's to judge
         return None
 
@@ -566,6 +579,10 @@ def _shorten(text: str, limit: int = _REASON_DETAIL_LIMIT) -> str:
 # -- Beam --------------------------------------------------------------------------------------------------------
 
 
+def _none(*_) -> None:
+    return None
+
+
 class _ParseFn(beam.DoFn):
     """Parses each raw record; events go to the main output, dead letters to ``dead_letters``.
 
@@ -589,9 +606,10 @@ class _ParseFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput("dead_letters", parsed)
             return
         config, dead = self.config, 0
+        fast = _plain_json_event if config.plain_json else _none
         self.records_read.inc(len(raw))
         for line in raw:
-            parsed = parse_record(line, config)
+            parsed = (type(line) is str and fast(line, config)) or _validated(line, config)
             if type(parsed) is Event:
                 yield parsed
             else:

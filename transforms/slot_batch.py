@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 import apache_beam as beam
 import numpy as np
@@ -49,8 +50,17 @@ class SlotBatchFn(beam.CombineFn):
                             requirements=[c[3] for c in rows], raws=[c[4] for c in rows])
 
     def build(self, contributions) -> ColumnarSlot:
-        """Combine a list in one go (what the release stage does)."""
-        accumulator = self.create_accumulator()
+        """Combine a list in one go (what the release stage does, for every slot)."""
+        kept: dict = {}
         for contribution in contributions:
-            self.add_input(accumulator, contribution)
-        return self.extract_output(accumulator)
+            other = kept.setdefault(contribution[1], contribution)
+            if other is not contribution and contribution[4] > other[4]:
+                kept[contribution[1]] = contribution
+        if not kept:
+            return ColumnarSlot([], np.zeros(0, np.int64), [], [])
+        _, users, values, requirements, raws = zip(*sorted(kept.values(), key=_USER))
+        return ColumnarSlot(users=list(users), values=np.array(values, np.int64), requirements=list(requirements),
+                            raws=list(raws))
+
+
+_USER = itemgetter(1)

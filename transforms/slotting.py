@@ -12,6 +12,7 @@ requirement declared at time ``τ`` is in force from the slot containing
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from dataclasses import dataclass
 
 from transforms.records import NO_VALUE, Contribution
@@ -84,34 +85,34 @@ def close_user_slots(user: str, reports: list, clock: SlotClock,
 
     Returns the contributions as plain tuples (``Contribution`` field order), the
     number of duplicates and the requirement in force after these slots.  One
-    sort by (slot, time, raw) and one pass: the per-user stage runs this for
-    every record.
+    sort and one pass: the per-user stage runs this for every record.
     """
     origin, length, floor = clock.origin, clock.slot_seconds, math.floor
-    ordered = sorted(((floor((r[0] - origin) / length), r[0], r[3]), i, r) for i, r in enumerate(reports))
     contributions, duplicates = [], 0
-    i, n = 0, len(ordered)
-    while i < n:
-        slot = ordered[i][0][0]
-        chosen = chosen_key = last_declaration = None
-        declaration_only = []
-        reported = 0
-        while i < n and ordered[i][0][0] == slot:
-            key, _, (_, value, requirement, raw) = ordered[i]
-            i += 1
-            if requirement is not None:
-                last_declaration = requirement
-            if value == NO_VALUE:
+    slot = chosen = chosen_time = last_declaration = None
+    declaration_only, reported = [], 0
+    # Sorted by (time, raw), the order of the rule; slots never decrease along it. Stable: exact ties keep
+    # their input order.
+    for time, value, requirement, raw in sorted(reports, key=_TIME_RAW) + [_END]:
+        at = floor((time - origin) / length) if time is not None else None
+        if at != slot:
+            if chosen is not None:
+                duplicates += reported - 1
+                contributions.append((slot, user, chosen[0], declared, (chosen[1], *declaration_only)))
+            elif last_declaration is not None:
+                contributions.append((slot, user, NO_VALUE, declared, tuple(declaration_only)))
+            slot, chosen, last_declaration, declaration_only, reported = at, None, None, [], 0
+        if requirement is not None:
+            last_declaration = declared = requirement
+        if value == NO_VALUE:
+            if raw is not None:
                 declaration_only.append(raw)
-            else:
-                reported += 1
-                if chosen is None or key != chosen_key:  # the latest (time, raw); the first of exact ties
-                    chosen, chosen_key = (value, raw), key
-        if last_declaration is not None:
-            declared = last_declaration
-        if chosen is not None:
-            duplicates += reported - 1
-            contributions.append((slot, user, chosen[0], declared, (chosen[1], *declaration_only)))
-        elif last_declaration is not None:
-            contributions.append((slot, user, NO_VALUE, declared, tuple(declaration_only)))
+        else:
+            reported += 1
+            if chosen is None or time != chosen_time or raw != chosen[1]:  # the latest (time, raw); first of ties
+                chosen, chosen_time = (value, raw), time
     return contributions, duplicates, declared
+
+
+_TIME_RAW = itemgetter(0, 3)
+_END = (None, NO_VALUE, None, None)  # closes the last slot

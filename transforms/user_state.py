@@ -51,7 +51,7 @@ UserKeyed = typing.Tuple[typing.Tuple[str, str], typing.Any]
 
 def compact(event: Event) -> tuple:
     """What the per-user stage keeps of an event: ``(time, value, requirement, raw)``."""
-    return event[2], event[3], event[4], event[5]
+    return event[2:]
 
 
 class _GatherUserEvents(beam.DoFn):
@@ -64,15 +64,17 @@ class _GatherUserEvents(beam.DoFn):
         self._held = 0
 
     def process(self, event):
+        # Not a generator: most calls emit nothing, and a generator costs an object per call.
         key = (event[0], event[1])
         held = self._lists.get(key)
         if held is None:
-            self._lists[key] = [(event[2], event[3], event[4], event[5])]
+            self._lists[key] = [event[2:]]
         else:
-            held.append((event[2], event[3], event[4], event[5]))
+            held.append(event[2:])
         self._held += 1
         if self._held >= self.MAX_HELD:
-            yield from self._take()
+            return self._take()
+        return None
 
     def finish_bundle(self):
         window = GlobalWindow()

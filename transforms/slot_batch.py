@@ -51,16 +51,19 @@ class SlotBatchFn(beam.CombineFn):
 
     def build(self, contributions) -> ColumnarSlot:
         """Combine a list in one go (what the release stage does, for every slot)."""
-        kept: dict = {}
-        for contribution in contributions:
-            other = kept.setdefault(contribution[1], contribution)
-            if other is not contribution and contribution[4] > other[4]:
-                kept[contribution[1]] = contribution
-        if not kept:
+        rows = contributions if type(contributions) is list else list(contributions)
+        if not rows:
             return ColumnarSlot([], np.zeros(0, np.int64), [], [])
-        _, users, values, requirements, raws = zip(*sorted(kept.values(), key=_USER))
-        return ColumnarSlot(users=list(users), values=np.array(values, np.int64), requirements=list(requirements),
-                            raws=list(raws))
+        if len(set(map(_USER, rows))) != len(rows):  # the per-user stage never sends a user twice: rare
+            kept: dict = {}
+            for contribution in rows:
+                other = kept.setdefault(contribution[1], contribution)
+                if other is not contribution and contribution[4] > other[4]:
+                    kept[contribution[1]] = contribution
+            rows = list(kept.values())
+        rows = sorted(rows, key=_USER)
+        return ColumnarSlot(users=list(map(_USER, rows)), values=np.array(list(map(_VALUE, rows)), np.int64),
+                            requirements=list(map(_REQUIREMENT, rows)), raws=list(map(_RAWS, rows)))
 
 
-_USER = itemgetter(1)
+_USER, _VALUE, _REQUIREMENT, _RAWS = itemgetter(1), itemgetter(2), itemgetter(3), itemgetter(4)

@@ -231,6 +231,10 @@ class Population:
         """
         if batch.users.size:
             self._grow(extent.max_user)
+        if (self.kind is FixedRequirements and batch.requirements is None and not self.waiting
+                and (rows.size == 0 or rows.min() >= 0)):  # the steady state: nobody joins or changes
+            return SlotData(cells=self._cells(batch, rows, extent.min_value, registered=True),
+                            sizes=self.table.size.copy())
         before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
@@ -411,7 +415,8 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int) -> Cells:
+    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int, registered: bool = False) -> Cells:
+        """Counts per (cohort, bin); ``registered`` says every row is already known to be in a cohort."""
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
@@ -419,7 +424,7 @@ class Population:
             values, cohorts = self.value_of[users], self.cohort_of[users]
         else:
             values, cohorts = batch.values, rows
-            if values.size and (min_value < 0 or cohorts.min() < 0):
+            if values.size and (min_value < 0 or (not registered and cohorts.min() < 0)):
                 keep = (values >= 0) & (cohorts >= 0)
                 values, cohorts = values[keep], cohorts[keep]
         if cohorts.size == 0:

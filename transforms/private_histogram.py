@@ -28,7 +28,7 @@ from transforms.ledger import ENTRIES, VIOLATIONS, PrivacyLedger
 from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
 from transforms.slotting import SlotClock
-from transforms.user_state import ACCOUNTING, LATE, GroupUserEvents, UserSlotState
+from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, UserSlotState
 
 Keyed = typing.Tuple[str, typing.Any]
 
@@ -60,10 +60,10 @@ class PrivateStreamHistogram(beam.PTransform):
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
         if not bounded:  # timers follow event time; a bounded run closes every slot at once
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
+        closing = CloseUserSlots(self.clock) if bounded else UserSlotState(self.clock)
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
-                  | "UserSlotState" >> beam.ParDo(UserSlotState(self.clock, bounded)).with_outputs(
-                      LATE, ACCOUNTING, main="contributions"))
+                  | "UserSlotState" >> beam.ParDo(closing).with_outputs(LATE, ACCOUNTING, main="contributions"))
         released = (closed.contributions
                     | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
                     | "ReleaseController" >> beam.ParDo(ReleaseController(self.config, bounded)).with_outputs(

@@ -116,3 +116,21 @@ def test_users_without_requirement_get_the_default_or_a_dead_letter():
         assert_that(out["dead_letters"], equal_to([]))
         assert_that(out["usage"] | beam.Map(lambda u: u["user"]), equal_to([f"user{u:03d}" for u in range(4)]),
                     label="usage")
+
+
+
+def test_small_bundle_buffers_change_nothing(monkeypatch):
+    """The batch path sends gathered events and closed slots on early when its buffers fill up."""
+    from transforms import user_state
+
+    monkeypatch.setattr(user_state._GatherUserEvents, "MAX_HELD", 5)
+    monkeypatch.setattr(user_state.CloseUserSlots, "MAX_HELD", 7)
+    clean = make_events(seed=8, users=12, slots=10, bins=4, gaps=True)
+    duplicates = [e._replace(raw=e.raw + "+dup") for e in clean[::5]]  # same user, slot and time: the later raw wins
+    expected = reference_releases(clean + duplicates, "pbd", {"bins": 4}, seed=7)
+    with batch_pipeline() as p:
+        out = p | beam.Create(clean + duplicates) | private("pbd")
+        assert_that(out["releases"] | beam.Map(summarize), equal_to(expected))
+        counts = out["accounting"] | beam.CombinePerKey(sum)
+        assert_that(counts, equal_to([("records_used", len(clean)), ("duplicates", len(duplicates))]),
+                    label="accounting")

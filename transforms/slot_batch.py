@@ -55,11 +55,9 @@ class SlotBatchFn(beam.CombineFn):
         if not rows:
             return ColumnarSlot([], np.zeros(0, np.int64), [], [])
         if len(set(map(_USER, rows))) != len(rows):  # the per-user stage never sends a user twice: rare
-            kept: dict = {}
+            kept = self.create_accumulator()
             for contribution in rows:
-                other = kept.setdefault(contribution[1], contribution)
-                if other is not contribution and contribution[4] > other[4]:
-                    kept[contribution[1]] = contribution
+                self.add_input(kept, contribution)
             rows = list(kept.values())
         rows = sorted(rows, key=_USER)
         return ColumnarSlot(users=list(map(_USER, rows)), values=np.array(list(map(_VALUE, rows)), np.int64),

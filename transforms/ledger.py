@@ -96,16 +96,22 @@ class PrivacyLedger(beam.DoFn):
 
     def process(self, element, tail_state=beam.DoFn.StateParam(TAIL), usage_state=beam.DoFn.StateParam(USAGE)):
         key, chunk = element
-        stream, user = key.split(SEP, 1)
         if chunk["final"] and chunk.get("complete"):  # a bounded input's one chunk: nothing before or after it
-            _, worst, violations = check_windows(empty_tail(), chunk, self.max_window)
-            usage = (int(chunk["slots"].size), worst, len(violations))
-        else:
-            tail, worst, violations = check_windows(tail_state.read() or empty_tail(), chunk, self.max_window)
-            tail_state.write(tail)
-            slots_seen, worst_so_far, violated = usage_state.read() or (0, 0.0, 0)
-            usage = (slots_seen + int(chunk["slots"].size), max(worst_so_far, worst), violated + len(violations))
-            usage_state.write(usage)
+            yield from self._complete(key, chunk)
+            return
+        tail, worst, violations = check_windows(tail_state.read() or empty_tail(), chunk, self.max_window)
+        tail_state.write(tail)
+        slots_seen, worst_so_far, violated = usage_state.read() or (0, 0.0, 0)
+        usage = (slots_seen + int(chunk["slots"].size), max(worst_so_far, worst), violated + len(violations))
+        usage_state.write(usage)
+        yield from self._outputs(key, chunk, usage, violations)
+
+    def _complete(self, key, chunk):
+        _, worst, violations = check_windows(empty_tail(), chunk, self.max_window)
+        yield from self._outputs(key, chunk, (int(chunk["slots"].size), worst, len(violations)), violations)
+
+    def _outputs(self, key, chunk, usage, violations):
+        stream, user = key.split(SEP, 1)
         for violation in violations:
             self.violation_counter.inc()
             yield beam.pvalue.TaggedOutput(VIOLATIONS, {"stream": stream, "user": user, **violation})
@@ -117,3 +123,14 @@ class PrivacyLedger(beam.DoFn):
                     "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication))})
         yield {"stream": stream, "user": user, "slots": usage[0], "max_window_usage_ratio": usage[1],
                    "violations": usage[2]}
+
+
+class CompleteChunkLedger(PrivacyLedger):
+    """``PrivacyLedger`` for a bounded run that starts fresh: each user's charges arrive as one complete chunk, so
+    nothing is kept between chunks and the DoFn is stateless (a stateful call costs about 125 µs per user)."""
+
+    def process(self, element):
+        key, chunk = element
+        if not (chunk["final"] and chunk.get("complete")):
+            raise ValueError("CompleteChunkLedger got a partial chunk of charges; use PrivacyLedger")
+        yield from self._complete(key, chunk)

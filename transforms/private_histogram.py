@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
 from transforms.declarations import RequirementPolicy
-from transforms.ledger import ENTRIES, VIOLATIONS, PrivacyLedger
+from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedger, PrivacyLedger
 from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
 from transforms.slotting import SlotClock
@@ -61,6 +61,8 @@ class PrivateStreamHistogram(beam.PTransform):
         if not bounded:  # timers follow event time; a bounded run closes every slot at once
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
         closing = CloseUserSlots(self.clock) if bounded else UserSlotState(self.clock)
+        # a fresh bounded run sends each user's charges in one complete chunk: no ledger state needed
+        ledger = CompleteChunkLedger if bounded and self.config.resume_from is None else PrivacyLedger
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserSlotState" >> beam.ParDo(closing).with_outputs(LATE, ACCOUNTING, main="contributions"))
@@ -70,7 +72,7 @@ class PrivateStreamHistogram(beam.PTransform):
                         CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
         ledger = (released[CHARGES]
                   | "KeyByUser" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
-                  | "PrivacyLedger" >> beam.ParDo(PrivacyLedger(self.ledger_max_window, self.ledger_detail))
+                  | "PrivacyLedger" >> beam.ParDo(ledger(self.ledger_max_window, self.ledger_detail))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         accounting = (closed[ACCOUNTING], released[ACCOUNTING]) | "Accounting" >> beam.Flatten()

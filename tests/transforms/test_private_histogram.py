@@ -134,3 +134,17 @@ def test_small_bundle_buffers_change_nothing(monkeypatch):
         counts = out["accounting"] | beam.CombinePerKey(sum)
         assert_that(counts, equal_to([("records_used", len(clean)), ("duplicates", len(duplicates))]),
                     label="accounting")
+
+
+def test_the_stateless_batch_ledger_refuses_a_partial_chunk():
+    """A fresh bounded run checks each user's one complete chunk without state; anything else must not pass."""
+    import numpy as np
+
+    from transforms.ledger import CompleteChunkLedger
+
+    chunk = {"slots": np.array([0, 1]), "dc": np.array([1, 1]), "publication": np.array([0, 1]),
+             "requirements": np.array([[2, 3], [2, 3]]), "dynamic": False, "final": True, "complete": True}
+    usage = list(CompleteChunkLedger(4).process(("s\x1fu", chunk)))
+    assert usage == [{"stream": "s", "user": "u", "slots": 2, "max_window_usage_ratio": 1.0, "violations": 0}]
+    with pytest.raises(ValueError, match="partial chunk"):
+        list(CompleteChunkLedger(4).process(("s\x1fu", {**chunk, "complete": False})))

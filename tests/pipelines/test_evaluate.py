@@ -148,6 +148,7 @@ def test_a_violation_is_loud_and_exits_1(tmp_path, monkeypatch, capsys):
     (["--repeats", "epsilon=0"], "--repeats epsilon must be >= 1"),
     (["--repeats", "users=3"], "unknown sweep 'users'"),
     (["--report", "results.txt"], "--report must name a .md file"),
+    (["--from-csv", "/nonexistent.csv"], "--from-csv '/nonexistent.csv' does not exist"),
     (["--sweep", "users"], "unknown sweep 'users'"),
     (["--repeats", "0"], "--repeats must be >= 1"),
     (["--users", "0"], "--users must be >= 1"),
@@ -307,6 +308,17 @@ def test_an_event_file_runs_end_to_end_with_repeats_per_sweep(tmp_path):
     assert "| Events | 40 | 90 | 3 |" in document
     assert (tmp_path / "doc" / "results.csv").exists()
     assert "DPBD below PBD: **" in document
+    # the same document again from the run's results.csv, without running anything
+    again = tmp_path / "again.md"
+    assert evaluate.run(["--input", str(events), "--binning", "int:3", "--slot-seconds", "60", "--datasets", "events",
+                         "--sweep", "epsilon,ratio", "--repeats", "1,epsilon=2", "--mechanisms", "pbd,dpbd",
+                         "--workers", "1", "--output", str(tmp_path / "out2"), "--report", str(again), "--no-plots",
+                         "--quiet",
+                         "--from-csv", str(tmp_path / "doc" / "results.csv")]) == 0
+    rendered = again.read_text(encoding="utf-8")
+    assert rendered.split("## Setup")[1] == document.split("## Setup")[1]
+    assert "--from-csv" not in rendered.split("```")[1] and "rendered from that command's results" in rendered
+    assert read_rows(tmp_path / "again") == read_rows(tmp_path / "doc")
 
 
 REAL_DATA = [os.path.join(DEFAULT_DATA_DIR, "tdrive_sample600", "taxi_log_2008_by_id.tar.xz"),

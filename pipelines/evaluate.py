@@ -36,7 +36,8 @@ Outputs in ``--output``: ``results.csv`` (one row per run), ``summary.md`` (mean
 repeats beside the papers' AMRE, and the papers' headline claims checked on these runs) and,
 when matplotlib is installed, PNG plots (one panel per dataset, log y).  ``--report PATH``
 also writes that document to PATH, headed by the command that made it, with its plots and
-``results.csv`` in the folder PATH without ``.md``.  AMRE is the papers' metric, which is a
+``results.csv`` in the folder PATH without ``.md``; ``--from-csv`` renders all of it again from a
+run's ``results.csv`` (same options) without running anything.  AMRE is the papers' metric, which is a
 mean *squared* error.  Exit code 1 (after writing the outputs) when a ledger saw more than a
 requirement spent in some window; 2 for bad arguments.
 """

@@ -27,7 +27,7 @@ import apache_beam as beam
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.requirements import MAX_WINDOW
 from transforms.lines import LineBatch
-from transforms.records import NO_VALUE, Event, dead_letter
+from transforms.records import KEY_SEPARATOR, NO_VALUE, Event, dead_letter
 
 PARSE_NAMESPACE = "wevent"
 """Beam metrics namespace of the parse counters."""
@@ -199,7 +199,7 @@ def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:
         stream = get(stream_field)  # JSON keys are text: get(None) is None
         if stream is None:
             stream = default_stream
-        elif type(stream) is not str or not _plain_text(stream):
+        elif type(stream) is not str or not _plain_text(stream) or KEY_SEPARATOR in stream:
             return None
         user = get(user_field)
         if type(user) is str:
@@ -360,7 +360,10 @@ def _read_stream(record: Mapping, config: ParseConfig) -> str:
     stream = _present(record, config.fields.stream)
     if stream is None or (isinstance(stream, str) and not stream.strip()):
         return config.default_stream
-    return _text_field(stream, config.fields.stream)
+    stream = _text_field(stream, config.fields.stream)
+    if KEY_SEPARATOR in stream:
+        raise _Rejected(f"field {config.fields.stream!r} contains the reserved character U+001F")
+    return stream
 
 
 def _read_user(record: Mapping, fields: FieldMapping) -> str:

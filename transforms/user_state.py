@@ -38,10 +38,10 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.records import Event, dead_letter
+from transforms.records import KEY_SEPARATOR, Event, dead_letter
 from transforms.slotting import SlotClock, close_user_slots
 
-SEP = "\x1f"
+SEP = KEY_SEPARATOR
 NAMESPACE = "wevent"
 LATE = "late"
 ACCOUNTING = "accounting"

@@ -121,6 +121,7 @@ JSONL_DEAD_LETTERS = [
     (line(user="a", time=1, value=1, level=3), "requirement: level must be a non-empty string"),
     (line(user="a", time=1, value=1, level="gold", w=5, epsilon=1), "requirement: both level and explicit fields"),
     (line(user="\ud800", time=1, value=1), "field 'user' is not valid Unicode"),
+    (line(stream="a\x1fb", user="u", time=1, value=1), "field 'stream' contains the reserved character U+001F"),
     ("x" * (JSONL.max_text_length + 1), "record too long"),
     (b"\xff\xfe{}", "not valid UTF-8"),
     (None, "not a text line"),

@@ -1,8 +1,9 @@
 """Randomness and noise primitives for the differentially private histograms.
 
 Secure by default: :class:`SecureRandomness` (a ChaCha20 keystream keyed by
-the operating system's CSPRNG) is the only source meant for releases.  :class:`InsecureSeededRandomness` is
-a deterministic stream for tests and reproducible replays only.
+the operating system's CSPRNG) is the only source meant for releases.
+:class:`InsecureSeededRandomness` is a deterministic stream for tests and
+reproducible replays only.
 
 Noise on counts is discrete Laplace noise sampled *exactly* with integer
 arithmetic, following Canonne, Kamath and Steinke, "The Discrete Gaussian for
@@ -57,8 +58,7 @@ class SecureRandomness(Randomness):
 
     The key comes from :func:`os.urandom` and is replaced every ``REKEY_BYTES``
     of output; a forked child drops the key and buffer it inherited (parent and
-    child never share a stream).
-    This is the construction of the operating systems' own generators (Linux
+    child never share a stream).  This is the construction of the operating systems' own generators (Linux
     ``getrandom``, OpenBSD ``arc4random``); here it runs in user space because
     a system call per buffer made the sampling coins of large slots the
     slowest step (``os.urandom`` gave 60-100 MB/s on the 2-core machine,
@@ -190,8 +190,6 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
         raise ValueError(f"scale must be at most 2**53 for int64 output, got {scale!r}")
     size = _check_size(size)
     randbelow = rng.randbelow
-    if size == 1:
-        return np.array([_one_discrete_laplace(num, den, randbelow)], dtype=np.int64)
     return np.array([_one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
 
 

@@ -200,6 +200,8 @@ class Mechanism(abc.ABC):
     name: ClassVar[str]
     requirement_kind: ClassVar[type] = FixedRequirements
     params_type: ClassVar[type] = MechanismParams
+    samples_cohorts: ClassVar[bool] = True
+    """False for mechanisms that never sample by cohort: they get pooled cells (one per bin)."""
 
     def __init__(self, params: MechanismParams):
         if not isinstance(params, self.params_type):
@@ -243,11 +245,11 @@ class Mechanism(abc.ABC):
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
         extent = batch.validate(self.params.bins, self.requirement_kind)
-        rows = self.population.rows_of(batch.users, extent.max_user)
-        self.population.validate(batch, rows)
+        rows = self.population.rows_of(batch.users, extent)
+        registered = self.population.validate(batch, rows)
         self.check_requirements(batch)
         self.slot += 1
-        data = self.population.admit(batch, self.slot, rows, extent)
+        data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
         self._last_cells = data.cells
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:

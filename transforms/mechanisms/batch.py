@@ -18,6 +18,7 @@ class BatchExtent(NamedTuple):
 
     max_user: int   # largest user index (-1 for an empty batch)
     min_value: int  # smallest value (NO_VALUE when some row reports nothing; 0 for an empty batch)
+    dense: bool     # the users are exactly 0, 1, ..., n-1 (everybody reports, as in the papers)
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,23 @@ class SlotBatch:
         users, values = self.users, self.values
         if users.ndim != 1 or values.ndim != 1:
             raise ValueError("users and values must be one-dimensional")
-        if users.size != values.size:
-            raise ValueError(f"users has {users.size} entries but values has {values.size}")
-        if users.size == 0:
-            extent = BatchExtent(-1, 0)
+        n = users.size
+        if n != values.size:
+            raise ValueError(f"users has {n} entries but values has {values.size}")
+        if n == 0:
+            extent = BatchExtent(-1, 0, True)
         else:
-            ascending = users.size < 2 or bool((users[1:] > users[:-1]).all())  # the usual batch
-            if (users[0] if ascending else users.min()) < 0:
+            first, last = int(users[0]), int(users[-1])
+            ascending = n == 1 or bool((users[1:] > users[:-1]).all())  # the usual batch
+            if (first if ascending else users.min()) < 0:
                 raise ValueError("users must be non-negative indices")
             if not ascending and not _distinct(users):
                 raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
-            extent = BatchExtent(int(users[-1] if ascending else users.max()), int(values.min()))
-            if extent.min_value < NO_VALUE or values.max() >= bins:
+            max_user = last if ascending else int(users.max())
+            min_value = int(values.min())
+            if min_value < NO_VALUE or values.max() >= bins:
                 raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
+            extent = BatchExtent(max_user, min_value, ascending and first == 0 and last == n - 1)
         if self.requirements is not None:
             if len(self.requirements) != users.size:
                 raise ValueError(f"requirements has {len(self.requirements)} rows, expected {users.size}")

@@ -27,6 +27,7 @@ class HomogeneousMechanism(Mechanism):
     """One budget trajectory for everyone."""
 
     params_type = HomogeneousParams
+    samples_cohorts = False
 
     def __init__(self, params: HomogeneousParams):
         super().__init__(params)

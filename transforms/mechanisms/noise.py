@@ -75,11 +75,10 @@ class SecureRandomness(Randomness):
         _LIVE_SECURE.add(self)
 
     def _forget(self) -> None:
-        """Drop the key and the buffer (at creation and in a forked child)."""
+        """Drop the key and the buffered words (at creation and in a forked child)."""
         self._cipher = None
         self._produced = 0
-        self._buffer = b""
-        self._offset = 0
+        self._words: list[int] = []
 
     def _keystream(self, size: int) -> bytes:
         if self._cipher is None or self._produced + size > self.REKEY_BYTES:
@@ -88,21 +87,29 @@ class SecureRandomness(Randomness):
         self._produced += size
         return self._cipher.update(bytes(size))
 
+    def _word(self) -> int:
+        """One uniform 64-bit word (python int) from the buffered keystream."""
+        if not self._words:
+            self._words = np.frombuffer(self._keystream(self._BUFFER_BYTES), "<u8").tolist()
+        return self._words.pop()
+
     def randbelow(self, n: int) -> int:
-        """Uniform int in [0, n): rejection sampling on buffered keystream bytes."""
+        """Uniform int in [0, n): the top bits of 64-bit keystream words, rejection sampled."""
         if n < 1:
             raise ValueError(f"randbelow needs n >= 1, got {n}")
-        if n == 1:
-            return 0
         bits = (n - 1).bit_length()
-        width = (bits + 7) // 8
+        if bits <= 64:  # every noise draw of realistic scales: one word per attempt
+            shift = 64 - bits
+            while True:
+                candidate = self._word() >> shift
+                if candidate < n:
+                    return candidate
+        words = (bits + 63) // 64
         while True:
-            if self._offset + width > len(self._buffer):
-                self._buffer = self._keystream(max(self._BUFFER_BYTES, width))
-                self._offset = 0
-            chunk = self._buffer[self._offset:self._offset + width]
-            self._offset += width
-            candidate = int.from_bytes(chunk, "little") >> (8 * width - bits)
+            value = 0
+            for _ in range(words):
+                value = (value << 64) | self._word()
+            candidate = value >> (64 * words - bits)
             if candidate < n:
                 return candidate
 
@@ -185,12 +192,23 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     ~e^-1000); otherwise ``ValueError`` naming ``scale``.  Returns an
     ``np.int64`` array.
     """
-    num, den = _check_scale(scale)
-    if num > _MAX_DISCRETE_SCALE * den:
-        raise ValueError(f"scale must be at most 2**53 for int64 output, got {scale!r}")
+    num, den = _discrete_scale(scale)
     size = _check_size(size)
     randbelow = rng.randbelow
     return np.array([_one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
+
+
+def discrete_laplace_draw(scale: Fraction, rng: Randomness) -> int:
+    """One exact discrete Laplace draw as a python int (:func:`discrete_laplace` with size 1)."""
+    num, den = _discrete_scale(scale)
+    return _one_discrete_laplace(num, den, rng.randbelow)
+
+
+def _discrete_scale(scale) -> tuple[int, int]:
+    num, den = _check_scale(scale)
+    if num > _MAX_DISCRETE_SCALE * den:
+        raise ValueError(f"scale must be at most 2**53 for int64 output, got {scale!r}")
+    return num, den
 
 
 def _one_discrete_laplace(num: int, den: int, randbelow) -> int:
@@ -302,37 +320,40 @@ def count_successes(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness)
     non-negative int64 array and ``thresholds`` a uint64 array of the same
     length (from :func:`bernoulli_thresholds`).  Cells with threshold
     ``>= 2**32`` return ``trials[i]`` and cells with threshold 0 return 0
-    without drawing; all other coins come from ONE ``rng.uint32(total)`` call.
-    Memory is O(total coins).  Returns int64.
+    without drawing.  Each other coin compares a uniform 32-bit ``X`` with its
+    threshold ``t`` lazily: ``X``'s top byte decides unless it equals ``t``'s
+    (probability 1/256), and only then are ``X``'s low 24 bits drawn.  That is
+    exactly ``X < t`` with about a quarter of the random bytes.  Memory is
+    O(total coins).  Returns int64.
     """
     n = np.asarray(trials)
     t = np.asarray(thresholds)
     if n.ndim != 1 or t.shape != n.shape:
         raise ValueError(f"trials and thresholds must be 1-D of equal length, got {n.shape} and {t.shape}")
-    if n.size and not np.issubdtype(n.dtype, np.integer):
-        raise ValueError(f"trials must be integers, got dtype {n.dtype}")
-    if t.size and not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"thresholds must be integers, got dtype {t.dtype}")
+    if n.size == 0:
+        return np.zeros(0, np.int64)
+    if n.dtype.kind not in "iu" or t.dtype.kind not in "iu":
+        raise ValueError(f"trials and thresholds must be integers, got dtypes {n.dtype} and {t.dtype}")
+    if n.min() < 0 or t.min() < 0:
+        raise ValueError("trials and thresholds must be non-negative")
     n = n.astype(np.int64, copy=False)
-    if np.any(n < 0):
-        raise ValueError("trials must be non-negative")
-    if np.any(t < 0):
-        raise ValueError("thresholds must be non-negative")
     t = t.astype(np.uint64, copy=False)
 
-    result = np.zeros(n.shape, dtype=np.int64)
-    certain = t >= _TWO_32
-    result[certain] = n[certain]
-    random_cells = np.flatnonzero(~certain & (t > 0) & (n > 0))
+    result = np.where(t >= _TWO_32, n, 0)
+    random_cells = np.flatnonzero((t - np.uint64(1) < np.uint64(_TWO_32 - 1)) & (n > 0))  # 0 < t < 2**32
     if random_cells.size == 0:
         return result
-    cell_trials = n[random_cells]
+    cell_trials, cell_thresholds = n[random_cells], t[random_cells]
     total = int(cell_trials.sum())
-    draws = rng.uint32(total)
-    if draws.shape != (total,):
-        raise ValueError(f"rng.uint32({total}) returned shape {draws.shape}")
-    successes = draws < np.repeat(t[random_cells], cell_trials)
-    starts = np.concatenate(([0], np.cumsum(cell_trials)[:-1]))
+    top_bytes = rng.uint32(-(-total // 4)).view(np.uint8)[:total]
+    coin_top = np.repeat((cell_thresholds >> np.uint64(24)).astype(np.uint8), cell_trials)
+    successes = (top_bytes < coin_top).view(np.uint8)
+    ties = np.flatnonzero(top_bytes == coin_top)
+    starts = np.cumsum(cell_trials) - cell_trials
+    if ties.size:
+        low_bits = (rng.uint32(ties.size) >> np.uint32(8)).astype(np.uint64)
+        tie_cells = np.searchsorted(starts, ties, side="right") - 1
+        successes[ties] = low_bits < (cell_thresholds[tie_cells] & np.uint64(0xFFFFFF))
     result[random_cells] = np.add.reduceat(successes, starts, dtype=np.int64)
     return result
 
@@ -382,7 +403,7 @@ def grid_laplace(
 
 def _check_scale(scale) -> tuple[int, int]:
     """Numerator and denominator of a positive rational scale."""
-    if type(scale) is Fraction and scale > 0:  # the usual case, without the ABC checks
+    if type(scale) is Fraction and scale.numerator > 0:  # the usual case, without the ABC checks
         return scale.numerator, scale.denominator
     if isinstance(scale, bool) or not isinstance(scale, Rational):
         raise ValueError(
@@ -395,6 +416,8 @@ def _check_scale(scale) -> tuple[int, int]:
 
 
 def _check_size(size) -> int:
+    if type(size) is int and size >= 0:  # the usual case, without the ABC checks
+        return size
     if isinstance(size, bool) or not isinstance(size, Integral) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     return int(size)

@@ -44,7 +44,7 @@ import numpy as np
 
 from transforms.mechanisms.batch import BatchExtent, SlotBatch
 from transforms.mechanisms.requirements import FixedRequirements
-from transforms.mechanisms.sampling import Cells
+from transforms.mechanisms.sampling import Cells, count_keys
 
 UNREGISTERED = -1
 WAITING = -2  # registered, waiting for a changed fixed requirement to take effect
@@ -223,17 +223,20 @@ class Population:
         return np.flatnonzero(self.cohort_of != UNREGISTERED)
 
     # ------------------------------------------------------------------ per slot
-    def admit(self, batch: SlotBatch, slot: int, rows: np.ndarray, extent: BatchExtent) -> SlotData:
+    def admit(self, batch: SlotBatch, slot: int, rows: np.ndarray, extent: BatchExtent, registered: bool,
+              by_cohort: bool = True) -> SlotData:
         """Apply one slot's rows (registrations, changes, values); return the slot's cells.
 
-        ``rows`` is :meth:`rows_of` the batch's users and ``extent`` what the batch's
-        validation returned, both computed by the caller before any change.
+        ``rows`` is :meth:`rows_of` the batch's users, ``extent`` what the batch's
+        validation returned and ``registered`` what :meth:`validate` returned, all
+        computed by the caller before any change.  With ``by_cohort=False`` the
+        cells are pooled over cohorts (see :class:`Cells`).
         """
         if batch.users.size:
             self._grow(extent.max_user)
         if (self.kind is FixedRequirements and batch.requirements is None and not self.waiting
-                and (rows.size == 0 or rows.min() >= 0)):  # the steady state: nobody joins or changes
-            return SlotData(cells=self._cells(batch, rows, extent.min_value, registered=True),
+                and registered):  # the steady state: nobody joins or changes
+            return SlotData(cells=self._cells(batch, rows, extent.min_value, by_cohort, registered=True),
                             sizes=self.table.size.copy())
         before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
@@ -244,24 +247,31 @@ class Population:
         self._compact()
         if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
             rows = self.cohort_of[batch.users]  # memberships changed this slot
-        return SlotData(cells=self._cells(batch, rows, extent.min_value), sizes=self.table.size.copy())
+        return SlotData(cells=self._cells(batch, rows, extent.min_value, by_cohort), sizes=self.table.size.copy())
 
-    def rows_of(self, users: np.ndarray, max_user: int) -> np.ndarray:
+    def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything."""
-        if max_user >= self.capacity:
+        if extent.max_user >= self.capacity:
             rows = np.full(users.size, UNREGISTERED, np.int64)
             known = users < self.capacity
             rows[known] = self.cohort_of[users[known]]
             return rows
+        if extent.dense:
+            return self.cohort_of[:users.size].copy()  # a copy is cheaper than gathering
         return self.cohort_of[users]
 
-    def validate(self, batch: SlotBatch, rows: np.ndarray) -> None:
-        """Fail before any change when a new user comes without a requirement."""
-        if batch.requirements is None and self.default_requirement is None and rows.size:
+    def validate(self, batch: SlotBatch, rows: np.ndarray) -> bool:
+        """Fail before any change when a new user comes without a requirement.
+
+        Returns whether every row is already in a cohort.
+        """
+        registered = rows.size == 0 or rows.min() >= 0
+        if not registered and batch.requirements is None and self.default_requirement is None:
             new = rows == UNREGISTERED
             if new.any():
                 raise ValueError(f"user {int(batch.users[np.argmax(new)])} has no requirement and the "
                                  "mechanism has no default_requirement")
+        return registered
 
     def _declarations(self, batch: SlotBatch, rows: np.ndarray):
         """``(users, requirements)`` declared this slot.
@@ -415,7 +425,8 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int, registered: bool = False) -> Cells:
+    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int, by_cohort: bool,
+               registered: bool = False) -> Cells:
         """Counts per (cohort, bin); ``registered`` says every row is already known to be in a cohort."""
         if self.carry_forward:
             reporting = batch.values >= 0
@@ -427,13 +438,14 @@ class Population:
             if values.size and (min_value < 0 or (not registered and cohorts.min() < 0)):
                 keep = (values >= 0) & (cohorts >= 0)
                 values, cohorts = values[keep], cohorts[keep]
+        if not by_cohort:
+            return Cells.pooled(count_keys(values, self.bins))
         if cohorts.size == 0:
             return Cells.empty()
         cells = self.table.rows * self.bins
         if cells <= _DENSE_CELL_LIMIT:  # every (cohort, bin) pair, zero counts included
             keys = values if self.table.rows == 1 else cohorts * self.bins + values
-            counts = np.bincount(keys, minlength=cells)
-            return Cells(*self._dense_index(), counts)
+            return Cells(*self._dense_index(), count_keys(keys, cells))
         keys, counts = np.unique(cohorts * self.bins + values, return_counts=True)
         return Cells(keys // self.bins, keys % self.bins, counts.astype(np.int64))
 

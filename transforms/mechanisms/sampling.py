@@ -26,14 +26,19 @@ from fractions import Fraction
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
-from transforms.mechanisms.noise import Randomness, bernoulli_thresholds, count_successes, discrete_laplace
+from transforms.mechanisms.noise import (Randomness, bernoulli_thresholds, count_successes, discrete_laplace,
+                                         discrete_laplace_draw)
 
 
 @dataclass(frozen=True)
 class Cells:
-    """Contributing users per (cohort, bin): three aligned int64 columns."""
+    """Contributing users per (cohort, bin): three aligned int64 columns.
 
-    cohort: np.ndarray
+    *Pooled* cells (``cohort`` is ``None``) count users per bin over all
+    cohorts, for mechanisms that treat every user alike and never sample.
+    """
+
+    cohort: np.ndarray | None
     bin: np.ndarray
     count: np.ndarray
 
@@ -42,9 +47,32 @@ class Cells:
         z = np.zeros(0, np.int64)
         return cls(z, z, z)
 
+    @classmethod
+    def pooled(cls, histogram: np.ndarray) -> "Cells":
+        """One cell per bin, every cohort together."""
+        return cls(None, np.arange(histogram.size), histogram)
+
     def histogram(self, bins: int) -> np.ndarray:
         """The true (unsampled) histogram ``c_t``."""
+        if self.cohort is None:
+            return self.count.copy()
         return np.bincount(self.bin, weights=self.count, minlength=bins).astype(np.int64)
+
+
+def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
+    """``np.bincount(keys, minlength=size)`` for int64 keys in ``[0, size)``.
+
+    With two to four distinct keys, counting each by comparison is several
+    times faster than ``bincount``, whose increments then keep hitting the same
+    few counters (the papers' binary streams).
+    """
+    if not 1 < size <= 4:
+        return np.bincount(keys, minlength=size)
+    counts = np.empty(size, np.int64)
+    for key in range(1, size):
+        counts[key] = np.count_nonzero(keys == key)
+    counts[0] = keys.size - counts[1:].sum()
+    return counts
 
 
 def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarray:
@@ -61,11 +89,22 @@ def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarr
 def sample_histogram(cells: Cells, cohort_units: np.ndarray, threshold_units: int,
                      bins: int, rng: Randomness) -> np.ndarray:
     """SM_s then Q: the histogram of the users kept by the sample step."""
+    if cells.cohort is None:
+        raise ValueError("sampling needs cells by cohort, not pooled cells")
     if cells.count.size == 0:
         return np.zeros(bins, np.int64)
-    p = inclusion_probabilities(cohort_units, threshold_units)
-    kept = count_successes(cells.count, bernoulli_thresholds(p)[cells.cohort], rng)
+    thresholds = _coin_thresholds(np.asarray(cohort_units, np.int64).tobytes(), threshold_units)
+    kept = count_successes(cells.count, thresholds[cells.cohort], rng)
     return np.bincount(cells.bin, weights=kept, minlength=bins).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=1024)
+def _coin_thresholds(cohort_units: bytes, threshold_units: int) -> np.ndarray:
+    """Each cohort's exact coin threshold, read-only; cached because a cohort's budgets repeat."""
+    p = inclusion_probabilities(np.frombuffer(cohort_units, np.int64), threshold_units)
+    thresholds = bernoulli_thresholds(p)
+    thresholds.flags.writeable = False
+    return thresholds
 
 
 @functools.lru_cache(maxsize=4096)
@@ -83,4 +122,4 @@ def noisy_total_deviation(counts: np.ndarray, last_release: np.ndarray, threshol
                           sensitivity: int, rng: Randomness) -> int:
     """``d · dis``: ``Σ_j |c_j - r_l[j]|`` plus discrete Laplace noise of scale ``Δ/θ``."""
     deviation = int(np.abs(counts - last_release).sum())
-    return deviation + int(discrete_laplace(laplace_scale(threshold_units, sensitivity), 1, rng)[0])
+    return deviation + discrete_laplace_draw(laplace_scale(threshold_units, sensitivity), rng)

@@ -18,6 +18,14 @@ def units(epsilon) -> int:
     return int(exact)
 
 
+def admit(mechanism, batch: SlotBatch, slot: int):
+    """The population side of ``mechanism.step`` alone: validate and admit ``batch`` at ``slot``."""
+    population = mechanism.population
+    extent = batch.validate(mechanism.params.bins, mechanism.requirement_kind)
+    rows = population.rows_of(batch.users, extent)
+    return population.admit(batch, slot, rows, extent, population.validate(batch, rows), mechanism.samples_cohorts)
+
+
 def drive(mechanism, batch: SlotBatch, publish: bool):
     """Run one slot's budget allocation with a *given* publish decision.
 
@@ -26,11 +34,9 @@ def drive(mechanism, batch: SlotBatch, publish: bool):
     decision and returns ``(dc, publication)`` per batch user, or
     ``(dc, None)`` when the mechanism nullifies the slot itself.
     """
-    extent = batch.validate(mechanism.params.bins, mechanism.requirement_kind)
     mechanism.check_requirements(batch)
     mechanism.slot += 1
-    data = mechanism.population.admit(batch, mechanism.slot, mechanism.population.rows_of(batch.users, extent.max_user),
-                                      extent)
+    data = admit(mechanism, batch, mechanism.slot)
     dc = mechanism.dc_budgets(data)
     publication = mechanism.publication_budgets(data)
     rows = mechanism.population.cohort_of[batch.users]

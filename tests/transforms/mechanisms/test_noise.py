@@ -347,6 +347,7 @@ class ScriptedRandomness(Randomness):
         self.uint32_values = np.array(uint32_values, dtype=np.uint32)
         self.randbelow_values = list(randbelow_values)
         self.randbelow_args: list[int] = []
+        self.uint32_batches: list[np.ndarray] = []  # served, in order, before uint32_values
 
     def randbelow(self, n: int) -> int:
         self.randbelow_args.append(n)
@@ -355,8 +356,18 @@ class ScriptedRandomness(Randomness):
         return value
 
     def uint32(self, size: int) -> np.ndarray:
+        if self.uint32_batches:
+            batch = self.uint32_batches.pop(0)
+            assert size == batch.size
+            return batch.copy()
         assert size == len(self.uint32_values)
         return self.uint32_values.copy()
+
+
+def little_endian_words(data: list[int]) -> np.ndarray:
+    """uint32 words whose bytes, in memory order, are ``data`` (zero-padded to a multiple of 4)."""
+    padded = bytes(data) + bytes(-len(data) % 4)
+    return np.frombuffer(padded, dtype="<u4").astype(np.uint32)
 
 
 def test_count_successes_certain_cells_draw_nothing():
@@ -373,21 +384,36 @@ def test_count_successes_certain_cells_draw_nothing():
 
 
 def test_count_successes_compares_draw_strictly_below_threshold():
-    # Cells: 3 coins at threshold 10, (skip threshold 0), 4 coins at threshold 1.
-    draws = [9, 10, 0, 1, 0, 0, 2**32 - 1]
-    rng = ScriptedRandomness(uint32_values=draws)
-    out = count_successes(
-        np.array([3, 2, 4]), np.array([10, 0, 1], dtype=np.uint64), rng
-    )
-    assert out.tolist() == [2, 0, 2]
+    # Thresholds 10, 0 (skipped) and 1 have top byte 0: every coin's top byte 0 ties
+    # and its low 24 bits decide; a non-zero top byte fails.
+    rng = ScriptedRandomness()
+    rng.uint32_batches = [little_endian_words([0, 0, 1, 0, 0, 0, 0]),
+                          np.array([9, 10, 0, 1, 0, 2**24 - 1], dtype=np.uint32) << np.uint32(8)]
+    out = count_successes(np.array([3, 2, 4]), np.array([10, 0, 1], dtype=np.uint64), rng)
+    assert out.tolist() == [1, 0, 2]  # 9 < 10, not 10 < 10, top byte 1 fails; 0 < 1 twice
+    assert rng.uint32_batches == []
 
 
-def test_count_successes_draws_exactly_one_batch_of_the_random_coins():
+@given(threshold=st.integers(1, 2**32 - 1), top=st.integers(0, 255), low=st.integers(0, 2**24 - 1))
+def test_count_successes_lazy_coin_is_the_full_32_bit_comparison(threshold, top, low):
+    # One coin whose uniform 32-bit draw is X = top * 2**24 + low: it succeeds iff X < threshold,
+    # and the low 24 bits are drawn only when the top byte ties the threshold's.
+    rng = ScriptedRandomness()
+    ties = top == threshold >> 24
+    rng.uint32_batches = [little_endian_words([top])] + ([np.array([low << 8], dtype=np.uint32)] if ties else [])
+    out = count_successes(np.array([1]), np.array([threshold], dtype=np.uint64), rng)
+    assert out.tolist() == [int((top << 24) + low < threshold)]
+    assert rng.uint32_batches == []
+
+
+def test_count_successes_draws_one_batch_of_top_bytes_and_one_for_ties():
     rng = CountingRandomness(3)
     trials = np.array([10, 0, 20, 5, 7, 1000], dtype=np.int64)
     thresholds = bernoulli_thresholds([0.5, 0.5, 1.0, 0.0, 0.25, 0.999])
     out = count_successes(trials, thresholds, rng)
-    assert rng.uint32_calls == [10 + 7 + 1000]
+    coins = 10 + 7 + 1000
+    assert rng.uint32_calls[0] == -(-coins // 4)  # one byte per coin
+    assert len(rng.uint32_calls) <= 2 and sum(rng.uint32_calls[1:]) < coins / 20  # ties: ~1/256 of coins
     assert rng.randbelow_calls == 0
     assert out[1] == 0 and out[2] == 20 and out[3] == 0
     assert np.all((out >= 0) & (out <= trials))

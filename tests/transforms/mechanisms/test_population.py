@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import run_with_ledger
+from conftest import admit, run_with_ledger
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -22,9 +22,7 @@ def test_cohorts_are_distinct_requirements_and_obs_counts_registered_users():
     pbd.step(SlotBatch.of(np.arange(n), gen.integers(0, 2, n), reqs), insecure_seeded_randomness(0))
     assert pbd.population.table.rows == 4
     # Only 10 users report next: the public cohort sizes (what OBS uses) still count everyone.
-    batch = SlotBatch.of(np.arange(10), np.zeros(10, np.int64))
-    extent = batch.validate(2)
-    data = pbd.population.admit(batch, 2, pbd.population.rows_of(batch.users, extent.max_user), extent)
+    data = admit(pbd, SlotBatch.of(np.arange(10), np.zeros(10, np.int64)), 2)
     assert data.sizes.sum() == n
     assert data.cells.count.sum() == 10
 
@@ -37,7 +35,7 @@ def test_absent_users_are_charged_and_carry_forward_keeps_their_bin():
         release = pbd.step(SlotBatch.of([0], [1]), rng)
         assert list(release.charges.users) == [0, 1, 2]
         assert np.all(release.charges.dc_units == to_units(1.0) // 8)
-        data = pbd.population.admit(SlotBatch.empty(), 3, np.zeros(0, np.int64), SlotBatch.empty().validate(2))
+        data = admit(pbd, SlotBatch.empty(), 3)
         assert data.cells.histogram(3).tolist() == ([0, 2, 1] if carry else [0, 0, 0])
 
 

@@ -98,7 +98,14 @@ def optimal_budget(units: np.ndarray, counts: np.ndarray, sensitivity: int = 1,
     units, counts = np.asarray(units, np.int64), np.asarray(counts, np.int64)
     # A cohort's budgets repeat from slot to slot (PBD/PBA shares every slot), so recent
     # answers are kept; the key is the exact input, so a hit returns what a recomputation would.
-    return _cached_selection(units.tobytes(), counts.tobytes(), sensitivity, model)
+    select = _cached_selection if units.size <= CACHED_ROWS else _cached_selection.__wrapped__
+    return select(units.tobytes(), counts.tobytes(), sensitivity, model)
+
+
+CACHED_ROWS = 1024
+"""Per-cohort inputs up to this many rows are answered from a cache keyed by their bytes (1024
+entries, so at most 16 MiB of keys); longer ones, such as thousands of dynamic cohorts whose
+budgets rarely repeat, are recomputed."""
 
 
 @functools.lru_cache(maxsize=1024)

@@ -26,8 +26,14 @@ from fractions import Fraction
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
-from transforms.mechanisms.noise import (Randomness, bernoulli_thresholds, count_successes, discrete_laplace,
-                                         discrete_laplace_draw)
+from transforms.mechanisms.noise import (
+    Randomness,
+    bernoulli_thresholds,
+    count_successes,
+    discrete_laplace,
+    discrete_laplace_draw,
+)
+from transforms.mechanisms.obs import CACHED_ROWS
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,9 @@ def sample_histogram(cells: Cells, cohort_units: np.ndarray, threshold_units: in
         raise ValueError("sampling needs cells by cohort, not pooled cells")
     if cells.count.size == 0:
         return np.zeros(bins, np.int64)
-    thresholds = _coin_thresholds(np.asarray(cohort_units, np.int64).tobytes(), threshold_units)
+    units = np.asarray(cohort_units, np.int64)
+    thresholds_of = _coin_thresholds if units.size <= CACHED_ROWS else _coin_thresholds.__wrapped__
+    thresholds = thresholds_of(units.tobytes(), threshold_units)
     kept = count_successes(cells.count, thresholds[cells.cohort], rng)
     return np.bincount(cells.bin, weights=kept, minlength=bins).astype(np.int64)
 

@@ -250,14 +250,19 @@ class Population:
         return SlotData(cells=self._cells(batch, rows, extent.min_value, by_cohort), sizes=self.table.size.copy())
 
     def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
-        """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything."""
+        """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything.
+
+        For a dense batch this is a view of ``cohort_of``: :meth:`admit` gathers
+        the rows again whenever a membership changes, and reads them before
+        that only to find unregistered users, whom no change registers early.
+        """
         if extent.max_user >= self.capacity:
             rows = np.full(users.size, UNREGISTERED, np.int64)
             known = users < self.capacity
             rows[known] = self.cohort_of[users[known]]
             return rows
         if extent.dense:
-            return self.cohort_of[:users.size].copy()  # a copy is cheaper than gathering
+            return self.cohort_of[:users.size]
         return self.cohort_of[users]
 
     def validate(self, batch: SlotBatch, rows: np.ndarray) -> bool:

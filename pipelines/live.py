@@ -87,8 +87,24 @@ class LiveRelease:
         self.outbox.append((name, json.dumps(record, sort_keys=True) + "\n"))
 
     def poll(self) -> None:
-        """Read files that appeared since the last poll."""
-        for path in sorted(glob.glob(os.path.join(self.watch, "*.jsonl")), key=os.path.getmtime):
+        """Read files that appeared since the last poll, oldest first.
+
+        Consumed files that left the directory are forgotten, so the set of
+        consumed files (kept in every checkpoint) is never larger than the
+        directory: a job that runs for years with its inputs rotated away
+        does not grow.  A new file with a forgotten name is read as new.
+        """
+        listing = []
+        for path in glob.glob(os.path.join(self.watch, "*.jsonl")):
+            try:
+                listing.append((os.path.getmtime(path), path))
+            except FileNotFoundError:  # removed between listing and stat: nothing to read
+                continue
+        present = {path for _, path in listing}
+        if not self.seen <= present:
+            self.seen &= present
+            self.consumed_since_commit = True  # the next checkpoint records the smaller set
+        for _, path in sorted(listing):
             if path in self.seen:
                 continue
             self.seen.add(path)

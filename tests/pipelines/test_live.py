@@ -313,3 +313,30 @@ def test_a_stopped_watch_keeps_open_slots_for_the_next_run(tmp_path):
     assert second == whole and second["releases"] == 4 and second["late"] == 0
     released = lambda work: (work / "out" / "releases-live.jsonl").read_text()  # noqa: E731
     assert released(tmp_path / "stopped") == released(tmp_path / "whole")
+
+
+def test_consumed_files_that_leave_the_directory_are_forgotten(tmp_path):
+    """Rotated-away inputs leave the consumed set (and the checkpoint); nothing is read twice, and a new
+    file that reuses a forgotten name is read."""
+    watch, out, path = tmp_path / "in", tmp_path / "out", str(tmp_path / "checkpoint.wevent")
+    watch.mkdir()
+    live = LiveRelease(str(watch), str(out), ParseConfig(bins=4), live_transform("pbd"), path)
+    for k in range(3):
+        (watch / f"part{k}.jsonl").write_text("\n".join(round_lines(k)) + "\n")
+        os.utime(watch / f"part{k}.jsonl", (1000 + k, 1000 + k))
+    live.poll()
+    live.release_due(3 * 60)
+    read = live.counts["records_read"]
+    assert len(live.seen) == 3
+    (watch / "part0.jsonl").unlink()
+    (watch / "part1.jsonl").unlink()
+    live.poll()
+    live.commit()
+    assert live.seen == {str(watch / "part2.jsonl")} and live.counts["records_read"] == read
+    live.close()
+    resumed = LiveRelease(str(watch), str(out), ParseConfig(bins=4), live_transform("pbd"), path)
+    assert resumed.seen == {str(watch / "part2.jsonl")}
+    (watch / "part0.jsonl").write_text("\n".join(round_lines(3)) + "\n")  # a new file, an old name
+    resumed.poll()
+    assert resumed.counts["records_read"] == read + len(round_lines(3))
+    resumed.close()

@@ -385,6 +385,8 @@ class Population:
         declared = (reqs.backward_window, reqs.backward_units, reqs.forward_window, reqs.forward_units)
         table.widen(int(max(reqs.backward_window.max(), reqs.forward_window.max())))
         rows = self.cohort_of[users]
+        if self._declare_per_cohort(rows, declared):
+            return
         known = rows >= 0
         moving = ~known
         if table.rows:
@@ -417,6 +419,32 @@ class Population:
         table.data["declared_forward_units"][target, 0] = groups[:, 4]
         self._leave(movers)
         self._join(movers, target[inverse])
+
+    def _declare_per_cohort(self, rows: np.ndarray, declared: tuple[np.ndarray, ...]) -> bool:
+        """The usual slot, done per cohort: every member of every cohort declares, and alike.
+
+        Then each cohort's declaration is replaced in place, which is what the
+        general path does for a cohort that moves as a whole (and nothing, for
+        one that declares what it had).  Returns False, changing nothing, when
+        some user joins, some cohort is not all present, or its members differ.
+        """
+        table = self.table
+        if rows.size == 0 or rows.min() < 0 or not np.array_equal(np.bincount(rows, minlength=table.rows),
+                                                                  table.size):
+            return False
+        per_cohort = []
+        for column in declared:
+            value = np.zeros(table.rows, np.int64)
+            value[rows] = column
+            if not np.array_equal(value[rows], column):
+                return False
+            per_cohort.append(value)
+        present = table.size > 0
+        for name, value in zip(self._DECLARATION, per_cohort):
+            table.data[name][present] = value[present]
+        table.data["declared_forward_window"][present, 0] = per_cohort[2][present]
+        table.data["declared_forward_units"][present, 0] = per_cohort[3][present]
+        return True
 
     # cells -------------------------------------------------------------------
     def _compact(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from conftest import admit, run_with_ledger
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
@@ -127,3 +129,48 @@ def test_infeasible_backward_declarations_are_projected_and_reported():
     assert int(projected.backward_units[0]) > to_units(0.1)
     assert int(releases[-1].charges.units[0]) == 0  # nothing left for this slot
     assert ledger.ok
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_declaring_per_cohort_equals_the_general_path(data):
+    """The per-cohort shortcut for dynamic declarations (every member of every cohort declares, alike)
+    leaves the same state and makes the same releases as the general per-user path."""
+    users = data.draw(st.integers(1, 12), label="users")
+    levels = [(1, 5.0, 4, 1.0), (2, 3.0, 3, 0.8), (1, 2.0, 2, 0.6)]
+    shortcuts = []
+    slots = []
+    for _ in range(data.draw(st.integers(1, 8), label="slots")):
+        reporting = data.draw(st.one_of(st.just([True] * users),
+                                        st.lists(st.booleans(), min_size=users, max_size=users)), label="reporting")
+        by_type = data.draw(st.booleans(), label="users of a type declare alike")
+        types = data.draw(st.lists(st.integers(0, 2), min_size=3, max_size=3), label="type levels")
+        chosen = [levels[types[u % 3]] if by_type else levels[data.draw(st.integers(0, 2))] for u in range(users)]
+        who = [u for u in range(users) if reporting[u] or not slots]  # everybody declares at slot 1
+        slots.append(SlotBatch.of(who, [u % 2 for u in who],
+                                  DynamicRequirements.of(*map(list, zip(*(chosen[u] for u in who)))))
+                     if who else SlotBatch.empty())
+
+    def run(shortcut: bool):
+        dpbd = make_mechanism("dpbd", bins=2, max_window=6)
+        declare_per_cohort = dpbd.population._declare_per_cohort
+
+        def counted(rows, declared):
+            taken = shortcut and declare_per_cohort(rows, declared)
+            shortcuts.append(taken)
+            return taken
+
+        dpbd.population._declare_per_cohort = counted
+        rng = insecure_seeded_randomness(1)
+        releases = [dpbd.step(batch, rng) for batch in slots]
+        return releases, dpbd.state_arrays()
+
+    fast, fast_state = run(True)
+    slow, slow_state = run(False)
+    for a, b in zip(fast, slow):
+        assert a.kind == b.kind and np.array_equal(a.histogram, b.histogram)
+        assert np.array_equal(a.charges.units, b.charges.units)
+    assert fast_state.keys() == slow_state.keys()
+    for name in fast_state:
+        assert np.array_equal(fast_state[name], slow_state[name]), name
+    event(f"per-cohort declarations: {sum(shortcuts)}")

@@ -432,11 +432,12 @@ class Population:
         if rows.size == 0 or rows.min() < 0 or not np.array_equal(np.bincount(rows, minlength=table.rows),
                                                                   table.size):
             return False
+        member = np.zeros(table.rows, np.int64)  # one batch position per cohort
+        member[rows] = np.arange(rows.size)
         per_cohort = []
         for column in declared:
-            value = np.zeros(table.rows, np.int64)
-            value[rows] = column
-            if not np.array_equal(value[rows], column):
+            value = column[member]
+            if not (value[rows] == column).all():
                 return False
             per_cohort.append(value)
         present = table.size > 0

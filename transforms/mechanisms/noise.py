@@ -216,7 +216,7 @@ def _one_discrete_laplace(num: int, den: int, randbelow) -> int:
 
     CKS20 Algorithm 2 outputs scale ``t/s``; here ``t = num`` and ``s = den``.
     Bernoulli(a/b) coins are integer comparisons ``randbelow(b) < a``.  Each
-    ``randbelow`` call of :class:`SecureRandomness` is a system call, so
+    ``randbelow`` call costs a python call and a keystream word, so
     independent uniforms are drawn together where possible: the digits of a
     uniform integer below ``b1*b2*...`` in mixed radix ``(b1, b2, ...)`` are
     independent uniforms below ``b1``, ``b2``, ... (exact, no bias).

@@ -92,6 +92,12 @@ def sampling_errors(distinct_units: np.ndarray, holders: np.ndarray) -> np.ndarr
     return variance + bias * bias
 
 
+CACHED_ROWS = 1024
+"""Per-cohort inputs up to this many rows are answered from a cache keyed by their bytes (1024
+entries, so at most 16 MiB of keys); longer ones, such as thousands of dynamic cohorts whose
+budgets rarely repeat, are recomputed."""
+
+
 def optimal_budget(units: np.ndarray, counts: np.ndarray, sensitivity: int = 1,
                    model: ErrorModel = ErrorModel.DISCRETE) -> Selection:
     """OBS over budgets ``units`` held by ``counts`` users each (zero budgets never win)."""
@@ -100,12 +106,6 @@ def optimal_budget(units: np.ndarray, counts: np.ndarray, sensitivity: int = 1,
     # answers are kept; the key is the exact input, so a hit returns what a recomputation would.
     select = _cached_selection if units.size <= CACHED_ROWS else _cached_selection.__wrapped__
     return select(units.tobytes(), counts.tobytes(), sensitivity, model)
-
-
-CACHED_ROWS = 1024
-"""Per-cohort inputs up to this many rows are answered from a cache keyed by their bytes (1024
-entries, so at most 16 MiB of keys); longer ones, such as thousands of dynamic cohorts whose
-budgets rarely repeat, are recomputed."""
 
 
 @functools.lru_cache(maxsize=1024)

@@ -62,7 +62,7 @@ class SlotBatch:
             extent = BatchExtent(-1, 0, True)
         else:
             first, last = int(users[0]), int(users[-1])
-            ascending = n == 1 or bool((users[1:] > users[:-1]).all())  # the usual batch
+            ascending = n == 1 or np.count_nonzero(users[1:] > users[:-1]) == n - 1  # the usual batch
             if (first if ascending else users.min()) < 0:
                 raise ValueError("users must be non-negative indices")
             if not ascending and not _distinct(users):

@@ -74,11 +74,11 @@ def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
     """
     if not 1 < size <= 4:
         return np.bincount(keys, minlength=size)
-    counts = np.empty(size, np.int64)
-    for key in range(1, size):
-        counts[key] = np.count_nonzero(keys == key)
-    counts[0] = keys.size - counts[1:].sum()
-    return counts
+    if size == 2:
+        above_zero = [np.count_nonzero(keys)]  # every key is 0 or 1
+    else:
+        above_zero = [np.count_nonzero(keys == key) for key in range(1, size)]
+    return np.array([keys.size - sum(above_zero), *above_zero], np.int64)
 
 
 def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarray:

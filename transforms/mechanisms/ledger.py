@@ -70,6 +70,7 @@ class PrivacyLedger:
         self._class_of = np.zeros(0, np.int64)   # class of each user index
         self._class_row = np.zeros(0, np.int64)  # each class's row at the last slot (UNREGISTERED: not checked)
         self._class_size = np.zeros(0, np.int64)
+        self._checked = self._checked_rows = np.zeros(0, np.int64)  # the classes with a row, and their rows
         # totals[s % (W+1), c]: class c's running total after slot s; slot-major so one slot is contiguous
         self._totals = np.zeros((max_window + 1, 0), np.uint64)
         self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (classes, start, bounds)
@@ -85,8 +86,7 @@ class PrivacyLedger:
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
         row_units, reqs = self._rows(charges)
-        checked = np.flatnonzero(self._class_row >= 0)
-        rows = self._class_row[checked]
+        checked, rows = self._checked, self._checked_rows
         units = row_units[rows]
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
@@ -101,7 +101,7 @@ class PrivacyLedger:
             self._judge("backward", checked, self._sums_since(checked, slot - backward + 1), reqs.backward_units[rows])
             forward, bounds = reqs.forward_window[rows], reqs.forward_units[rows]
             self._require_within(forward)
-            for window in np.unique(forward):
+            for window in np.flatnonzero(np.bincount(forward)):  # a few distinct windows
                 pick = forward == window
                 self._open_forward.setdefault(slot + int(window) - 1, []).append((checked[pick], slot, bounds[pick]))
             self._close_forward(self._open_forward.pop(slot, []))
@@ -243,6 +243,8 @@ class PrivacyLedger:
             self._class_row[target] = group_row
             self._class_of[moved] = target[inverse.reshape(-1)]
         self._class_size = np.bincount(self._class_of, minlength=self._class_row.size)
+        self._checked = np.flatnonzero(self._class_row >= 0)
+        self._checked_rows = self._class_row[self._checked]
 
     def _add_classes(self, totals: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Append classes with these totals columns and rows; return their ids."""
@@ -284,12 +286,15 @@ class PrivacyLedger:
         return (self._totals[self.slot % ring, classes] - self._totals[older, classes]).view(np.int64)
 
     def _close_forward(self, pending) -> None:
-        if not pending:
+        if len(pending) == 1:
+            classes, start, bounds = pending[0]
+            starts = np.full(classes.size, start)
+        elif pending:
+            classes, bounds = np.concatenate([c for c, _, _ in pending]), np.concatenate([b for _, _, b in pending])
+            starts = np.concatenate([np.full(c.size, start) for c, start, _ in pending])
+        else:
             return
-        classes = np.concatenate([c for c, _, _ in pending])
-        starts = np.concatenate([np.full(c.size, start) for c, start, _ in pending])
-        self._judge("forward", classes, self._sums_since(classes, starts),
-                    np.concatenate([b for _, _, b in pending]), starts)
+        self._judge("forward", classes, self._sums_since(classes, starts), bounds, starts)
 
     def _judge(self, kind: str, classes: np.ndarray, sums: np.ndarray, bounds: np.ndarray,
                starts: np.ndarray | None = None) -> None:

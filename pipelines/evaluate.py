@@ -242,17 +242,26 @@ def is_dynamic(name: str) -> bool:
     return MECHANISMS[name].requirement_kind is DynamicRequirements
 
 
-def _slot_values(task: Task, stream_rng: np.random.Generator):
-    """(bins, iterator of every user's value per slot; NO_VALUE = absent) of the task's dataset."""
+def _slots(task: Task, stream_rng: np.random.Generator):
+    """(bins, iterator of every user's value per slot (NO_VALUE = absent) with the slot's true histogram)."""
     if task.dataset in SYNTHETIC:
-        return BINS, binary_stream(stream_probabilities(task.dataset, task.slots, stream_rng), task.users, stream_rng)
+        values = binary_stream(stream_probabilities(task.dataset, task.slots, stream_rng), task.users, stream_rng)
+        return BINS, _with_binary_histograms(values, task.users)
     stream = _STREAMS.get(task.dataset)
     if stream is None:
         raise ValueError(f"real dataset {task.dataset!r} is not loaded in this process")
     if (stream.users, stream.slots) != (task.users, task.slots):
         raise ValueError(f"{task.dataset}: task has {task.users} users x {task.slots} slots, the stream "
                          f"{stream.users} x {stream.slots}")
-    return stream.bins, stream.values()
+    return stream.bins, ((values, np.bincount(values[values >= 0], minlength=stream.bins))
+                         for values in stream.values())
+
+
+def _with_binary_histograms(slots, users: int):
+    """Each slot's 0/1 values (nobody absent) with their true histogram ``[#zeros, #ones]``."""
+    for values in slots:
+        ones = np.count_nonzero(values)
+        yield values, (users - ones, ones)
 
 
 def evaluate_point(task: Task) -> dict:
@@ -261,7 +270,7 @@ def evaluate_point(task: Task) -> dict:
     dynamic = is_dynamic(task.mechanism)
     if task.ratio is not None and dynamic:
         raise ValueError(f"the ratio sweep takes fixed-requirement mechanisms only, not {task.mechanism}")
-    bins, slot_values = _slot_values(task, stream_rng)
+    bins, slots = _slots(task, stream_rng)
     setup = PaperSetup(users=task.users, epsilon=task.epsilon, window=task.window)
     declarations = setup.dynamic_declarations(requirements_rng, task.slots) if dynamic else None
     if dynamic:
@@ -279,7 +288,7 @@ def evaluate_point(task: Task) -> dict:
     mechanism = book = None
     worst, violations, offset, seconds = 0.0, 0, 0, 0.0
     wall = time.perf_counter()
-    for t, values in enumerate(slot_values):
+    for t, (values, true_histogram) in enumerate(slots):
         new_segment = mechanism is None or (task.segment_reset and t % task.segment_reset == 0)
         if new_segment:
             if book is not None:
@@ -295,7 +304,7 @@ def evaluate_point(task: Task) -> dict:
         if cross is not None:
             cross.record(offset + release.slot, release.charges)
         released[t] = release.histogram
-        truth[t] = np.bincount(values[values >= 0], minlength=bins)
+        truth[t] = true_histogram
         kinds[release.kind] += 1
     book.close()
     worst, violations = max(worst, book.max_usage_ratio), violations + book.violation_count

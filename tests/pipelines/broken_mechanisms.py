@@ -16,7 +16,7 @@ as :func:`pipelines.audit.audit` expects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -48,15 +48,6 @@ class ForgetfulPBA(PBA):
         pass
 
 
-@dataclass(frozen=True)
-class ClaimedCharges:
-    """What a broken mechanism tells the ledger: the fields the ledger reads."""
-
-    users: np.ndarray
-    units: np.ndarray
-    requirements: Requirements
-
-
 def _rescaled(requirements: Requirements | None, factor: int, divide: bool, window_shift: int):
     """Requirements with budgets multiplied (or divided) by ``factor`` and windows shifted."""
     if requirements is None:
@@ -83,8 +74,10 @@ class _Misconfigured:
         inner = SlotBatch(batch.users, batch.values, _rescaled(batch.requirements, f, False, shift))
         release = self.inner.step(inner, rng)
         charges = release.charges
-        claimed = ClaimedCharges(charges.users, charges.units // f,
-                                 _rescaled(charges.requirements, f, True, -shift))
+        claimed = replace(charges, cohort_dc_units=(charges.cohort_dc_units + charges.cohort_publication_units) // f,
+                          cohort_publication_units=np.zeros_like(charges.cohort_publication_units),
+                          cohort_requirements=_rescaled(charges.cohort_requirements, f, True, -shift),
+                          waiting_requirements=_rescaled(charges.waiting_requirements, f, True, -shift))
         return replace(release, epsilon_units=release.epsilon_units // f, charges=claimed)
 
 

@@ -1,7 +1,7 @@
 """The privacy ledger: an exact, independent check of every user's windows.
 
-The ledger knows nothing about mechanisms or cohorts.  It takes, slot after
-slot, what each user was charged and the requirement in force
+The ledger knows nothing about mechanisms.  It takes, slot after slot, what
+each user was charged and the requirement in force
 (:class:`~transforms.mechanisms.base.UserCharges`), and checks
 
 * fixed ``(w, E)``: the last ``w`` charges sum to at most ``E``, at every slot;
@@ -10,10 +10,22 @@ slot, what each user was charged and the requirement in force
   at most ``E_F`` (checked when the window closes, and for windows still
   open by :meth:`PrivacyLedger.close`).
 
-Charges are integer budget units.  Each user's running total is kept modulo
-2^64 (``uint64`` wraps), and a window sum is the difference of two totals,
-which is exact for any stream length because every true window sum is far
-below 2^63.
+Charges are integer budget units.  Running totals are kept modulo 2^64
+(``uint64`` wraps), and a window sum is the difference of two totals, which is
+exact for any stream length because every true window sum is far below 2^63.
+
+**Classes.**  Users whose charges and requirements have been identical at
+every slot so far have identical window sums, hence identical verdicts.  The
+ledger keeps one running total per such *class* and checks each class once;
+a violation still counts once per member, and kept violations name the
+members, so verdicts are exactly those of checking user by user.  Classes
+are learnt from the charges alone: at one slot a user's charge and
+requirement are functions of their cohort row (of their own pending
+requirement while they wait for a change), so when the members of a class
+sit in different rows the class splits, each part starting from a copy of
+the class's totals and open forward windows.  When nobody changes row (the
+steady state) a slot costs a few operations on arrays of classes, whatever
+the number of users.
 """
 
 from __future__ import annotations
@@ -25,7 +37,11 @@ import numpy as np
 
 from transforms.mechanisms.base import UserCharges
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.requirements import DynamicRequirements
+from transforms.mechanisms.population import UNREGISTERED
+from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+
+_UNKNOWN_ROW = -3
+"""The row of a restored class until its first slot: differs from every real row, so the class is split if need be."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +60,21 @@ class Violation:
 
 
 class PrivacyLedger:
-    """Per-user exact sliding-window sums over an unbounded stream."""
+    """Exact sliding-window sums over an unbounded stream, per class of identically charged users."""
 
     def __init__(self, max_window: int, max_violations_kept: int = 100):
         if max_window < 1:
             raise ValueError(f"max_window must be >= 1, got {max_window}")
         self.max_window = max_window
         self.slot = 0
-        # totals[s % (W+1), u]: user u's running total after slot s; slot-major so one slot is contiguous
+        self._class_of = np.zeros(0, np.int64)   # class of each user index
+        self._class_row = np.zeros(0, np.int64)  # each class's row at the last slot (UNREGISTERED: not checked)
+        self._class_size = np.zeros(0, np.int64)
+        self._checked = self._checked_rows = np.zeros(0, np.int64)  # the classes with a row, and their rows
+        # totals[s % (W+1), c]: class c's running total after slot s; slot-major so one slot is contiguous
         self._totals = np.zeros((max_window + 1, 0), np.uint64)
-        self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (users, start, bounds)
+        self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (classes, start, bounds)
+        self._rows_seen: np.ndarray | None = None  # the last slot's cohort_of, when nobody was waiting
         self.max_usage_ratio = 0.0
         self.violation_count = 0
         self.violations: list[Violation] = []
@@ -64,26 +85,30 @@ class PrivacyLedger:
         """Add one slot's charges (slots must arrive in order, without gaps)."""
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
-        users, units = charges.users, charges.units
+        row_units, reqs = self._rows(charges)
+        checked, rows = self._checked, self._checked_rows
+        units = row_units[rows]
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
-        self._grow(int(users.max(initial=-1)) + 1)
         ring = self._totals.shape[0]
         current = self._totals[slot % ring]
         current[:] = self._totals[(slot - 1) % ring]
-        current[users] += units.astype(np.uint64)
+        current[checked] += units.astype(np.uint64)
         self.slot = slot
-        reqs = charges.requirements
         if isinstance(reqs, DynamicRequirements):
-            self._check(users, self._window_sum(users, reqs.backward_window), reqs.backward_units, "backward")
-            windows = reqs.forward_window
-            for window in np.flatnonzero(np.bincount(windows)):  # a few distinct windows, each < max_window
-                pick = windows == window
-                self._open_forward.setdefault(slot + int(window) - 1, []).append(
-                    (users[pick], slot, reqs.forward_units[pick]))
+            backward = reqs.backward_window[rows]
+            self._require_within(backward)
+            self._judge("backward", checked, self._sums_since(checked, slot - backward + 1), reqs.backward_units[rows])
+            forward, bounds = reqs.forward_window[rows], reqs.forward_units[rows]
+            self._require_within(forward)
+            for window in np.flatnonzero(np.bincount(forward)):  # a few distinct windows
+                pick = forward == window
+                self._open_forward.setdefault(slot + int(window) - 1, []).append((checked[pick], slot, bounds[pick]))
             self._close_forward(self._open_forward.pop(slot, []))
         else:
-            self._check(users, self._window_sum(users, reqs.window), reqs.epsilon_units, "fixed")
+            self._require_within(reqs.window[rows])
+            self._judge("fixed", checked, self._sums_since(checked, slot - reqs.window[rows] + 1),
+                        reqs.epsilon_units[rows])
 
     def close(self) -> None:
         """Check the forward windows still open at the end of the stream."""
@@ -100,22 +125,28 @@ class PrivacyLedger:
         """Exact sum of ``user``'s charges over ``[first_slot, last_slot]`` (within the kept depth)."""
         if not (0 < first_slot <= last_slot <= self.slot and self.slot - first_slot < self.max_window):
             raise ValueError("window outside the ledger's kept history")
-        if user >= self._totals.shape[1]:
+        if user >= self._class_of.size:
             return 0
-        ring = self._totals.shape[0]
-        end, start = self._totals[last_slot % ring, user], self._totals[(first_slot - 1) % ring, user]
+        ring, kind = self._totals.shape[0], self._class_of[user]
+        end, start = self._totals[last_slot % ring, kind], self._totals[(first_slot - 1) % ring, kind]
         difference = (int(end) - int(start)) % 2**64  # Python ints: no numpy overflow warning when totals wrap
         return difference - 2**64 if difference >= 2**63 else difference
 
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
-        """The whole ledger (running totals, open forward windows, verdicts) as an ``.npz`` payload."""
-        ends = sorted(self._open_forward)
-        pending = [(end, *item) for end in ends for item in self._open_forward[end]]
+        """The whole ledger as an ``.npz`` payload, per user (running totals, open forward windows, verdicts)."""
+        pending = []
+        for end in sorted(self._open_forward):
+            starts = sorted({start for _, start, _ in self._open_forward[end]})
+            for start in starts:
+                parts = [(classes, bounds) for classes, s, bounds in self._open_forward[end] if s == start]
+                users, bounds = self._members(np.concatenate([c for c, _ in parts]),
+                                              np.concatenate([b for _, b in parts]))
+                pending.append((end, users, start, bounds))
         kept = self.violations
         arrays = {
             "scalars": np.array([self.max_window, self.slot, self.violation_count, self._max_kept], np.int64),
-            "max_usage_ratio": np.array(self.max_usage_ratio), "totals": self._totals,
+            "max_usage_ratio": np.array(self.max_usage_ratio), "totals": self._totals[:, self._class_of],
             "forward_head": np.array([(end, start, users.size) for end, users, start, _ in pending],
                                      np.int64).reshape(-1, 3),
             "forward_users": np.concatenate([users for _, users, _, _ in pending] or [np.zeros(0, np.int64)]),
@@ -130,56 +161,166 @@ class PrivacyLedger:
 
     @classmethod
     def from_bytes(cls, payload: bytes) -> "PrivacyLedger":
-        """Rebuild a ledger saved by :meth:`to_bytes`; it continues exactly where the saved one stopped."""
+        """Rebuild a ledger saved by :meth:`to_bytes`; it continues exactly where the saved one stopped.
+
+        Users with equal totals over the kept depth and equal open forward windows are one class again.
+        """
         with np.load(io.BytesIO(payload), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         max_window, slot, violation_count, max_kept = (int(v) for v in arrays["scalars"])
         ledger = cls(max_window, max_violations_kept=max_kept)
         ledger.slot, ledger.violation_count = slot, violation_count
         ledger.max_usage_ratio = float(arrays["max_usage_ratio"])
-        ledger._totals = np.array(arrays["totals"], np.uint64)
-        at = 0
+        totals = np.array(arrays["totals"], np.uint64)
+        pending, at = [], 0
         for end, start, size in arrays["forward_head"]:
-            ledger._open_forward.setdefault(int(end), []).append(
-                (arrays["forward_users"][at:at + size], int(start), arrays["forward_bounds"][at:at + size]))
+            pending.append((int(end), int(start), arrays["forward_users"][at:at + size],
+                            arrays["forward_bounds"][at:at + size]))
             at += size
+        class_of = _distinct(totals.T)
+        for _, _, users, bounds in pending:
+            member, bound = np.zeros(class_of.size, np.int64), np.zeros(class_of.size, np.int64)
+            member[users], bound[users] = 1, bounds
+            class_of = _distinct(np.stack([class_of, member, bound], axis=1))
+        _, representative = np.unique(class_of, return_index=True)
+        ledger._class_of, ledger._totals = class_of, totals[:, representative]
+        ledger._class_row = np.full(representative.size, _UNKNOWN_ROW, np.int64)
+        ledger._class_size = np.bincount(class_of, minlength=representative.size)
+        for end, start, users, bounds in pending:
+            classes, first = np.unique(class_of[users], return_index=True)
+            ledger._open_forward.setdefault(end, []).append((classes, start, bounds[first]))
         ledger.violations = [Violation(int(u), int(s), str(kind), int(w), int(b))
                              for (u, s, w, b), kind in zip(arrays["violations"], arrays["violation_kinds"])]
         return ledger
 
-    # ------------------------------------------------------------------ internals
-    def _grow(self, users: int) -> None:
-        if users > self._totals.shape[1]:
-            extra = max(users, 2 * self._totals.shape[1]) - self._totals.shape[1]
-            self._totals = np.concatenate([self._totals, np.zeros((self._totals.shape[0], extra), np.uint64)], axis=1)
+    # ------------------------------------------------------------------ classes
+    def _rows(self, charges: UserCharges) -> tuple[np.ndarray, Requirements]:
+        """Bring the classes up to this slot's rows; return the charge and requirement per row.
 
-    def _window_sum(self, users: np.ndarray, lengths: np.ndarray, end: int | None = None) -> np.ndarray:
-        end = self.slot if end is None else end
+        Waiting users get one extra row per distinct pending requirement, charged nothing.
+        """
+        rows, row_units = charges.cohort_of, charges.cohort_dc_units + charges.cohort_publication_units
+        reqs, waiting = charges.cohort_requirements, charges.waiting_users
+        if waiting.size:
+            pending = np.stack([charges.waiting_requirements.window, charges.waiting_requirements.epsilon_units],
+                               axis=1)
+            distinct, inverse = np.unique(pending, axis=0, return_inverse=True)
+            rows = rows.copy()
+            rows[waiting] = row_units.size + inverse.reshape(-1)
+            row_units = np.concatenate([row_units, np.zeros(distinct.shape[0], row_units.dtype)])
+            reqs = FixedRequirements(np.concatenate([reqs.window, distinct[:, 0]]),
+                                     np.concatenate([reqs.epsilon_units, distinct[:, 1]]))
+        elif self._rows_seen is not None and np.array_equal(rows, self._rows_seen):
+            return row_units, reqs  # nobody changed row: the classes hold
+        self._follow(rows)
+        self._rows_seen = None if waiting.size else rows.copy()
+        return row_units, reqs
+
+    def _follow(self, rows: np.ndarray) -> None:
+        """Split every class whose members are in different ``rows`` (users past its end: unregistered)."""
+        known = self._class_of.size
+        if rows.size > known:  # new user indices: one new class with no history
+            fresh = self._add_classes(np.zeros((self._totals.shape[0], 1), np.uint64), np.array([UNREGISTERED]))
+            self._class_of = np.concatenate([self._class_of, np.full(rows.size - known, fresh[0])])
+            self._class_size = np.concatenate([self._class_size, [rows.size - known]])
+        elif rows.size < known:
+            rows = np.concatenate([rows, np.full(known - rows.size, UNREGISTERED)])
+        moved = np.flatnonzero(rows != self._class_row[self._class_of])
+        if moved.size:
+            source, target_row = self._class_of[moved], rows[moved]
+            pairs, first, inverse, counts = np.unique(source * (int(target_row.max()) + 3) + target_row + 2,
+                                                      return_index=True, return_inverse=True, return_counts=True)
+            group_class, group_row = source[first], target_row[first]  # sorted by class, then row
+            leaving = np.bincount(group_class, weights=counts, minlength=self._class_row.size)
+            # a class all of whose members moved keeps its id for its first group
+            keeps = (leaving[group_class] == self._class_size[group_class]) & \
+                np.concatenate([[True], group_class[1:] != group_class[:-1]])
+            target = group_class.copy()
+            parents = group_class[~keeps]
+            if parents.size:
+                target[~keeps] = self._add_classes(self._totals[:, parents], group_row[~keeps])
+                self._inherit_forward(parents, target[~keeps])
+            self._class_row[target] = group_row
+            self._class_of[moved] = target[inverse.reshape(-1)]
+        self._class_size = np.bincount(self._class_of, minlength=self._class_row.size)
+        self._checked = np.flatnonzero(self._class_row >= 0)
+        self._checked_rows = self._class_row[self._checked]
+
+    def _add_classes(self, totals: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Append classes with these totals columns and rows; return their ids."""
+        first = self._class_row.size
+        self._totals = np.concatenate([self._totals, totals], axis=1)
+        self._class_row = np.concatenate([self._class_row, rows])
+        return np.arange(first, self._class_row.size)
+
+    def _inherit_forward(self, parents: np.ndarray, children: np.ndarray) -> None:
+        """Give each child class copies of its parent's open forward windows."""
+        order = np.argsort(parents, kind="stable")
+        parents, children = parents[order], children[order]
+        for entries in self._open_forward.values():
+            for classes, start, bounds in list(entries):
+                low, high = np.searchsorted(parents, classes, "left"), np.searchsorted(parents, classes, "right")
+                count = high - low
+                if count.any():
+                    which = np.repeat(np.arange(classes.size), count)
+                    offset = np.arange(which.size) - np.repeat(np.cumsum(count) - count, count)
+                    entries.append((children[np.repeat(low, count) + offset], start, bounds[which]))
+
+    def _members(self, classes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The users of ``classes`` (distinct), ascending, each with their class's entry of ``values``."""
+        position = np.full(self._class_row.size, -1)
+        position[classes] = np.arange(classes.size)
+        users = np.flatnonzero(position[self._class_of] >= 0)
+        return users, values[position[self._class_of[users]]]
+
+    # ------------------------------------------------------------------ checks
+    def _require_within(self, lengths: np.ndarray) -> None:
         if lengths.size and lengths.max() > self.max_window:
             raise ValueError(f"a window of {int(lengths.max())} slots exceeds the ledger's max_window="
                              f"{self.max_window}")
+
+    def _sums_since(self, classes: np.ndarray, first_slots: np.ndarray) -> np.ndarray:
+        """Each class's charges over ``[first_slot, self.slot]`` (slot 0 and earlier hold total 0)."""
         ring = self._totals.shape[0]
-        newer = self._totals[end % ring][users]
-        if lengths.size and lengths.min() == lengths.max():  # one window length: one contiguous row
-            older = self._totals[max(end - int(lengths[0]), 0) % ring][users]
-        else:
-            older = self._totals[np.maximum(end - lengths, 0) % ring, users]  # slot 0 holds total 0 for everyone
-        return (newer - older).view(np.int64)
+        older = np.maximum(first_slots - 1, 0) % ring
+        return (self._totals[self.slot % ring, classes] - self._totals[older, classes]).view(np.int64)
 
     def _close_forward(self, pending) -> None:
-        ring = self._totals.shape[0]
-        for users, start, bounds in pending:
-            if self.slot - start + 1 > self.max_window:
-                raise ValueError("a forward window outlived the ledger's max_window")
-            sums = (self._totals[self.slot % ring][users] - self._totals[(start - 1) % ring][users]).view(np.int64)
-            self._check(users, sums, bounds, "forward")
-
-    def _check(self, users: np.ndarray, sums: np.ndarray, bounds: np.ndarray, kind: str) -> None:
-        if users.size == 0:
+        if len(pending) == 1:
+            classes, start, bounds = pending[0]
+            starts = np.full(classes.size, start)
+        elif pending:
+            classes, bounds = np.concatenate([c for c, _, _ in pending]), np.concatenate([b for _, _, b in pending])
+            starts = np.concatenate([np.full(c.size, start) for c, start, _ in pending])
+        else:
             return
-        ratios = sums / bounds
-        self.max_usage_ratio = max(self.max_usage_ratio, float(ratios.max()))
+        self._judge("forward", classes, self._sums_since(classes, starts), bounds, starts)
+
+    def _judge(self, kind: str, classes: np.ndarray, sums: np.ndarray, bounds: np.ndarray,
+               starts: np.ndarray | None = None) -> None:
+        """Count every member of an over-spent class; keep the first violations in user order (per start)."""
+        if classes.size == 0:
+            return
+        self.max_usage_ratio = max(self.max_usage_ratio, float((sums / bounds).max()))
         over = np.flatnonzero(sums > bounds)
-        self.violation_count += over.size
-        for i in over[: max(self._max_kept - len(self.violations), 0)]:
-            self.violations.append(Violation(int(users[i]), self.slot, kind, int(sums[i]), int(bounds[i])))
+        if over.size == 0:
+            return
+        self.violation_count += int(self._class_size[classes[over]].sum())
+        if starts is not None:
+            over = over[np.argsort(starts[over], kind="stable")]
+        groups = [over] if starts is None else np.split(over, np.flatnonzero(np.diff(starts[over])) + 1)
+        for group in groups:
+            room = self._max_kept - len(self.violations)
+            if room <= 0:
+                return
+            users, at = self._members(classes[group], group)
+            self.violations += [Violation(int(u), self.slot, kind, int(sums[i]), int(bounds[i]))
+                                for u, i in zip(users[:room], at[:room])]
+
+
+def _distinct(rows: np.ndarray) -> np.ndarray:
+    """Index of each row among the distinct rows of a 2-d array."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    _, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)

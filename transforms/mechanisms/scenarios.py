@@ -69,7 +69,7 @@ class PaperSetup:
     def dynamic_declarations(self, rng: np.random.Generator, slots: int):
         """Yield, per slot, every user's declaration (types redraw their forward requirement)."""
         epsilons, windows = self.type_requirements(rng)
-        types = self.user_types()
+        type_sizes = np.bincount(self.user_types(), minlength=self.types)  # types are contiguous blocks
         # each type's candidates, padded to the longest list; a draw picks index < its count
         eps_choices = [[e for e in self.epsilon_grid if e >= ek] for ek in epsilons]
         win_choices = [[w for w in self.window_grid if w <= wk] for wk in windows]
@@ -83,7 +83,8 @@ class PaperSetup:
         for _ in range(slots):
             forward_units = eps_table[by_type, rng.integers(0, eps_counts)]
             forward_window = win_table[by_type, rng.integers(0, win_counts)]
-            yield DynamicRequirements(backward_window, backward_units, forward_window[types], forward_units[types])
+            yield DynamicRequirements(backward_window, backward_units, np.repeat(forward_window, type_sizes),
+                                      np.repeat(forward_units, type_sizes))
 
     @property
     def max_window(self) -> int:

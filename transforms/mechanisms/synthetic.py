@@ -140,7 +140,9 @@ def binary_stream(
 
     Each user's value at slot ``t`` is drawn independently with
     ``P(1) = probabilities[t]``.  Arguments are validated immediately, before
-    the first slot is requested.
+    the first slot is requested.  Uniforms are drawn a block of slots at a
+    time (the same numbers, in the same order, as one draw per slot), so the
+    stream runs ahead of the slots yielded: ``rng`` is the stream's own.
     """
     checked = _require_probability_path(probabilities)
     users = _require_positive_int(users, "users")
@@ -148,12 +150,18 @@ def binary_stream(
     return _draw_slots(checked, users, rng)
 
 
+_BLOCK_VALUES = 1 << 19
+"""About how many values one block of slots draws (a few MB): fewer, larger draws are faster."""
+
+
 def _draw_slots(
     probabilities: np.ndarray, users: int, rng: np.random.Generator
 ) -> Iterator[np.ndarray]:
-    for probability in probabilities.tolist():
+    block = max(1, _BLOCK_VALUES // users)
+    for first in range(0, probabilities.size, block):
+        chunk = probabilities[first:first + block]
         # rng.random is in [0, 1): p = 0 never yields 1 and p = 1 always does.
-        yield (rng.random(users) < probability).astype(np.int64)
+        yield from (rng.random((chunk.size, users)) < chunk[:, None]).astype(np.int64)
 
 
 STREAMS: Mapping[str, StreamGenerator] = MappingProxyType(

@@ -7,8 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, UserCharges
+from per_user_ledger import PerUserLedger
+from streams import StreamSpec
+from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, UserCharges, make_mechanism
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
+from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.population import UNREGISTERED, WAITING
 
 
 def charges(units, requirements) -> UserCharges:
@@ -128,3 +132,97 @@ def test_a_ledger_restored_mid_stream_continues_exactly(seed, users, slots, data
     first_slot = max(1, slots - 5)
     assert [resumed.window_sum(i, first_slot, slots) for i in range(users)] == \
         [whole.window_sum(i, first_slot, slots) for i in range(users)]
+
+
+# ------------------------------------------------------------------ the class-based ledger equals the per-user one
+def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, dynamic: bool,
+                   max_window: int) -> UserCharges:
+    """One slot's charges: users mostly stay in their cohort row, some move, join, leave or wait."""
+    rows = gen.integers(1, 5)
+    cohort_of = np.full(users, UNREGISTERED)
+    cohort_of[:previous.size] = previous
+    moving = gen.random(users) < gen.choice([0.0, 0.05, 0.5])
+    choices = [UNREGISTERED] if dynamic else [UNREGISTERED, WAITING]
+    cohort_of[moving] = gen.choice(np.concatenate([choices, np.arange(rows)]), int(moving.sum()))
+    cohort_of[cohort_of >= rows] = gen.integers(0, rows, int((cohort_of >= rows).sum()))  # rows renumbered
+    u = UNITS_PER_EPSILON
+    windows = gen.integers(1, max_window + 1, rows)
+    if dynamic:
+        requirements = DynamicRequirements(gen.integers(1, max_window + 1, rows), gen.integers(u // 2, 2 * u, rows),
+                                           windows, gen.integers(u // 2, 2 * u, rows))
+    else:
+        requirements = FixedRequirements(windows, gen.integers(u // 2, 2 * u, rows))
+    waiting = np.flatnonzero(cohort_of == WAITING)
+    return UserCharges(cohort_of=cohort_of, cohort_dc_units=gen.integers(0, u // 4, rows),
+                       cohort_publication_units=gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5),
+                       cohort_requirements=requirements, waiting_users=waiting,
+                       waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
+                                                              np.full(waiting.size, u)) if waiting.size else None)
+
+
+def assert_same(ledger: PrivacyLedger, reference: PerUserLedger, users: int) -> None:
+    assert (ledger.slot, ledger.max_usage_ratio, ledger.violation_count) == \
+        (reference.slot, reference.max_usage_ratio, reference.violation_count)
+    assert ledger.violations == reference.violations
+    for first in range(max(1, ledger.slot - ledger.max_window + 1), ledger.slot + 1):
+        assert [ledger.window_sum(i, first, ledger.slot) for i in range(users)] == \
+            [reference.window_sum(i, first, ledger.slot) for i in range(users)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9), dynamic=st.booleans(), slots=st.integers(1, 40), data=st.data())
+def test_the_ledger_equals_the_per_user_check(seed, dynamic, slots, data):
+    """Cohort moves, joins, renumbered rows, waiting users, growth, restores: verdicts user by user."""
+    gen = np.random.default_rng(seed)
+    max_window = data.draw(st.integers(1, 6))
+    kept = data.draw(st.integers(0, 20))
+    restore_at = data.draw(st.integers(0, slots))
+    ledger, reference = PrivacyLedger(max_window, kept), PerUserLedger(max_window, kept)
+    cohort_of = np.zeros(0, np.int64)
+    for slot in range(1, slots + 1):
+        users = cohort_of.size + int(gen.integers(0, 3)) * int(gen.random() < 0.3) + (slot == 1)
+        charges = random_charges(gen, cohort_of, users, dynamic, max_window)
+        cohort_of = charges.cohort_of
+        ledger.record(slot, charges)
+        reference.record(slot, charges)
+        if slot == restore_at:
+            ledger = PrivacyLedger.from_bytes(ledger.to_bytes())
+        assert_same(ledger, reference, users + 2)
+    ledger.close()
+    reference.close()
+    assert_same(ledger, reference, cohort_of.size)
+
+
+def test_a_steady_population_is_checked_as_a_few_classes():
+    """Ten cohorts of a thousand users: ten running totals, violations still counted (and named) per user."""
+    ledger = PrivacyLedger(max_window=3, max_violations_kept=5)
+    cohort_of = np.repeat(np.arange(10), 1000)
+    reqs = FixedRequirements(np.full(10, 3), np.full(10, 10))
+    for slot in range(1, 6):
+        ledger.record(slot, UserCharges(cohort_of=cohort_of, cohort_dc_units=np.arange(10),
+                                        cohort_publication_units=np.zeros(10, np.int64), cohort_requirements=reqs,
+                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None))
+    assert ledger._totals.shape[1] == 10  # one running total per cohort
+    # cohort k spends k per slot: cohorts 6..9 exceed 10 from slot 2 on, cohorts 4 and 5 from slot 3 on
+    assert ledger.violation_count == 4 * 4000 + 2 * 3000
+    assert [(v.user, v.slot, v.window_units) for v in ledger.violations] == [(6000 + i, 2, 12) for i in range(5)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), name=st.sampled_from(["ba", "pbd", "pba", "dpbd", "dpba"]),
+       change=st.sampled_from([0.0, 0.1, 0.4]), join_spread=st.integers(0, 8))
+def test_the_ledger_equals_the_per_user_check_on_mechanisms(seed, name, change, join_spread):
+    """The charges real mechanisms make (joins, requirement changes, waiting users): verdicts user by user."""
+    spec = StreamSpec(seed=seed, users=30, bins=3, slots=40, windows=(2, 3, 5), epsilons=(0.4, 1.0),
+                      presence=0.7, change=change, join_spread=join_spread)
+    mechanism = make_mechanism(name, **spec.mechanism_kwargs(name))
+    dynamic = name in ("dpbd", "dpba")
+    rng = insecure_seeded_randomness(seed)
+    ledger, reference = PrivacyLedger(max_window=5), PerUserLedger(max_window=5)
+    for batch in spec.batches(dynamic=dynamic):
+        release = mechanism.step(batch, rng)
+        ledger.record(release.slot, release.charges)
+        reference.record(release.slot, release.charges)
+    ledger.close()
+    reference.close()
+    assert_same(ledger, reference, spec.users)

@@ -132,10 +132,8 @@ class LiveRelease:
         released = 0
         for stream, contributions in by_stream.items():
             run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
-            by_slot: dict = {}
-            for c in contributions:
-                by_slot.setdefault(c.slot, []).append(tuple(c))
-            for kind, payload in run.release_until(max(by_slot), by_slot, final=False):
+            rows = [tuple(c) for c in contributions]
+            for kind, payload in run.release_until(max(c.slot for c in contributions), rows, final=False):
                 released += self._output(stream, kind, payload)
             for kind, payload in run._flush(final=False):
                 self._output(stream, kind, payload)

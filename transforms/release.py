@@ -31,6 +31,7 @@ import math
 import pickle
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import apache_beam as beam
 import numpy as np
@@ -47,7 +48,7 @@ from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mec
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import Contribution, dead_letter
-from transforms.slot_batch import SlotBatchFn
+from transforms.slot_batch import SlotColumns
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
 
@@ -161,18 +162,19 @@ class ReleaseController(beam.DoFn):
                    randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
                    release=beam.DoFn.TimerParam(RELEASE)):
         clock = self.config.clock
-        by_slot: dict[int, list] = {}
-        for chunk in contributions.read():
-            for c in pickle.loads(chunk):
-                by_slot.setdefault(c[0], []).append(c)
+        held = [c for chunk in contributions.read() for c in pickle.loads(chunk)]
         contributions.clear()
         armed.clear()
-        due = sorted(s for s in by_slot if self.bounded or clock.release_micros(s) <= fired.micros)
-        due_set = set(due)
-        later = [c for s in by_slot if s not in due_set for c in by_slot[s]]
+        held_slots = {c[0] for c in held}
+        due_slots = {s for s in held_slots if self.bounded or clock.release_micros(s) <= fired.micros}
+        if due_slots == held_slots:
+            due, later = held, []
+        else:
+            due = [c for c in held if c[0] in due_slots]
+            later = [c for c in held if c[0] not in due_slots]
         if later:
             contributions.add(pickle.dumps(later, protocol=pickle.HIGHEST_PROTOCOL))
-            earliest = clock.release_micros(min(c[0] for c in later))
+            earliest = clock.release_micros(min(held_slots - due_slots))
             armed.write(earliest)
             release.set(Timestamp(micros=earliest))
         if not due:
@@ -184,7 +186,7 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = pickle.loads(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
         run = _StreamRun.load(self.config, key, state)
-        for output in run.release_until(max(due), by_slot, final=self.bounded):
+        for output in run.release_until(max(due_slots), due, final=self.bounded):
             kind, payload = output
             if kind == "release":
                 self.kinds[payload["kind"]].inc()
@@ -222,8 +224,9 @@ class _StreamRun:
         self.config, self.stream, self.mechanism = config, stream, mechanism
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
-        self._interned: dict = {}  # one object per distinct declaration: state pickles each once
-        self.declared = {user: self._intern(d) for user, d in (declared or {}).items()}
+        self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
+        self._declaration_ids: dict = {}  # ... and its position there
+        self.declared = {user: self.declarations[self.declaration_id(d)] for user, d in (declared or {}).items()}
         self._saved_at = next_slot  # next_slot of the last checkpoint emitted (or loaded)
         self.released = 0
         self.records_used = 0
@@ -231,9 +234,9 @@ class _StreamRun:
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
-        self.combine = SlotBatchFn()
         self.pending_charges: list = []
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
+        self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
 
     @classmethod
     def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None) -> "_StreamRun":
@@ -253,34 +256,42 @@ class _StreamRun:
 
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
+        if self._firing is not None:
+            self._firing.save_declared(self)
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
                            None if self.config.insecure_seed is None else dump_randomness(self.randomness))
 
-    def _intern(self, declaration: tuple) -> tuple:
-        return self._interned.setdefault(declaration, declaration)
+    def declaration_id(self, declaration: tuple) -> int:
+        found = self._declaration_ids.setdefault(declaration, len(self.declarations))
+        if found == len(self.declarations):
+            self.declarations.append(declaration)
+        return found
 
     def _checkpoint(self):
         self._saved_at = self.next_slot
         payload = encode(self.config.new_checkpoint({self.stream: self.state()}))
         yield "checkpoint", (self.stream, self.next_slot, payload)
 
-    def release_until(self, last_slot: int, by_slot: dict, final: bool):
+    def release_until(self, last_slot: int, contributions: list, final: bool):
         """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
 
-        Empty slots are released too, but at most ``max_empty_slots`` in a row: a longer gap (a
-        far-off timestamp, a stream that paused) resumes at the next slot with data.  Releasing fewer
-        slots never costs privacy: any w consecutive slots then hold at most w mechanism steps.
+        ``contributions`` are ``Contribution`` tuples of slots up to ``last_slot``.  Empty slots are
+        released too, but at most ``max_empty_slots`` in a row: a longer gap (a far-off timestamp, a
+        stream that paused) resumes at the next slot with data.  Releasing fewer slots never costs
+        privacy: any w consecutive slots then hold at most w mechanism steps.
         """
+        columns = SlotColumns.of(contributions)
         if self.next_slot is None:
-            self.next_slot = min(by_slot)
-        for slot in sorted(s for s in by_slot if s < self.next_slot):  # already released: late
-            for c in map(Contribution._make, by_slot[slot]):
+            self.next_slot = int(columns.slots[0])
+        if columns.slots.size and columns.slots[0] < self.next_slot:  # already released: late
+            for c in map(Contribution._make, sorted((c for c in contributions if c[0] < self.next_slot), key=_SLOT)):
                 for raw in c.raws:
-                    yield "late", dead_letter(f"late: slot {slot} already released", raw, "release", self.stream,
+                    yield "late", dead_letter(f"late: slot {c.slot} already released", raw, "release", self.stream,
                                               c.user)
-        with_data = sorted(s for s in by_slot if self.next_slot <= s <= last_slot)
+            columns = columns.since(self.next_slot)
+        self._firing = _Firing(self, columns)
         slot = self.next_slot
-        for upcoming in with_data + [last_slot + 1]:
+        for upcoming, start, end in [*columns.slot_rows(), (last_slot + 1, 0, 0)]:
             if upcoming - slot > self.config.max_empty_slots:
                 _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", self.stream,
                                 upcoming - slot - self.config.max_empty_slots, slot - 1)
@@ -288,46 +299,39 @@ class _StreamRun:
             else:
                 empty_until = upcoming
             for empty in range(slot, empty_until):
-                yield from self._release_one(empty, [], final)
+                yield from self._release_one(empty, 0, 0, final)
             if upcoming <= last_slot:
-                yield from self._release_one(upcoming, by_slot[upcoming], final)
+                yield from self._release_one(upcoming, start, end, final)
             slot = upcoming + 1
+        self._firing.save_declared(self)
+        self._firing = None
         if self.config.checkpoint_every and self.next_slot != self._saved_at:
             yield from self._checkpoint()  # the latest state: a resumed job must never release these slots again
         yield from self._flush(final=final)
 
-    def _release_one(self, slot: int, contributions: list, final: bool):
-        yield from self._release(slot, contributions)
+    def _release_one(self, slot: int, start: int, end: int, final: bool):
+        yield from self._release(slot, start, end)
         self.next_slot = slot + 1
         if self.config.checkpoint_every and self.next_slot % self.config.checkpoint_every == 0:
             yield from self._checkpoint()
         if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
             yield from self._flush(final=False)
 
-    def _release(self, slot: int, contributions: list):
-        columns = self.combine.build(contributions)
-        users, values, rows, used = [], [], [], 0
-        for user, value, declaration, raws in zip(columns.users, columns.values, columns.requirements,
-                                                   columns.raws):
-            if declaration is None:  # never declared, or a resumed job's per-user stage does not know it yet
-                declaration = self.declared.get(user)
-            else:
-                declaration = self.declared[user] = self._intern(tuple(declaration))
-            row, reason = self.translator.row(declaration)
-            if reason is not None:
-                for raw in raws:
-                    yield "dead", dead_letter(reason, raw, "release", self.stream, user)
-                continue
-            if user not in self.index:
-                self.index[user] = len(self.user_ids)
-                self.user_ids.append(user)
-            users.append(self.index[user])
-            values.append(value)
-            rows.append(row)
-            used += len(raws)
-        order = np.argsort(np.array(users, np.int64), kind="stable")
-        batch = SlotBatch(np.array(users, np.int64)[order], np.array(values, np.int64)[order],
-                          self.translator.columns([rows[i] for i in order]) if rows else None)
+    def _release(self, slot: int, start: int, end: int):
+        """Release ``slot`` from the firing's rows ``start:end`` (that slot's, sorted by user id)."""
+        firing, columns = self._firing, self._firing.columns
+        codes = columns.users[start:end]
+        in_force = firing.declare(codes, start, end)
+        accepted = firing.accepted[in_force + 1]
+        for i in np.flatnonzero(~accepted).tolist():
+            reason, user = firing.reasons[in_force[i] + 1], columns.user_ids[codes[i]]
+            for raw in columns.raws[start + i]:
+                yield "dead", dead_letter(reason, raw, "release", self.stream, user)
+        users = firing.dense_index(self, codes[accepted])
+        used = int(columns.raw_counts[start:end][accepted].sum())
+        order = np.argsort(users, kind="stable")
+        batch = SlotBatch(users[order], columns.values[start:end][accepted][order],
+                          self.translator.columns(firing.rows[in_force[accepted][order] + 1]) if users.size else None)
         release = self.mechanism.step(batch, self.randomness)
         yield "used", used
         self.released += 1
@@ -358,23 +362,97 @@ class _StreamRun:
         """Per-user chunks of the charges accumulated since the last flush."""
         if not self.pending_charges:
             return
-        slots = np.concatenate([np.full(users.size, slot, np.int64) for slot, users, *_ in self.pending_charges])
-        users = np.concatenate([p[1] for p in self.pending_charges])
-        dc = np.concatenate([p[2] for p in self.pending_charges])
-        publication = np.concatenate([p[3] for p in self.pending_charges])
-        matrix = np.concatenate([p[4] for p in self.pending_charges])
-        self.pending_charges = []
+        pending, self.pending_charges = self.pending_charges, []
+        users = np.concatenate([p[1] for p in pending])
         if users.size == 0:  # nobody registered yet
             return
-        order = np.argsort(users, kind="stable")
-        users, slots, dc, publication, matrix = users[order], slots[order], dc[order], publication[order], matrix[order]
+        position, first, counts = _user_major(users, [p[1].size for p in pending])
+
+        def by_user(values: np.ndarray) -> np.ndarray:
+            grouped = np.empty_like(values)
+            grouped[position] = values
+            return grouped
+
+        slots = by_user(np.concatenate([np.full(p[1].size, p[0], np.int64) for p in pending]))
+        dc = by_user(np.concatenate([p[2] for p in pending]))
+        publication = by_user(np.concatenate([p[3] for p in pending]))
+        matrix = by_user(np.concatenate([p[4] for p in pending]))
         self.first_flush, complete = False, self.first_flush
-        starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
-        ends = np.r_[starts[1:], users.size]
         dynamic = matrix.shape[1] == 4
-        for start, end in zip(starts, ends):
-            user = self.user_ids[int(users[start])]
-            yield "charges", (f"{self.stream}{SEP}{user}", {
+        for user in np.flatnonzero(counts).tolist():
+            start, end = first[user], first[user] + counts[user]
+            yield "charges", (f"{self.stream}{SEP}{self.user_ids[user]}", {
                 "slots": slots[start:end], "dc": dc[start:end], "publication": publication[start:end],
                 "requirements": matrix[start:end], "dynamic": dynamic, "final": final,
                 "complete": final and complete})
+
+
+def _user_major(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each entry of ``users`` goes when grouped by user, keeping the input order within a user (a stable
+    sort), and each user's first place and count.
+
+    ``users`` is runs of distinct users (one slot's charges each), so a counting sort does it in one pass over
+    the runs: an argsort of the ~users x slots entries of a bounded run costs about a second.
+    """
+    counts = np.bincount(users)
+    first = np.cumsum(counts) - counts
+    placed = np.zeros_like(counts)  # entries of each user placed so far
+    position = np.empty_like(users)
+    at = 0
+    for size in run_sizes:
+        run = users[at:at + size]
+        position[at:at + size] = first[run] + placed[run]
+        placed[run] += 1
+        at += size
+    return position, first, counts
+
+
+class _Firing:
+    """Lookups for one ``release_until`` call by the columns' user codes and declaration ids, so that
+    releasing a slot loops over neither its users nor its declarations."""
+
+    def __init__(self, run: _StreamRun, columns: SlotColumns):
+        self.columns = columns
+        run_ids = [run.declaration_id(d) for d in columns.declarations]
+        self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]  # the run's ids; -1 picks the -1
+        users = columns.user_ids
+        self.dense = np.fromiter((run.index.get(u, -1) for u in users), np.int64, len(users))
+        self.declared = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
+                                     for u in users), np.int64, len(users))
+        self.saved = self.declared.copy()
+        # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
+        verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]
+        width = 4 if run.translator.dynamic else 2
+        self.accepted = np.array([row is not None for row, _ in verdicts])
+        self.reasons = [reason for _, reason in verdicts]
+        self.rows = np.array([row or (0,) * width for row, _ in verdicts], np.int64)
+
+    def declare(self, codes: np.ndarray, start: int, end: int) -> np.ndarray:
+        """The declaration id in force for rows ``start:end`` (users ``codes``): the row's own, else the user's last."""
+        own = self.own[start:end]
+        declares = own >= 0
+        in_force = np.where(declares, own, self.declared[codes])
+        self.declared[codes[declares]] = own[declares]
+        return in_force
+
+    def dense_index(self, run: _StreamRun, codes: np.ndarray) -> np.ndarray:
+        """The mechanism's user index of each of ``codes`` (ascending user ids); new users get the next ones."""
+        dense = self.dense[codes]
+        new = codes[dense < 0]
+        if new.size:
+            first = len(run.user_ids)
+            self.dense[new] = np.arange(first, first + new.size)
+            names = [self.columns.user_ids[c] for c in new.tolist()]
+            run.index.update(zip(names, range(first, first + new.size)))
+            run.user_ids.extend(names)
+            dense = self.dense[codes]
+        return dense
+
+    def save_declared(self, run: _StreamRun) -> None:
+        """Write the declarations that changed since the last call into ``run.declared``."""
+        for code in np.flatnonzero(self.declared != self.saved).tolist():
+            run.declared[self.columns.user_ids[code]] = run.declarations[self.declared[code]]
+        self.saved = self.declared.copy()
+
+
+_SLOT = itemgetter(0)

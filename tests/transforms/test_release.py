@@ -78,11 +78,8 @@ def small_checkpoint(seed: int | None = 7) -> tuple[ReleaseConfig, bytes]:
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=seed)
     run = _StreamRun.load(config, "s", None)
     events = make_events(seed=1, users=5, slots=3, bins=4)
-    by_slot: dict = {}
-    for e in events:
-        by_slot.setdefault(int(e.time // SLOT), []).append((int(e.time // SLOT), e.user, e.value, e.requirement,
-                                                            (e.raw,)))
-    list(run.release_until(max(by_slot), by_slot, final=False))
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,)) for e in events]
+    list(run.release_until(max(r[0] for r in rows), rows, final=False))
     return config, ckpt.encode(config.new_checkpoint({"s": run.state()}))
 
 
@@ -196,3 +193,16 @@ def test_a_resumed_streaming_job_continues_from_the_checkpoint_directory(tmp_pat
         assert_that(out["releases"] | beam.Map(summarize), equal_to([r for r in expected if r[0] >= 6]))
         assert_that(out["dead_letters"] | beam.Map(lambda d: (d["record"], d["reason"].split(":")[0])),
                     equal_to([(e.raw, "late") for e in again if e.time // SLOT < 6]), label="late")
+
+
+def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations():
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))  # declared once, then None
+            for e in make_events(seed=2, users=6, slots=6, bins=4)]
+    whole, split = _StreamRun.load(config, "s", None), _StreamRun.load(config, "s", None)
+    once = list(whole.release_until(5, rows, final=False))
+    twice = (list(split.release_until(2, [r for r in rows if r[0] <= 2], final=False))
+             + list(split.release_until(5, [r for r in rows if r[0] > 2], final=False)))
+    assert [p for kind, p in once if kind != "charges"] == [p for kind, p in twice if kind != "charges"]
+    assert not [p for kind, p in once if kind == "dead"]
+    assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids

@@ -47,7 +47,7 @@ from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.records import Contribution, dead_letter
+from transforms.records import Contribution, dead_letter, pack_contributions, unpack_contributions
 from transforms.slot_batch import SlotColumns
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
@@ -140,16 +140,14 @@ class ReleaseController(beam.DoFn):
 
     def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
                 armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
-        stream, chunk = element
-        if not chunk:
-            return
-        contributions.add(pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL))
+        stream, packed = element
+        contributions.add(packed)
         if self.bounded:  # one firing at the end; setting the same timer again is harmless
             if stream not in self._armed_keys:
                 self._armed_keys.add(stream)
                 release.set(GlobalWindow().max_timestamp())
             return
-        earliest = self.config.clock.release_micros(min(c[0] for c in chunk))
+        earliest = self.config.clock.release_micros(min(c[0] for c in unpack_contributions(packed)))
         pending = armed.read()
         if pending is None or earliest < pending:
             armed.write(earliest)
@@ -162,7 +160,7 @@ class ReleaseController(beam.DoFn):
                    randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
                    release=beam.DoFn.TimerParam(RELEASE)):
         clock = self.config.clock
-        held = [c for chunk in contributions.read() for c in pickle.loads(chunk)]
+        held = [c for packed in contributions.read() for c in unpack_contributions(packed)]
         contributions.clear()
         armed.clear()
         held_slots = {c[0] for c in held}
@@ -173,7 +171,7 @@ class ReleaseController(beam.DoFn):
             due = [c for c in held if c[0] in due_slots]
             later = [c for c in held if c[0] not in due_slots]
         if later:
-            contributions.add(pickle.dumps(later, protocol=pickle.HIGHEST_PROTOCOL))
+            contributions.add(pack_contributions(later))
             earliest = clock.release_micros(min(held_slots - due_slots))
             armed.write(earliest)
             release.set(Timestamp(micros=earliest))

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from transforms.checkpoint import Checkpoint, load, save
-from transforms.ledger import check_windows, empty_tail
+from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
@@ -153,8 +153,9 @@ class LiveRelease:
             self.counts["late"] += 1
             self._write("dead_letters", payload)
         elif kind == "charges":
-            key, chunk = payload
-            tail, _, violations = check_windows(self.tails.get(key, empty_tail()), chunk, self.max_window)
+            key, charges = payload
+            tail, _, violations = check_windows(self.tails.get(key, empty_tail()), charge_chunk(*charges),
+                                                self.max_window)
             self.tails[key] = tail
             for violation in violations:
                 self.counts["ledger_violations"] += 1

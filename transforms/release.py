@@ -352,58 +352,45 @@ class _StreamRun:
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
         requirements = charges.requirements
-        matrix = (requirements.as_matrix() if isinstance(requirements, DynamicRequirements)
-                  else np.stack([requirements.window, requirements.epsilon_units], axis=1))
-        self.pending_charges.append((slot, charges.users, charges.dc_units, charges.publication_units, matrix))
+        in_force = ([requirements.as_matrix()] if isinstance(requirements, DynamicRequirements)
+                    else [requirements.window, requirements.epsilon_units])
+        self.pending_charges.append((charges.users, np.column_stack(
+            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units, *in_force])))
 
     def _flush(self, final: bool):
-        """Per-user chunks of the charges accumulated since the last flush."""
+        """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,
+        complete))``: one row per slot, in ``ledger.charge_chunk``'s columns."""
         if not self.pending_charges:
             return
         pending, self.pending_charges = self.pending_charges, []
-        users = np.concatenate([p[1] for p in pending])
+        users = np.concatenate([users for users, _ in pending])
         if users.size == 0:  # nobody registered yet
             return
-        position, first, counts = _user_major(users, [p[1].size for p in pending])
-
-        def by_user(values: np.ndarray) -> np.ndarray:
-            grouped = np.empty_like(values)
-            grouped[position] = values
-            return grouped
-
-        slots = by_user(np.concatenate([np.full(p[1].size, p[0], np.int64) for p in pending]))
-        dc = by_user(np.concatenate([p[2] for p in pending]))
-        publication = by_user(np.concatenate([p[3] for p in pending]))
-        matrix = by_user(np.concatenate([p[4] for p in pending]))
+        order, first, counts = _order_by_user(users, [users.size for users, _ in pending])
+        table = np.take(np.concatenate([rows for _, rows in pending]), order, axis=0)
         self.first_flush, complete = False, self.first_flush
-        dynamic = matrix.shape[1] == 4
         for user in np.flatnonzero(counts).tolist():
-            start, end = first[user], first[user] + counts[user]
-            yield "charges", (f"{self.stream}{SEP}{self.user_ids[user]}", {
-                "slots": slots[start:end], "dc": dc[start:end], "publication": publication[start:end],
-                "requirements": matrix[start:end], "dynamic": dynamic, "final": final,
-                "complete": final and complete})
+            start = first[user]
+            yield "charges", (f"{self.stream}{SEP}{self.user_ids[user]}",
+                              (table[start:start + counts[user]], self.translator.dynamic, final, final and complete))
 
-
-def _user_major(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each entry of ``users`` goes when grouped by user, keeping the input order within a user (a stable
-    sort), and each user's first place and count.
+def _order_by_user(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stable argsort of ``users``, and where each user's entries start in it and how many there are.
 
     ``users`` is runs of distinct users (one slot's charges each), so a counting sort does it in one pass over
-    the runs: an argsort of the ~users x slots entries of a bounded run costs about a second.
+    the runs: ``np.argsort(kind="stable")`` of the ~users x slots entries of a bounded run costs about a second.
     """
     counts = np.bincount(users)
     first = np.cumsum(counts) - counts
     placed = np.zeros_like(counts)  # entries of each user placed so far
-    position = np.empty_like(users)
+    order = np.empty_like(users)
     at = 0
     for size in run_sizes:
         run = users[at:at + size]
-        position[at:at + size] = first[run] + placed[run]
+        order[first[run] + placed[run]] = np.arange(at, at + size)
         placed[run] += 1
         at += size
-    return position, first, counts
-
+    return order, first, counts
 
 class _Firing:
     """Lookups for one ``release_until`` call by the columns' user codes and declaration ids, so that

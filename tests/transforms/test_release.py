@@ -11,6 +11,8 @@ from decimal import Decimal
 import apache_beam as beam
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline,
@@ -19,7 +21,7 @@ from transforms import checkpoint as ckpt
 from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.release import ReleaseConfig, _StreamRun
+from transforms.release import ReleaseConfig, _order_by_user, _StreamRun
 from transforms.slotting import SlotClock
 
 EVERY = 4
@@ -206,3 +208,12 @@ def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations(
     assert [p for kind, p in once if kind != "charges"] == [p for kind, p in twice if kind != "charges"]
     assert not [p for kind, p in once if kind == "dead"]
     assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), max_size=8))
+def test_the_charges_counting_sort_is_a_stable_argsort_by_user(runs):
+    users = np.array([u for run in runs for u in run], np.int64)
+    order, first, counts = _order_by_user(users, [len(run) for run in runs])
+    assert order.tolist() == np.argsort(users, kind="stable").tolist()
+    assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()

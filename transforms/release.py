@@ -255,11 +255,12 @@ class _StreamRun:
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
         if self._firing is not None:
-            self._firing.save_declared(self)
+            self._firing.save_declared()
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
                            None if self.config.insecure_seed is None else dump_randomness(self.randomness))
 
     def declaration_id(self, declaration: tuple) -> int:
+        """The position of ``declaration`` in ``declarations`` (appended when new)."""
         found = self._declaration_ids.setdefault(declaration, len(self.declarations))
         if found == len(self.declarations):
             self.declarations.append(declaration)
@@ -301,7 +302,7 @@ class _StreamRun:
             if upcoming <= last_slot:
                 yield from self._release_one(upcoming, start, end, final)
             slot = upcoming + 1
-        self._firing.save_declared(self)
+        self._firing.save_declared()
         self._firing = None
         if self.config.checkpoint_every and self.next_slot != self._saved_at:
             yield from self._checkpoint()  # the latest state: a resumed job must never release these slots again
@@ -325,7 +326,7 @@ class _StreamRun:
             reason, user = firing.reasons[in_force[i] + 1], columns.user_ids[codes[i]]
             for raw in columns.raws[start + i]:
                 yield "dead", dead_letter(reason, raw, "release", self.stream, user)
-        users = firing.dense_index(self, codes[accepted])
+        users = firing.dense_index(codes[accepted])
         used = int(columns.raw_counts[start:end][accepted].sum())
         order = np.argsort(users, kind="stable")
         batch = SlotBatch(users[order], columns.values[start:end][accepted][order],
@@ -374,6 +375,7 @@ class _StreamRun:
             yield "charges", (f"{self.stream}{SEP}{self.user_ids[user]}",
                               (table[start:start + counts[user]], self.translator.dynamic, final, final and complete))
 
+
 def _order_by_user(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stable argsort of ``users``, and where each user's entries start in it and how many there are.
 
@@ -392,19 +394,21 @@ def _order_by_user(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.n
         at += size
     return order, first, counts
 
+
 class _Firing:
     """Lookups for one ``release_until`` call by the columns' user codes and declaration ids, so that
     releasing a slot loops over neither its users nor its declarations."""
 
     def __init__(self, run: _StreamRun, columns: SlotColumns):
-        self.columns = columns
+        self.run, self.columns = run, columns
         run_ids = [run.declaration_id(d) for d in columns.declarations]
-        self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]  # the run's ids; -1 picks the -1
+        # each row's own declaration as the run's id (-1, no declaration, indexes the appended -1)
+        self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]
         users = columns.user_ids
         self.dense = np.fromiter((run.index.get(u, -1) for u in users), np.int64, len(users))
-        self.declared = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
-                                     for u in users), np.int64, len(users))
-        self.saved = self.declared.copy()
+        self.declared_ids = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
+                                         for u in users), np.int64, len(users))
+        self.saved_ids = self.declared_ids.copy()
         # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
         verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]
         width = 4 if run.translator.dynamic else 2
@@ -416,12 +420,13 @@ class _Firing:
         """The declaration id in force for rows ``start:end`` (users ``codes``): the row's own, else the user's last."""
         own = self.own[start:end]
         declares = own >= 0
-        in_force = np.where(declares, own, self.declared[codes])
-        self.declared[codes[declares]] = own[declares]
+        in_force = np.where(declares, own, self.declared_ids[codes])
+        self.declared_ids[codes[declares]] = own[declares]
         return in_force
 
-    def dense_index(self, run: _StreamRun, codes: np.ndarray) -> np.ndarray:
+    def dense_index(self, codes: np.ndarray) -> np.ndarray:
         """The mechanism's user index of each of ``codes`` (ascending user ids); new users get the next ones."""
+        run = self.run
         dense = self.dense[codes]
         new = codes[dense < 0]
         if new.size:
@@ -433,11 +438,12 @@ class _Firing:
             dense = self.dense[codes]
         return dense
 
-    def save_declared(self, run: _StreamRun) -> None:
-        """Write the declarations that changed since the last call into ``run.declared``."""
-        for code in np.flatnonzero(self.declared != self.saved).tolist():
-            run.declared[self.columns.user_ids[code]] = run.declarations[self.declared[code]]
-        self.saved = self.declared.copy()
+    def save_declared(self) -> None:
+        """Write the declarations that changed since the last call into the run's ``declared``."""
+        run = self.run
+        for code in np.flatnonzero(self.declared_ids != self.saved_ids).tolist():
+            run.declared[self.columns.user_ids[code]] = run.declarations[self.declared_ids[code]]
+        self.saved_ids = self.declared_ids.copy()
 
 
 _SLOT = itemgetter(0)

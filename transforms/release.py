@@ -364,11 +364,9 @@ class _StreamRun:
         if not self.pending_charges:
             return
         pending, self.pending_charges = self.pending_charges, []
-        users = np.concatenate([users for users, _ in pending])
-        if users.size == 0:  # nobody registered yet
+        if not any(users.size for users, _ in pending):  # nobody registered yet
             return
-        order, first, counts = _order_by_user(users, [users.size for users, _ in pending])
-        table = np.take(np.concatenate([rows for _, rows in pending]), order, axis=0)
+        table, first, counts = _group_by_user(pending)
         self.first_flush, complete = False, self.first_flush
         for user in np.flatnonzero(counts).tolist():
             start = first[user]
@@ -376,24 +374,21 @@ class _StreamRun:
                               (table[start:start + counts[user]], self.translator.dynamic, final, final and complete))
 
 
-def _order_by_user(users: np.ndarray, run_sizes: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stable argsort of ``users``, and where each user's entries start in it and how many there are.
+def _group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of the slots' charge tables ``(users, table)`` grouped by user (slot order kept within a user),
+    and where each user's rows start and how many there are.
 
-    ``users`` is runs of distinct users (one slot's charges each), so a counting sort does it in one pass over
-    the runs: ``np.argsort(kind="stable")`` of the ~users x slots entries of a bounded run costs about a second.
+    A slot charges each user at most once, so a counting sort puts every slot's rows in place: no argsort of the
+    ~users x slots rows of a bounded run (about a second) and no concatenated copy of them (hundreds of MB).
     """
-    counts = np.bincount(users)
+    counts = np.bincount(np.concatenate([users for users, _ in pending]))
     first = np.cumsum(counts) - counts
-    placed = np.zeros_like(counts)  # entries of each user placed so far
-    order = np.empty_like(users)
-    at = 0
-    for size in run_sizes:
-        run = users[at:at + size]
-        order[first[run] + placed[run]] = np.arange(at, at + size)
-        placed[run] += 1
-        at += size
-    return order, first, counts
-
+    placed = np.zeros_like(counts)  # rows of each user placed so far
+    grouped = np.empty((int(counts.sum()), pending[0][1].shape[1]), np.int64)
+    for users, table in pending:
+        grouped[first[users] + placed[users]] = table
+        placed[users] += 1
+    return grouped, first, counts
 
 class _Firing:
     """Lookups for one ``release_until`` call by the columns' user codes and declaration ids, so that

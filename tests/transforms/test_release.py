@@ -21,7 +21,7 @@ from transforms import checkpoint as ckpt
 from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.release import ReleaseConfig, _order_by_user, _StreamRun
+from transforms.release import ReleaseConfig, _group_by_user, _StreamRun
 from transforms.slotting import SlotClock
 
 EVERY = 4
@@ -211,9 +211,16 @@ def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations(
 
 
 @settings(max_examples=200, deadline=None)
-@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), max_size=8))
-def test_the_charges_counting_sort_is_a_stable_argsort_by_user(runs):
+@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), min_size=1, max_size=8))
+def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
     users = np.array([u for run in runs for u in run], np.int64)
-    order, first, counts = _order_by_user(users, [len(run) for run in runs])
-    assert order.tolist() == np.argsort(users, kind="stable").tolist()
+    rows = np.stack([np.arange(users.size), users], axis=1)  # (entry number, user)
+    pending, at = [], 0
+    for run in runs:
+        pending.append((np.array(run, np.int64), rows[at:at + len(run)]))
+        at += len(run)
+    if not users.size:
+        return
+    grouped, first, counts = _group_by_user(pending)
+    assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
     assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()

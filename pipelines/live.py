@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from transforms.checkpoint import Checkpoint, load, save
-from transforms.ledger import check_windows, empty_tail
+from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
@@ -148,10 +148,8 @@ class LiveRelease:
         released = 0
         for stream, contributions in by_stream.items():
             run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
-            by_slot: dict = {}
-            for c in contributions:
-                by_slot.setdefault(c.slot, []).append(tuple(c))
-            for kind, payload in run.release_until(max(by_slot), by_slot, final=False):
+            rows = [tuple(c) for c in contributions]
+            for kind, payload in run.release_until(max(c.slot for c in contributions), rows, final=False):
                 released += self._output(stream, kind, payload)
             for kind, payload in run._flush(final=False):
                 self._output(stream, kind, payload)
@@ -171,8 +169,9 @@ class LiveRelease:
             self.counts["late"] += 1
             self._write("dead_letters", payload)
         elif kind == "charges":
-            key, chunk = payload
-            tail, _, violations = check_windows(self.tails.get(key, empty_tail()), chunk, self.max_window)
+            key, charges = payload
+            tail, _, violations = check_windows(self.tails.get(key, empty_tail()), charge_chunk(*charges),
+                                                self.max_window)
             self.tails[key] = tail
             for violation in violations:
                 self.counts["ledger_violations"] += 1

@@ -119,8 +119,8 @@ class DeclarationTranslator:
             return DynamicRequirements(fixed.window, fixed.epsilon_units, fixed.window, fixed.epsilon_units)
         return fixed
 
-    def columns(self, rows: list):
-        """Requirement columns for accepted rows (in the mechanism's kind)."""
+    def columns(self, rows):
+        """Requirement columns for accepted rows (a list of them, or their matrix) in the mechanism's kind."""
         matrix = np.array(rows, dtype=np.int64).reshape(len(rows), 4 if self.dynamic else 2)
         if self.dynamic:
             return DynamicRequirements(*(matrix[:, k].copy() for k in range(4)))

@@ -79,6 +79,16 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
     return new_tail, worst, violations
 
 
+def charge_chunk(table: np.ndarray, dynamic: bool, final: bool, complete: bool) -> dict:
+    """The chunk :func:`check_windows` reads, from the form the release stage sends: one int64 row per slot
+    (slot, dc, publication, then the requirement in force: (w, E), or (w_B, E_B, w_F, E_F) when ``dynamic``).
+
+    One array per user and chunk crosses the stages instead of four: Beam pickles each array (~15 µs apiece).
+    """
+    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "requirements": table[:, 3:],
+            "dynamic": dynamic, "final": final, "complete": complete}
+
+
 def empty_tail() -> dict:
     return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "open": []}
 
@@ -95,8 +105,9 @@ class PrivacyLedger(beam.DoFn):
         self.violation_counter = Metrics.counter(NAMESPACE, "ledger_violations")
 
     def process(self, element, tail_state=beam.DoFn.StateParam(TAIL), usage_state=beam.DoFn.StateParam(USAGE)):
-        key, chunk = element
-        if chunk["final"] and chunk.get("complete"):  # a bounded input's one chunk: nothing before or after it
+        key, charges = element
+        chunk = charge_chunk(*charges)
+        if chunk["final"] and chunk["complete"]:  # a bounded input's one chunk: nothing before or after it
             yield from self._complete(key, chunk)
             return
         tail, worst, violations = check_windows(tail_state.read() or empty_tail(), chunk, self.max_window)
@@ -130,7 +141,8 @@ class CompleteChunkLedger(PrivacyLedger):
     nothing is kept between chunks and the DoFn is stateless (a stateful call costs about 125 µs per user)."""
 
     def process(self, element):
-        key, chunk = element
-        if not (chunk["final"] and chunk.get("complete")):
+        key, charges = element
+        chunk = charge_chunk(*charges)
+        if not (chunk["final"] and chunk["complete"]):
             raise ValueError("CompleteChunkLedger got a partial chunk of charges; use PrivacyLedger")
         yield from self._complete(key, chunk)

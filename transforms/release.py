@@ -31,6 +31,7 @@ import math
 import pickle
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import apache_beam as beam
 import numpy as np
@@ -46,8 +47,8 @@ from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.records import Contribution, dead_letter
-from transforms.slot_batch import SlotBatchFn
+from transforms.records import Contribution, dead_letter, pack_contributions, unpack_contributions
+from transforms.slot_batch import SlotColumns
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
 
@@ -139,16 +140,14 @@ class ReleaseController(beam.DoFn):
 
     def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
                 armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
-        stream, chunk = element
-        if not chunk:
-            return
-        contributions.add(pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL))
+        stream, packed = element
+        contributions.add(packed)
         if self.bounded:  # one firing at the end; setting the same timer again is harmless
             if stream not in self._armed_keys:
                 self._armed_keys.add(stream)
                 release.set(GlobalWindow().max_timestamp())
             return
-        earliest = self.config.clock.release_micros(min(c[0] for c in chunk))
+        earliest = self.config.clock.release_micros(min(c[0] for c in unpack_contributions(packed)))
         pending = armed.read()
         if pending is None or earliest < pending:
             armed.write(earliest)
@@ -161,18 +160,19 @@ class ReleaseController(beam.DoFn):
                    randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
                    release=beam.DoFn.TimerParam(RELEASE)):
         clock = self.config.clock
-        by_slot: dict[int, list] = {}
-        for chunk in contributions.read():
-            for c in pickle.loads(chunk):
-                by_slot.setdefault(c[0], []).append(c)
+        held = [c for packed in contributions.read() for c in unpack_contributions(packed)]
         contributions.clear()
         armed.clear()
-        due = sorted(s for s in by_slot if self.bounded or clock.release_micros(s) <= fired.micros)
-        due_set = set(due)
-        later = [c for s in by_slot if s not in due_set for c in by_slot[s]]
+        held_slots = {c[0] for c in held}
+        due_slots = {s for s in held_slots if self.bounded or clock.release_micros(s) <= fired.micros}
+        if due_slots == held_slots:
+            due, later = held, []
+        else:
+            due = [c for c in held if c[0] in due_slots]
+            later = [c for c in held if c[0] not in due_slots]
         if later:
-            contributions.add(pickle.dumps(later, protocol=pickle.HIGHEST_PROTOCOL))
-            earliest = clock.release_micros(min(c[0] for c in later))
+            contributions.add(pack_contributions(later))
+            earliest = clock.release_micros(min(held_slots - due_slots))
             armed.write(earliest)
             release.set(Timestamp(micros=earliest))
         if not due:
@@ -184,7 +184,7 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = pickle.loads(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
         run = _StreamRun.load(self.config, key, state)
-        for output in run.release_until(max(due), by_slot, final=self.bounded):
+        for output in run.release_until(max(due_slots), due, final=self.bounded):
             kind, payload = output
             if kind == "release":
                 self.kinds[payload["kind"]].inc()
@@ -222,8 +222,9 @@ class _StreamRun:
         self.config, self.stream, self.mechanism = config, stream, mechanism
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
-        self._interned: dict = {}  # one object per distinct declaration: state pickles each once
-        self.declared = {user: self._intern(d) for user, d in (declared or {}).items()}
+        self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
+        self._declaration_ids: dict = {}  # ... and its position there
+        self.declared = {user: self.declarations[self.declaration_id(d)] for user, d in (declared or {}).items()}
         self._saved_at = next_slot  # next_slot of the last checkpoint emitted (or loaded)
         self.released = 0
         self.records_used = 0
@@ -231,9 +232,9 @@ class _StreamRun:
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
-        self.combine = SlotBatchFn()
         self.pending_charges: list = []
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
+        self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
 
     @classmethod
     def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None) -> "_StreamRun":
@@ -253,34 +254,43 @@ class _StreamRun:
 
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
+        if self._firing is not None:
+            self._firing.save_declared()
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
                            None if self.config.insecure_seed is None else dump_randomness(self.randomness))
 
-    def _intern(self, declaration: tuple) -> tuple:
-        return self._interned.setdefault(declaration, declaration)
+    def declaration_id(self, declaration: tuple) -> int:
+        """The position of ``declaration`` in ``declarations`` (appended when new)."""
+        found = self._declaration_ids.setdefault(declaration, len(self.declarations))
+        if found == len(self.declarations):
+            self.declarations.append(declaration)
+        return found
 
     def _checkpoint(self):
         self._saved_at = self.next_slot
         payload = encode(self.config.new_checkpoint({self.stream: self.state()}))
         yield "checkpoint", (self.stream, self.next_slot, payload)
 
-    def release_until(self, last_slot: int, by_slot: dict, final: bool):
+    def release_until(self, last_slot: int, contributions: list, final: bool):
         """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
 
-        Empty slots are released too, but at most ``max_empty_slots`` in a row: a longer gap (a
-        far-off timestamp, a stream that paused) resumes at the next slot with data.  Releasing fewer
-        slots never costs privacy: any w consecutive slots then hold at most w mechanism steps.
+        ``contributions`` are ``Contribution`` tuples of slots up to ``last_slot``.  Empty slots are
+        released too, but at most ``max_empty_slots`` in a row: a longer gap (a far-off timestamp, a
+        stream that paused) resumes at the next slot with data.  Releasing fewer slots never costs
+        privacy: any w consecutive slots then hold at most w mechanism steps.
         """
+        columns = SlotColumns.of(contributions)
         if self.next_slot is None:
-            self.next_slot = min(by_slot)
-        for slot in sorted(s for s in by_slot if s < self.next_slot):  # already released: late
-            for c in map(Contribution._make, by_slot[slot]):
+            self.next_slot = int(columns.slots[0])
+        if columns.slots.size and columns.slots[0] < self.next_slot:  # already released: late
+            for c in map(Contribution._make, sorted((c for c in contributions if c[0] < self.next_slot), key=_SLOT)):
                 for raw in c.raws:
-                    yield "late", dead_letter(f"late: slot {slot} already released", raw, "release", self.stream,
+                    yield "late", dead_letter(f"late: slot {c.slot} already released", raw, "release", self.stream,
                                               c.user)
-        with_data = sorted(s for s in by_slot if self.next_slot <= s <= last_slot)
+            columns = columns.since(self.next_slot)
+        self._firing = _Firing(self, columns)
         slot = self.next_slot
-        for upcoming in with_data + [last_slot + 1]:
+        for upcoming, start, end in [*columns.slot_rows(), (last_slot + 1, 0, 0)]:
             if upcoming - slot > self.config.max_empty_slots:
                 _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", self.stream,
                                 upcoming - slot - self.config.max_empty_slots, slot - 1)
@@ -288,46 +298,39 @@ class _StreamRun:
             else:
                 empty_until = upcoming
             for empty in range(slot, empty_until):
-                yield from self._release_one(empty, [], final)
+                yield from self._release_one(empty, 0, 0, final)
             if upcoming <= last_slot:
-                yield from self._release_one(upcoming, by_slot[upcoming], final)
+                yield from self._release_one(upcoming, start, end, final)
             slot = upcoming + 1
+        self._firing.save_declared()
+        self._firing = None
         if self.config.checkpoint_every and self.next_slot != self._saved_at:
             yield from self._checkpoint()  # the latest state: a resumed job must never release these slots again
         yield from self._flush(final=final)
 
-    def _release_one(self, slot: int, contributions: list, final: bool):
-        yield from self._release(slot, contributions)
+    def _release_one(self, slot: int, start: int, end: int, final: bool):
+        yield from self._release(slot, start, end)
         self.next_slot = slot + 1
         if self.config.checkpoint_every and self.next_slot % self.config.checkpoint_every == 0:
             yield from self._checkpoint()
         if len(self.pending_charges) >= self.config.ledger_flush_slots and not final:
             yield from self._flush(final=False)
 
-    def _release(self, slot: int, contributions: list):
-        columns = self.combine.build(contributions)
-        users, values, rows, used = [], [], [], 0
-        for user, value, declaration, raws in zip(columns.users, columns.values, columns.requirements,
-                                                   columns.raws):
-            if declaration is None:  # never declared, or a resumed job's per-user stage does not know it yet
-                declaration = self.declared.get(user)
-            else:
-                declaration = self.declared[user] = self._intern(tuple(declaration))
-            row, reason = self.translator.row(declaration)
-            if reason is not None:
-                for raw in raws:
-                    yield "dead", dead_letter(reason, raw, "release", self.stream, user)
-                continue
-            if user not in self.index:
-                self.index[user] = len(self.user_ids)
-                self.user_ids.append(user)
-            users.append(self.index[user])
-            values.append(value)
-            rows.append(row)
-            used += len(raws)
-        order = np.argsort(np.array(users, np.int64), kind="stable")
-        batch = SlotBatch(np.array(users, np.int64)[order], np.array(values, np.int64)[order],
-                          self.translator.columns([rows[i] for i in order]) if rows else None)
+    def _release(self, slot: int, start: int, end: int):
+        """Release ``slot`` from the firing's rows ``start:end`` (that slot's, sorted by user id)."""
+        firing, columns = self._firing, self._firing.columns
+        codes = columns.users[start:end]
+        in_force = firing.declare(codes, start, end)
+        accepted = firing.accepted[in_force + 1]
+        for i in np.flatnonzero(~accepted).tolist():
+            reason, user = firing.reasons[in_force[i] + 1], columns.user_ids[codes[i]]
+            for raw in columns.raws[start + i]:
+                yield "dead", dead_letter(reason, raw, "release", self.stream, user)
+        users = firing.dense_index(codes[accepted])
+        used = int(columns.raw_counts[start:end][accepted].sum())
+        order = np.argsort(users, kind="stable")
+        batch = SlotBatch(users[order], columns.values[start:end][accepted][order],
+                          self.translator.columns(firing.rows[in_force[accepted][order] + 1]) if users.size else None)
         release = self.mechanism.step(batch, self.randomness)
         yield "used", used
         self.released += 1
@@ -350,31 +353,92 @@ class _StreamRun:
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
         requirements = charges.requirements
-        matrix = (requirements.as_matrix() if isinstance(requirements, DynamicRequirements)
-                  else np.stack([requirements.window, requirements.epsilon_units], axis=1))
-        self.pending_charges.append((slot, charges.users, charges.dc_units, charges.publication_units, matrix))
+        in_force = ([requirements.as_matrix()] if isinstance(requirements, DynamicRequirements)
+                    else [requirements.window, requirements.epsilon_units])
+        self.pending_charges.append((charges.users, np.column_stack(
+            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units, *in_force])))
 
     def _flush(self, final: bool):
-        """Per-user chunks of the charges accumulated since the last flush."""
+        """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,
+        complete))``: one row per slot, in ``ledger.charge_chunk``'s columns."""
         if not self.pending_charges:
             return
-        slots = np.concatenate([np.full(users.size, slot, np.int64) for slot, users, *_ in self.pending_charges])
-        users = np.concatenate([p[1] for p in self.pending_charges])
-        dc = np.concatenate([p[2] for p in self.pending_charges])
-        publication = np.concatenate([p[3] for p in self.pending_charges])
-        matrix = np.concatenate([p[4] for p in self.pending_charges])
-        self.pending_charges = []
-        if users.size == 0:  # nobody registered yet
+        pending, self.pending_charges = self.pending_charges, []
+        if not any(users.size for users, _ in pending):  # nobody registered yet
             return
-        order = np.argsort(users, kind="stable")
-        users, slots, dc, publication, matrix = users[order], slots[order], dc[order], publication[order], matrix[order]
+        table, first, counts = _group_by_user(pending)
         self.first_flush, complete = False, self.first_flush
-        starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
-        ends = np.r_[starts[1:], users.size]
-        dynamic = matrix.shape[1] == 4
-        for start, end in zip(starts, ends):
-            user = self.user_ids[int(users[start])]
-            yield "charges", (f"{self.stream}{SEP}{user}", {
-                "slots": slots[start:end], "dc": dc[start:end], "publication": publication[start:end],
-                "requirements": matrix[start:end], "dynamic": dynamic, "final": final,
-                "complete": final and complete})
+        for user in np.flatnonzero(counts).tolist():
+            start = first[user]
+            yield "charges", (f"{self.stream}{SEP}{self.user_ids[user]}",
+                              (table[start:start + counts[user]], self.translator.dynamic, final, final and complete))
+
+
+def _group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of the slots' charge tables ``(users, table)`` grouped by user (slot order kept within a user),
+    and where each user's rows start and how many there are.
+
+    A slot charges each user at most once, so a counting sort puts every slot's rows in place: no argsort of the
+    ~users x slots rows of a bounded run (about a second) and no concatenated copy of them (hundreds of MB).
+    """
+    counts = np.bincount(np.concatenate([users for users, _ in pending]))
+    first = np.cumsum(counts) - counts
+    placed = np.zeros_like(counts)  # rows of each user placed so far
+    grouped = np.empty((int(counts.sum()), pending[0][1].shape[1]), np.int64)
+    for users, table in pending:
+        grouped[first[users] + placed[users]] = table
+        placed[users] += 1
+    return grouped, first, counts
+
+class _Firing:
+    """Lookups for one ``release_until`` call by the columns' user codes and declaration ids, so that
+    releasing a slot loops over neither its users nor its declarations."""
+
+    def __init__(self, run: _StreamRun, columns: SlotColumns):
+        self.run, self.columns = run, columns
+        run_ids = [run.declaration_id(d) for d in columns.declarations]
+        # each row's own declaration as the run's id (-1, no declaration, indexes the appended -1)
+        self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]
+        users = columns.user_ids
+        self.dense = np.fromiter((run.index.get(u, -1) for u in users), np.int64, len(users))
+        self.declared_ids = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
+                                         for u in users), np.int64, len(users))
+        self.saved_ids = self.declared_ids.copy()
+        # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
+        verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]
+        width = 4 if run.translator.dynamic else 2
+        self.accepted = np.array([row is not None for row, _ in verdicts])
+        self.reasons = [reason for _, reason in verdicts]
+        self.rows = np.array([row or (0,) * width for row, _ in verdicts], np.int64)
+
+    def declare(self, codes: np.ndarray, start: int, end: int) -> np.ndarray:
+        """The declaration id in force for rows ``start:end`` (users ``codes``): the row's own, else the user's last."""
+        own = self.own[start:end]
+        declares = own >= 0
+        in_force = np.where(declares, own, self.declared_ids[codes])
+        self.declared_ids[codes[declares]] = own[declares]
+        return in_force
+
+    def dense_index(self, codes: np.ndarray) -> np.ndarray:
+        """The mechanism's user index of each of ``codes`` (ascending user ids); new users get the next ones."""
+        run = self.run
+        dense = self.dense[codes]
+        new = codes[dense < 0]
+        if new.size:
+            first = len(run.user_ids)
+            self.dense[new] = np.arange(first, first + new.size)
+            names = [self.columns.user_ids[c] for c in new.tolist()]
+            run.index.update(zip(names, range(first, first + new.size)))
+            run.user_ids.extend(names)
+            dense = self.dense[codes]
+        return dense
+
+    def save_declared(self) -> None:
+        """Write the declarations that changed since the last call into the run's ``declared``."""
+        run = self.run
+        for code in np.flatnonzero(self.declared_ids != self.saved_ids).tolist():
+            run.declared[self.columns.user_ids[code]] = run.declarations[self.declared_ids[code]]
+        self.saved_ids = self.declared_ids.copy()
+
+
+_SLOT = itemgetter(0)

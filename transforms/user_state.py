@@ -21,8 +21,9 @@ Counts (late, duplicates) go to Beam metrics and, as ``(name, n)`` records, to
 the ``accounting`` output, which every runner delivers (the bundle-based
 DirectRunner drops metrics of later TestStream bundles).
 
-Closed slots leave as ``(stream, [contribution tuple, ...])`` elements: one per
-user and timer firing in streaming, one per stream and bundle in batch, never one per event.
+Closed slots leave as ``(stream, packed contribution tuples)`` elements
+(``records.pack_contributions``): one per user and timer firing in streaming,
+one per stream and bundle in batch, never one per event.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.records import KEY_SEPARATOR, Event, dead_letter
+from transforms.records import KEY_SEPARATOR, Event, dead_letter, pack_contributions
 from transforms.slotting import SlotClock, close_user_slots
 
 SEP = KEY_SEPARATOR
@@ -145,7 +146,7 @@ class CloseUserSlots(beam.DoFn):
                 yield WindowedValue(output, MIN_TIMESTAMP, (window,))
 
     def _take(self) -> list:
-        outputs = list(self._rows.items())
+        outputs = [(stream, pack_contributions(rows)) for stream, rows in self._rows.items()]
         if self._duplicates:
             self.duplicates.inc(self._duplicates)
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", self._duplicates)))
@@ -228,4 +229,5 @@ class UserSlotState(beam.DoFn):
         if duplicates:
             self.duplicates.inc(duplicates)
             yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
-        yield stream, rows
+        if rows:
+            yield stream, pack_contributions(rows)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipelines.live import LiveRelease
-from transforms.ledger import check_windows, empty_tail
+from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement
 from transforms.parse import ParseConfig
@@ -140,8 +140,8 @@ class Recording(LiveRelease):
 def whole_run_violations(spent: list, max_window: int = 1000) -> list:
     """The ledger over every committed charge of the run at once (pre- and post-restart)."""
     by_user: dict = {}
-    for key, chunk in spent:
-        by_user.setdefault(key, []).append(chunk)
+    for key, charges in spent:
+        by_user.setdefault(key, []).append(charge_chunk(*charges))
     found = []
     for key, chunks in by_user.items():
         whole = {name: np.concatenate([c[name] for c in chunks])

@@ -142,9 +142,8 @@ def test_the_stateless_batch_ledger_refuses_a_partial_chunk():
 
     from transforms.ledger import CompleteChunkLedger
 
-    chunk = {"slots": np.array([0, 1]), "dc": np.array([1, 1]), "publication": np.array([0, 1]),
-             "requirements": np.array([[2, 3], [2, 3]]), "dynamic": False, "final": True, "complete": True}
-    usage = list(CompleteChunkLedger(4).process(("s\x1fu", chunk)))
+    table = np.array([[0, 1, 0, 2, 3], [1, 1, 1, 2, 3]])  # slot, dc, publication, w, E
+    usage = list(CompleteChunkLedger(4).process(("s\x1fu", (table, False, True, True))))
     assert usage == [{"stream": "s", "user": "u", "slots": 2, "max_window_usage_ratio": 1.0, "violations": 0}]
     with pytest.raises(ValueError, match="partial chunk"):
-        list(CompleteChunkLedger(4).process(("s\x1fu", {**chunk, "complete": False})))
+        list(CompleteChunkLedger(4).process(("s\x1fu", (table, False, True, False))))

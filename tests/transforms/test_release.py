@@ -11,6 +11,8 @@ from decimal import Decimal
 import apache_beam as beam
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline,
@@ -19,7 +21,7 @@ from transforms import checkpoint as ckpt
 from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.release import ReleaseConfig, _StreamRun
+from transforms.release import ReleaseConfig, _group_by_user, _StreamRun
 from transforms.slotting import SlotClock
 
 EVERY = 4
@@ -78,11 +80,8 @@ def small_checkpoint(seed: int | None = 7) -> tuple[ReleaseConfig, bytes]:
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=seed)
     run = _StreamRun.load(config, "s", None)
     events = make_events(seed=1, users=5, slots=3, bins=4)
-    by_slot: dict = {}
-    for e in events:
-        by_slot.setdefault(int(e.time // SLOT), []).append((int(e.time // SLOT), e.user, e.value, e.requirement,
-                                                            (e.raw,)))
-    list(run.release_until(max(by_slot), by_slot, final=False))
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,)) for e in events]
+    list(run.release_until(max(r[0] for r in rows), rows, final=False))
     return config, ckpt.encode(config.new_checkpoint({"s": run.state()}))
 
 
@@ -196,3 +195,32 @@ def test_a_resumed_streaming_job_continues_from_the_checkpoint_directory(tmp_pat
         assert_that(out["releases"] | beam.Map(summarize), equal_to([r for r in expected if r[0] >= 6]))
         assert_that(out["dead_letters"] | beam.Map(lambda d: (d["record"], d["reason"].split(":")[0])),
                     equal_to([(e.raw, "late") for e in again if e.time // SLOT < 6]), label="late")
+
+
+def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations():
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))  # declared once, then None
+            for e in make_events(seed=2, users=6, slots=6, bins=4)]
+    whole, split = _StreamRun.load(config, "s", None), _StreamRun.load(config, "s", None)
+    once = list(whole.release_until(5, rows, final=False))
+    twice = (list(split.release_until(2, [r for r in rows if r[0] <= 2], final=False))
+             + list(split.release_until(5, [r for r in rows if r[0] > 2], final=False)))
+    assert [p for kind, p in once if kind != "charges"] == [p for kind, p in twice if kind != "charges"]
+    assert not [p for kind, p in once if kind == "dead"]
+    assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), min_size=1, max_size=8))
+def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
+    users = np.array([u for run in runs for u in run], np.int64)
+    rows = np.stack([np.arange(users.size), users], axis=1)  # (entry number, user)
+    pending, at = [], 0
+    for run in runs:
+        pending.append((np.array(run, np.int64), rows[at:at + len(run)]))
+        at += len(run)
+    if not users.size:
+        return
+    grouped, first, counts = _group_by_user(pending)
+    assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
+    assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()

@@ -1,16 +1,15 @@
-"""One slot's columns (transforms/slot_batch.py): the release stage's one-go build equals the CombineFn."""
+"""Slots' columns (transforms/slot_batch.py): the release stage's SlotColumns equal the CombineFn per slot."""
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.records import Contribution
-from transforms.slot_batch import SlotBatchFn
+from transforms.slot_batch import SlotBatchFn, SlotColumns
 
 contributions = st.lists(st.builds(
-    Contribution, st.just(3), st.sampled_from(["b", "a", "c", "u10", "u9"]), st.integers(-1, 5),
+    Contribution, st.sampled_from([3, 4, 7]), st.sampled_from(["b", "a", "c", "u10", "u9"]), st.integers(-1, 5),
     st.none() | st.just(("fixed", 3, "1.0")), st.lists(st.sampled_from(["x", "y", "z"]), min_size=1,
                                                         max_size=2).map(tuple)), max_size=12)
 
@@ -19,16 +18,28 @@ def columns(slot) -> tuple:
     return slot.users, slot.values.tolist(), slot.requirements, slot.raws
 
 
+def slot_of(built: SlotColumns, start: int, end: int) -> tuple:
+    """One slot's rows of ``built`` in the CombineFn's terms."""
+    return ([built.user_ids[u] for u in built.users[start:end]], built.values[start:end].tolist(),
+            [None if r < 0 else built.declarations[r] for r in built.requirements[start:end]], built.raws[start:end])
+
+
 @settings(max_examples=300, deadline=None)
 @given(rows=contributions, split=st.integers(0, 12))
-def test_build_equals_the_combine_fn_and_keeps_one_row_per_user(rows, split):
+def test_slot_columns_equal_the_combine_fn_per_slot_and_keep_one_row_per_user(rows, split):
     fn = SlotBatchFn()
-    parts = [fn.create_accumulator(), fn.create_accumulator()]
-    for i, row in enumerate(rows):
-        fn.add_input(parts[i >= split], row)
-    combined = fn.extract_output(fn.merge_accumulators(parts))
-    built = fn.build([tuple(row) for row in rows])
-    assert columns(built) == columns(combined)
-    assert built.users == sorted(set(built.users)) and built.values.dtype == np.int64
-    for user, raws in zip(built.users, built.raws):
-        assert raws == max(row.raws for row in rows if row.user == user)
+    built = SlotColumns.of([tuple(row) for row in rows])
+    assert [s for s, _, _ in built.slot_rows()] == sorted({row.slot for row in rows})
+    for slot, start, end in built.slot_rows():
+        parts = [fn.create_accumulator(), fn.create_accumulator()]
+        for i, row in enumerate(rows):
+            if row.slot == slot:
+                fn.add_input(parts[i >= split], row)
+        assert slot_of(built, start, end) == columns(fn.extract_output(fn.merge_accumulators(parts)))
+        users = slot_of(built, start, end)[0]
+        assert users == sorted(set(users))
+        for user, raws in zip(users, built.raws[start:end]):
+            assert raws == max(row.raws for row in rows if row.user == user and row.slot == slot)
+    assert built.raw_counts.tolist() == [len(raws) for raws in built.raws]
+    later = built.since(4)
+    assert later.slots.tolist() == [s for s in built.slots.tolist() if s >= 4] and len(later.raws) == later.slots.size

@@ -228,8 +228,8 @@ class PrivacyLedger:
         moved = np.flatnonzero(rows != self._class_row[self._class_of])
         if moved.size:
             source, target_row = self._class_of[moved], rows[moved]
-            pairs, first, inverse, counts = np.unique(source * (int(target_row.max()) + 3) + target_row + 2,
-                                                      return_index=True, return_inverse=True, return_counts=True)
+            _, first, inverse, counts = np.unique(source * (int(target_row.max()) + 3) + target_row + 2,
+                                                  return_index=True, return_inverse=True, return_counts=True)
             group_class, group_row = source[first], target_row[first]  # sorted by class, then row
             leaving = np.bincount(group_class, weights=counts, minlength=self._class_row.size)
             # a class all of whose members moved keeps its id for its first group

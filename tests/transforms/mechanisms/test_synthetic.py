@@ -273,6 +273,15 @@ def test_binary_stream_is_deterministic_per_seed():
     assert any(not np.array_equal(a, c) for a, c in zip(first, other))
 
 
+def test_binary_stream_draws_blocks_of_slots_exactly_as_one_draw_per_slot():
+    """The values do not depend on how many slots one draw covers (here blocks of 5, 5 and 2 slots)."""
+    users = 100_000
+    probabilities = np.random.default_rng(1).random(12)
+    expected = np.random.default_rng(8)
+    for values, probability in zip(binary_stream(probabilities, users, np.random.default_rng(8)), probabilities):
+        np.testing.assert_array_equal(values, (expected.random(users) < probability).astype(np.int64))
+
+
 def test_binary_stream_copies_its_input():
     probabilities = np.array([1.0, 1.0])
     stream = binary_stream(probabilities, 10, np.random.default_rng(0))

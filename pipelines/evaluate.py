@@ -190,11 +190,13 @@ REAL_NOTE = ("The papers ran Taxi on all 10,357 taxis and Foursquare on 5% of th
 
 COLUMNS = ["dataset", "mechanism", "sweep", "epsilon", "window", "ratio", "repeat", "users", "slots", "bins", "seed",
            "segment_reset", "w_event_guarantee_across_segments", "amre", "ajsd", "mre", "mae", "fresh_fraction",
-           "skipped_fraction", "nullified_fraction", "seconds_per_slot", "wall_seconds", "max_window_usage_ratio",
-           "ledger_violations", "cross_segment_max_window_usage_ratio", "noise"]
+           "skipped_fraction", "nullified_fraction", "seconds_per_slot", "wall_seconds", "cpu_seconds",
+           "max_window_usage_ratio", "ledger_violations", "cross_segment_max_window_usage_ratio", "noise"]
 """``results.csv`` columns.  ``amre`` is the papers' AMRE, which is a mean SQUARED error."""
 
-TIMING_COLUMNS = ("seconds_per_slot", "wall_seconds")
+TIMING_COLUMNS = ("seconds_per_slot", "wall_seconds", "cpu_seconds")
+"""Measured times: ``seconds_per_slot`` is CPU time in ``step``, ``cpu_seconds`` the run's CPU time (data,
+mechanism and ledger), so neither counts time spent waiting for a shared machine's cores."""
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,7 @@ def evaluate_point(task: Task) -> dict:
     cross = PrivacyLedger(max_window=setup.max_window) if task.segment_reset else None
     mechanism = book = None
     worst, violations, offset, seconds = 0.0, 0, 0, 0.0
-    wall = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for t, (values, true_histogram) in enumerate(slots):
         new_segment = mechanism is None or (task.segment_reset and t % task.segment_reset == 0)
         if new_segment:
@@ -297,9 +299,9 @@ def evaluate_point(task: Task) -> dict:
             mechanism, book, offset = mechanism_for(task.mechanism, setup, bins), PrivacyLedger(setup.max_window), t
         requirements = next(declarations) if dynamic else (fixed if new_segment else None)
         batch = SlotBatch.of(users, values, requirements)
-        start = time.perf_counter()
+        start = time.process_time()
         release = mechanism.step(batch, noise)
-        seconds += time.perf_counter() - start
+        seconds += time.process_time() - start
         book.record(release.slot, release.charges)
         if cross is not None:
             cross.record(offset + release.slot, release.charges)
@@ -321,6 +323,7 @@ def evaluate_point(task: Task) -> dict:
            "skipped_fraction": kinds[ReleaseKind.SKIPPED] / task.slots,
            "nullified_fraction": kinds[ReleaseKind.NULLIFIED] / task.slots,
            "seconds_per_slot": seconds / task.slots, "wall_seconds": time.perf_counter() - wall,
+           "cpu_seconds": time.process_time() - cpu,
            "max_window_usage_ratio": worst, "ledger_violations": violations,
            "cross_segment_max_window_usage_ratio": "" if cross is None else cross.max_usage_ratio,
            "noise": NOISE_NOTE}
@@ -530,7 +533,7 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
 _CSV_TYPES = {"epsilon": float, "window": int, "repeat": int, "users": int, "slots": int, "bins": int, "seed": int,
               "amre": float, "ajsd": float, "mre": float, "mae": float, "fresh_fraction": float,
               "skipped_fraction": float, "nullified_fraction": float, "seconds_per_slot": float,
-              "wall_seconds": float, "max_window_usage_ratio": float, "ledger_violations": int}
+              "wall_seconds": float, "cpu_seconds": float, "max_window_usage_ratio": float, "ledger_violations": int}
 
 
 def read_csv(path: str) -> list[dict]:
@@ -539,7 +542,8 @@ def read_csv(path: str) -> list[dict]:
         rows = list(csv.DictReader(handle))
     for row in rows:
         for name, kind in _CSV_TYPES.items():
-            row[name] = kind(row[name])
+            if name in row:  # results from before a column existed (cpu_seconds) lack it
+                row[name] = kind(row[name])
         row["ratio"] = float(row["ratio"]) if row["ratio"] else ""
     return rows
 
@@ -930,6 +934,7 @@ FULL_SWEEP_MECHANISMS = ("bd", "ba", "pbd", "pba", "dpbd", "dpba")
 
 def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
     timed = [r for r in rows if r["sweep"] == "epsilon"] or rows
+    by_cpu = all("cpu_seconds" in r for r in rows)  # results from before cpu_seconds timed on the wall clock
     mechanisms = [m for m in args.mechanisms if any(r["mechanism"] == m for r in timed)]
     body = []
     for mechanism in mechanisms:
@@ -939,9 +944,10 @@ def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
             cells.append(f"{1e3 * np.mean([r['seconds_per_slot'] for r in mine]):.3f}" if mine else "–")
         body.append([_mech(mechanism)] + cells)
     lines = ["## Running time", "",
-             "Milliseconds per slot in the mechanism's `step` (mean over the runs"
-             + (" of the epsilon sweep" if timed is not rows else "") + f"), {args.workers} runs at a time on a "
-             "machine shared with other work, so the times vary with its load:", ""]
+             ("CPU milliseconds" if by_cpu else "Milliseconds") + " per slot in the mechanism's `step` (mean over the "
+             "runs" + (" of the epsilon sweep" if timed is not rows else "") + f"; {args.workers} runs at a time on a "
+             "machine shared with other work, " + ("whose load still shows through caches and memory bandwidth):"
+                                                   if by_cpu else "so the times vary with its load):"), ""]
     lines += _table(["mechanism"] + [_name(d) for d in datasets], body) + [""]
     for dataset in (d for d in datasets if d in SYNTHETIC):
         estimate = full_sweep_estimate(rows, dataset, args.workers)
@@ -949,20 +955,25 @@ def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
             seconds, users, slots = estimate
             lines += [f"* **Extrapolated, not measured**: the full default epsilon sweep on {_name(dataset)} (BD, BA, "
                       f"PBD, PBA, DPBD, DPBA × 5 values of E × {DEFAULT_REPEATS} repeats at N = {users:,}, "
-                      f"T = {slots:,}) would take about {seconds / 60:.0f} minutes of wall time on {args.workers} "
-                      "workers: the measured mean wall time per run (data, mechanism and ledger) of each "
+                      f"T = {slots:,}) would take about {seconds / 60:.0f} minutes on {args.workers} workers"
+                      + (" with a free core each" if by_cpu else "") + ": the measured mean "
+                      + ("CPU" if by_cpu else "wall") + " time per run (data, mechanism and ledger) of each "
                       f"mechanism and E, times {DEFAULT_REPEATS} repeats, divided by the workers."]
     lines.append("")
     return lines
 
 
 def full_sweep_estimate(rows: list[dict], dataset: str, workers: int) -> tuple[float, int, int] | None:
-    """Wall seconds of the default epsilon sweep (6 mechanisms x 5 E x 10 repeats) from measured run times."""
+    """Seconds of the default epsilon sweep (6 mechanisms x 5 E x 10 repeats) from measured run times.
+
+    Uses each run's CPU time (its wall time in results from before ``cpu_seconds`` was recorded).
+    """
     mine = [r for r in rows if r["dataset"] == dataset and r["sweep"] == "epsilon"]
     total = 0.0
     for mechanism in FULL_SWEEP_MECHANISMS:
         for epsilon in _sweep_points("epsilon"):
-            runs = [r["wall_seconds"] for r in mine if r["mechanism"] == mechanism and r["epsilon"] == epsilon]
+            runs = [r.get("cpu_seconds", r["wall_seconds"]) for r in mine
+                    if r["mechanism"] == mechanism and r["epsilon"] == epsilon]
             if not runs:
                 return None
             total += float(np.mean(runs)) * DEFAULT_REPEATS

@@ -351,3 +351,18 @@ def test_missing_real_data_is_skipped_saying_why(tmp_path, capsys):
     assert {r["dataset"] for r in read_rows(tmp_path / "out")} == {"sin"}
     summary = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert "**Taxi skipped**: taxi: " in summary and "is not on this machine" in summary
+
+
+def test_full_sweep_estimate_uses_cpu_time_and_old_results_their_wall_time():
+    """A run's CPU time does not count waiting for a shared machine's cores; results written before
+    cpu_seconds existed are estimated from their wall time, and the document says which."""
+    rows = [{"dataset": "sin", "sweep": "epsilon", "mechanism": m, "epsilon": e, "users": 10, "slots": 20,
+             "wall_seconds": 5.0, "cpu_seconds": 2.0, "seconds_per_slot": 0.001}
+            for m in evaluate.FULL_SWEEP_MECHANISMS for e in (0.2, 0.4, 0.6, 0.8, 1.0)]
+    runs = len(rows) * evaluate.DEFAULT_REPEATS
+    assert evaluate.full_sweep_estimate(rows, "sin", 2) == (runs * 2.0 / 2, 10, 20)
+    args = evaluate.parse_args(["--datasets", "sin", "--mechanisms", ",".join(evaluate.FULL_SWEEP_MECHANISMS)])
+    assert "CPU time per run" in "\n".join(evaluate._timing_section(rows, args, ["sin"]))
+    old = [{k: v for k, v in row.items() if k != "cpu_seconds"} for row in rows]
+    assert evaluate.full_sweep_estimate(old, "sin", 2) == (runs * 5.0 / 2, 10, 20)
+    assert "wall time per run" in "\n".join(evaluate._timing_section(old, args, ["sin"]))

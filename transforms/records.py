@@ -11,10 +11,10 @@ import pickle
 from typing import NamedTuple
 
 NO_VALUE = -1
+"""``Event.value`` of a record that only declares a requirement."""
 
 KEY_SEPARATOR = "\x1f"
 """Joins a stream and a user into one state key downstream, so stream names may not contain it."""
-"""``Event.value`` of a record that only declares a requirement."""
 
 # A requirement declaration is one of these tuples:
 #   ("fixed", window, epsilon_text)

@@ -55,6 +55,13 @@ def compact(event: Event) -> tuple:
     return event[2:]
 
 
+def _in_global_window(output):
+    """An output of ``finish_bundle`` (plain or tagged), placed in the global window that bounded input uses."""
+    if isinstance(output, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(output.tag, _in_global_window(output.value))
+    return WindowedValue(output, MIN_TIMESTAMP, (GlobalWindow(),))
+
+
 class _GatherUserEvents(beam.DoFn):
     """Bounded input: a bundle's events per ``(stream, user)`` as one ``(key, [compact event, ...])`` each."""
 
@@ -69,18 +76,16 @@ class _GatherUserEvents(beam.DoFn):
         key = (event[0], event[1])
         held = self._lists.get(key)
         if held is None:
-            self._lists[key] = [event[2:]]
+            self._lists[key] = [compact(event)]
         else:
-            held.append(event[2:])
+            held.append(compact(event))
         self._held += 1
         if self._held >= self.MAX_HELD:
             return self._take()
         return None
 
     def finish_bundle(self):
-        window = GlobalWindow()
-        for element in self._take():
-            yield WindowedValue(element, MIN_TIMESTAMP, (window,))
+        return map(_in_global_window, self._take())
 
     def _take(self) -> list:
         lists, self._lists, self._held = self._lists, {}, 0
@@ -138,12 +143,7 @@ class CloseUserSlots(beam.DoFn):
         return None
 
     def finish_bundle(self):
-        window = GlobalWindow()
-        for output in self._take():
-            if isinstance(output, beam.pvalue.TaggedOutput):
-                yield beam.pvalue.TaggedOutput(output.tag, WindowedValue(output.value, MIN_TIMESTAMP, (window,)))
-            else:
-                yield WindowedValue(output, MIN_TIMESTAMP, (window,))
+        return map(_in_global_window, self._take())
 
     def _take(self) -> list:
         outputs = [(stream, pack_contributions(rows)) for stream, rows in self._rows.items()]

@@ -62,7 +62,26 @@ def _in_global_window(output):
     return WindowedValue(output, MIN_TIMESTAMP, (GlobalWindow(),))
 
 
-class _GatherUserEvents(beam.DoFn):
+class _HeldPerBundle(beam.DoFn):
+    """Bounded input: outputs held across a bundle, sent on at ``MAX_HELD`` (bounds memory) and at its end.
+
+    Subclasses count what they hold in ``_held`` and return everything from ``_take``.
+    """
+
+    MAX_HELD: int
+
+    def _take_if_full(self) -> list | None:
+        # Not a generator: most calls emit nothing, and a generator costs an object per call.
+        return self._take() if self._held >= self.MAX_HELD else None
+
+    def finish_bundle(self):
+        return map(_in_global_window, self._take())
+
+    def _take(self) -> list:
+        raise NotImplementedError
+
+
+class _GatherUserEvents(_HeldPerBundle):
     """Bounded input: a bundle's events per ``(stream, user)`` as one ``(key, [compact event, ...])`` each."""
 
     MAX_HELD = 250_000  # events held before the bundle's lists are sent on early (bounds memory)
@@ -72,7 +91,6 @@ class _GatherUserEvents(beam.DoFn):
         self._held = 0
 
     def process(self, event):
-        # Not a generator: most calls emit nothing, and a generator costs an object per call.
         key = (event[0], event[1])
         held = self._lists.get(key)
         if held is None:
@@ -80,12 +98,7 @@ class _GatherUserEvents(beam.DoFn):
         else:
             held.append(compact(event))
         self._held += 1
-        if self._held >= self.MAX_HELD:
-            return self._take()
-        return None
-
-    def finish_bundle(self):
-        return map(_in_global_window, self._take())
+        return self._take_if_full()
 
     def _take(self) -> list:
         lists, self._lists, self._held = self._lists, {}, 0
@@ -110,7 +123,7 @@ class GroupUserEvents(beam.PTransform):
                 | "EventsPerUser" >> beam.GroupByKey())
 
 
-class CloseUserSlots(beam.DoFn):
+class CloseUserSlots(_HeldPerBundle):
     """Bounded input: closes every slot of each complete key at once, without state.
 
     Not a stateful DoFn (a stateful call costs about 125 µs per key), and a
@@ -138,12 +151,7 @@ class CloseUserSlots(beam.DoFn):
             held.extend(rows)
         self._held += len(rows)
         self._duplicates += duplicates
-        if self._held >= self.MAX_HELD:
-            return self._take()
-        return None
-
-    def finish_bundle(self):
-        return map(_in_global_window, self._take())
+        return self._take_if_full()
 
     def _take(self) -> list:
         outputs = [(stream, pack_contributions(rows)) for stream, rows in self._rows.items()]

@@ -43,7 +43,6 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     dynamic = mechanism.requirement_kind is DynamicRequirements
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
-    index = np.arange(users)
     values = gen.integers(0, bins, users)
     rng = secure_randomness()
     elapsed = 0.0
@@ -51,7 +50,7 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
         movers = gen.random(users) < 0.1
         values[movers] = gen.integers(0, bins, int(movers.sum()))
         requirements = next(declarations) if dynamic else (fixed if t == 0 else None)
-        batch = SlotBatch.of(index, values.copy(), requirements)
+        batch = SlotBatch.of(range(users), values.copy(), requirements)
         start = time.perf_counter()
         mechanism.step(batch, rng)
         if t:  # slot 1 (registration of every user) is the warm-up

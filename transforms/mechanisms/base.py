@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -31,7 +32,7 @@ from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import to_epsilon, to_units
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
-from transforms.mechanisms.population import UNREGISTERED, Column, Population, SlotData
+from transforms.mechanisms.population import UNREGISTERED, Column, Population, SlotData, read_only_copy
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements, Requirements)
 
@@ -236,8 +237,9 @@ class Mechanism(abc.ABC):
     def in_force_requirements(self) -> Requirements:
         """Requirement in force per cohort row (a mechanism may project it)."""
         t = self.population.table.data
-        if self.requirement_kind is FixedRequirements:
-            return FixedRequirements(t["window"].copy(), t["epsilon_units"].copy())
+        if self.requirement_kind is FixedRequirements:  # changes only with the memberships
+            return self.population.derived("in_force", lambda: FixedRequirements(
+                read_only_copy(t["window"]), read_only_copy(t["epsilon_units"])))
         return DynamicRequirements(t["backward_window"].copy(), t["backward_units"].copy(),
                                    t["forward_window"].copy(), t["forward_units"].copy())
 
@@ -246,7 +248,7 @@ class Mechanism(abc.ABC):
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
         extent = batch.validate(self.params.bins, self.requirement_kind)
         rows = self.population.rows_of(batch.users, extent)
-        registered = self.population.validate(batch, rows)
+        registered = self.population.validate(batch, rows, extent)
         self.check_requirements(batch)
         self.slot += 1
         data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
@@ -254,14 +256,12 @@ class Mechanism(abc.ABC):
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)
-        population = self.population
-        waiting = population.waiting_users()
+        memberships = self.population.memberships()
         charges = UserCharges(
-            cohort_of=population.cohort_of.copy(), cohort_dc_units=decision.dc_units,
+            cohort_of=memberships.cohort_of, cohort_dc_units=decision.dc_units,
             cohort_publication_units=decision.publication_units,
-            cohort_requirements=self.in_force_requirements(), waiting_users=waiting,
-            waiting_requirements=(FixedRequirements(population.window_of[waiting], population.units_of[waiting])
-                                  if waiting.size else None))
+            cohort_requirements=self.in_force_requirements(), waiting_users=memberships.waiting_users,
+            waiting_requirements=memberships.waiting_requirements)
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
                        decision.predicted_error, charges)
 
@@ -310,6 +310,7 @@ class Mechanism(abc.ABC):
                      "pending_units"):
             setattr(pop, name, np.array(arrays[f"population.{name}"]))
         self.load_extra_state({k[6:]: np.array(v) for k, v in arrays.items() if k.startswith("extra.")})
+        pop.changed()
 
     def to_bytes(self) -> bytes:
         """Serialize the state (not the parameters' objects) as an ``.npz`` payload."""
@@ -331,6 +332,14 @@ class Mechanism(abc.ABC):
         mechanism = cls(params)
         mechanism.load_state_arrays(arrays)
         return mechanism
+
+
+@functools.lru_cache(maxsize=1024)
+def same_for_every_row(rows: int, units: int) -> np.ndarray:
+    """One charge for every cohort row, read-only (charges repeat from slot to slot)."""
+    charges = np.full(rows, units, np.int64)
+    charges.flags.writeable = False
+    return charges
 
 
 def window_sums(history: np.ndarray, lengths: np.ndarray) -> np.ndarray:

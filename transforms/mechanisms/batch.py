@@ -16,9 +16,9 @@ NO_VALUE = -1
 class BatchExtent(NamedTuple):
     """What validation learned about a batch, so later steps need not scan it again."""
 
-    max_user: int   # largest user index (-1 for an empty batch)
-    min_value: int  # smallest value (NO_VALUE when some row reports nothing; 0 for an empty batch)
-    dense: bool     # the users are exactly 0, 1, ..., n-1 (everybody reports, as in the papers)
+    max_user: int     # largest user index (-1 for an empty batch)
+    all_report: bool  # no row's value is NO_VALUE
+    dense: bool       # the users are exactly 0, 1, ..., n-1 (everybody reports, as in the papers)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,13 @@ class SlotBatch:
 
     @classmethod
     def of(cls, users, values, requirements: Requirements | None = None) -> "SlotBatch":
-        """Build a batch from any integer sequences (no validation against a domain yet)."""
+        """Build a batch from any integer sequences (no validation against a domain yet).
+
+        ``users=range(n)`` says that users 0..n-1 all report (the papers'
+        setting); validation then need not scan them.
+        """
+        if isinstance(users, range) and users.start == 0 and users.step == 1:
+            users = every_user(len(users))
         return cls(np.asarray(users, dtype=np.int64).reshape(-1),
                    np.asarray(values, dtype=np.int64).reshape(-1), requirements)
 
@@ -58,8 +64,13 @@ class SlotBatch:
         n = users.size
         if n != values.size:
             raise ValueError(f"users has {n} entries but values has {values.size}")
+        if users.dtype != np.int64 or values.dtype != np.int64:
+            raise ValueError(f"users and values must be int64 (SlotBatch.of converts), "
+                             f"got {users.dtype} and {values.dtype}")
         if n == 0:
-            extent = BatchExtent(-1, 0, True)
+            extent = BatchExtent(-1, True, True)
+        elif _EVERY_USER.owns(users):
+            extent = BatchExtent(n - 1, _all_report(values, bins), True)
         else:
             first, last = int(users[0]), int(users[-1])
             ascending = n == 1 or np.count_nonzero(users[1:] > users[:-1]) == n - 1  # the usual batch
@@ -68,10 +79,7 @@ class SlotBatch:
             if not ascending and not _distinct(users):
                 raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
             max_user = last if ascending else int(users.max())
-            min_value = int(values.min())
-            if min_value < NO_VALUE or values.max() >= bins:
-                raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
-            extent = BatchExtent(max_user, min_value, ascending and first == 0 and last == n - 1)
+            extent = BatchExtent(max_user, _all_report(values, bins), ascending and first == 0 and last == n - 1)
         if self.requirements is not None:
             if len(self.requirements) != users.size:
                 raise ValueError(f"requirements has {len(self.requirements)} rows, expected {users.size}")
@@ -81,9 +89,45 @@ class SlotBatch:
         return extent
 
 
+def _all_report(values: np.ndarray, bins: int) -> bool:
+    """Whether no value is NO_VALUE, after checking every value is a bin or NO_VALUE."""
+    if values.view(np.uint64).max() < bins:  # the usual batch, in one pass: negatives wrap to the top
+        return True
+    if values.min() < NO_VALUE or values.max() >= bins:
+        raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
+    return False
+
+
+class _EveryUserIndex:
+    """Read-only arrays 0, 1, 2, ... backed by bytes, so no view of them can ever be written to."""
+
+    def __init__(self):
+        self.largest = np.zeros(0, np.int64)
+        self.made: dict[int, np.ndarray] = {}  # id -> array; every one made is kept, so ids stay unique
+
+    def prefix(self, n: int) -> np.ndarray:
+        if n > self.largest.size:
+            size = max(n, 2 * self.largest.size)
+            self.largest = np.frombuffer(np.arange(size, dtype=np.int64).tobytes(), np.int64)
+            self.made[id(self.largest)] = self.largest
+        return self.largest[:n]
+
+    def owns(self, users: np.ndarray) -> bool:
+        """A contiguous view starting at 0 of an array made here, so exactly 0..n-1."""
+        return id(users.base) in self.made and users.strides == (8,) and users[0] == 0
+
+
+_EVERY_USER = _EveryUserIndex()
+
+
+def every_user(n: int) -> np.ndarray:
+    """The users 0..n-1 as a read-only array that validation recognizes without scanning it."""
+    return _EVERY_USER.prefix(n)
+
+
 def _distinct(users: np.ndarray) -> bool:
     ordered = np.sort(users)
     return bool(np.all(ordered[1:] != ordered[:-1]))
 
 
-__all__ = ["NO_VALUE", "BatchExtent", "SlotBatch", "FixedRequirements", "DynamicRequirements"]
+__all__ = ["NO_VALUE", "BatchExtent", "SlotBatch", "every_user", "FixedRequirements", "DynamicRequirements"]

@@ -10,11 +10,14 @@ counts (no sampling) and compare the dissimilarity with the Laplace scale
 
 from __future__ import annotations
 
+import functools
 import math
+from collections import deque
 
 import numpy as np
 
-from transforms.mechanisms.base import Decision, HomogeneousParams, Mechanism, ReleaseKind, is_fresh_publication
+from transforms.mechanisms.base import (Decision, HomogeneousParams, Mechanism, ReleaseKind, is_fresh_publication,
+                                        same_for_every_row)
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, units_to_decimal_string
 from transforms.mechanisms.noise import Randomness
@@ -50,10 +53,15 @@ class HomogeneousMechanism(Mechanism):
 
     def charges(self, data: SlotData, dc: int, publication: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self.population.table.rows
-        return np.full(rows, dc, np.int64), np.full(rows, publication, np.int64)
+        return same_for_every_row(rows, dc), same_for_every_row(rows, publication)
 
     def variance(self, units: int) -> float:
-        return self.params.error_model.noise_variance(units / UNITS_PER_EPSILON, self.params.sensitivity)
+        return _noise_variance(units, self.params.sensitivity, self.params.error_model)
+
+
+@functools.lru_cache(maxsize=1024)
+def _noise_variance(units: int, sensitivity: int, model) -> float:
+    return model.noise_variance(units / UNITS_PER_EPSILON, sensitivity)
 
 
 class BD(HomogeneousMechanism):
@@ -63,28 +71,32 @@ class BD(HomogeneousMechanism):
 
     def __init__(self, params: HomogeneousParams):
         super().__init__(params)
-        self.publication_history = np.zeros(max(params.window - 1, 0), np.int64)  # newest first
+        self._load_history([0] * (params.window - 1))
+
+    def _load_history(self, newest_first) -> None:
+        self.publication_history = deque(newest_first, maxlen=self.params.window - 1)  # ε^(2) at t-1, t-2, ...
+        self.history_total = sum(self.publication_history)
 
     def extra_state(self):
-        return {"publication_history": self.publication_history}
+        return {"publication_history": np.array(self.publication_history, np.int64)}
 
     def load_extra_state(self, state):
-        self.publication_history = np.array(state["publication_history"], np.int64)
+        self._load_history(int(units) for units in state["publication_history"])
 
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         p = self.params
         dc = p.epsilon_units // (2 * p.window)
         truth = data.cells.histogram(p.bins)
         scaled_dis = noisy_total_deviation(truth, self.last_release, dc, p.sensitivity, rng)
-        publication = max(p.epsilon_units // 2 - int(self.publication_history.sum()), 0) // 2
+        publication = max(p.epsilon_units // 2 - self.history_total, 0) // 2
         error = self.variance(publication)
         fresh = publication > 0 and is_fresh_publication(
             scaled_dis, p.bins, p.sensitivity * UNITS_PER_EPSILON / publication)
         spent = publication if fresh else 0
         history = self.publication_history
-        if history.size:
-            history[1:] = history[:-1].copy()
-            history[0] = spent
+        if history.maxlen:
+            self.history_total += spent - history[-1]
+            history.appendleft(spent)
         dc_units, pub_units = self.charges(data, dc, spent)
         if fresh:
             noisy = disturb(truth, publication, p.sensitivity, rng)

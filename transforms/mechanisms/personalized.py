@@ -12,8 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from transforms.mechanisms.base import MechanismParams, window_sums
-from transforms.mechanisms.population import Column, SlotData
+from transforms.mechanisms.population import Column, Population, SlotData, read_only_copy
 from transforms.mechanisms.pwsm import PersonalizedMechanism
+
+
+def fixed_share(population: Population) -> np.ndarray:
+    """``E_i/(2w_i)`` per cohort row, read-only; it changes only when the cohorts do."""
+    t = population.table.data
+    return population.derived("share", lambda: read_only_copy(t["epsilon_units"] // (2 * t["window"])))
 
 
 class PBD(PersonalizedMechanism):
@@ -30,8 +36,7 @@ class PBD(PersonalizedMechanism):
         return {"publication_history": Column(history=True)}  # column j: ε^(2) at slot t-1-j
 
     def dc_budgets(self, data: SlotData) -> np.ndarray:
-        t = self.population.table.data
-        return t["epsilon_units"] // (2 * t["window"])                          # line 2
+        return fixed_share(self.population)                                       # line 2
 
     def publication_budgets(self, data: SlotData) -> np.ndarray:
         t = self.population.table.data
@@ -71,12 +76,8 @@ class PBA(PersonalizedMechanism):
     def load_extra_state(self, state):
         self.last_publication = int(state["last_publication"])
 
-    def _share(self) -> np.ndarray:
-        t = self.population.table.data
-        return t["epsilon_units"] // (2 * t["window"])
-
     def dc_budgets(self, data: SlotData) -> np.ndarray:
-        return self._share()                                                    # line 2
+        return fixed_share(self.population)                                       # line 2
 
     def publication_budgets(self, data: SlotData) -> np.ndarray | None:
         t = self.population.table.data
@@ -88,7 +89,7 @@ class PBA(PersonalizedMechanism):
             return None
         absorbed = np.maximum(since - nullified_after, 0)                        # t_A, line 10
         self._shares = np.minimum(absorbed, t["window"])
-        return self._share() * self._shares                                      # line 11
+        return fixed_share(self.population) * self._shares                       # line 11
 
     def record(self, dc_units, publication_units, published):
         if published:

@@ -39,6 +39,7 @@ same budget at every slot, so a mechanism keeps one budget trajectory per
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -120,6 +121,13 @@ class CohortTable:
         return remap
 
 
+def read_only_copy(values: np.ndarray) -> np.ndarray:
+    """A copy nobody can write to by accident (it is shared between releases)."""
+    copy = values.copy()
+    copy.flags.writeable = False
+    return copy
+
+
 def _group_moves(source: np.ndarray, declared: tuple[np.ndarray, ...], rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ``(source cohort, declaration)`` pairs and each mover's pair index.
 
@@ -155,6 +163,14 @@ def _group_moves(source: np.ndarray, declared: tuple[np.ndarray, ...], rows: int
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return groups[order], rank[inverse]
+
+
+class Memberships(NamedTuple):
+    """Read-only snapshot of who is in which cohort row, shared by every release until it changes."""
+
+    cohort_of: np.ndarray                 # cohort row per user index (or UNREGISTERED / WAITING)
+    waiting_users: np.ndarray             # users waiting for a changed fixed requirement
+    waiting_requirements: FixedRequirements | None  # the requirement still in force for each of them
 
 
 @dataclass
@@ -198,19 +214,44 @@ class Population:
                    default_requirement=default_requirement, table=CohortTable({**base, **columns}))
 
     # ------------------------------------------------------------------ registry
+    def changed(self) -> None:
+        """Forget what was derived from memberships (called before anything may change them)."""
+        self._derived = {}
+
+    def derived(self, name: str, compute):
+        """``compute()``, remembered until memberships or cohort requirements may have changed."""
+        derived = self.__dict__.setdefault("_derived", {})
+        if name not in derived:
+            derived[name] = compute()
+        return derived[name]
+
+    def memberships(self) -> Memberships:
+        """This slot's memberships; one snapshot serves every slot in which nobody joins or changes."""
+        return self.derived("memberships", self._snapshot)
+
+    def _snapshot(self) -> Memberships:
+        cohort_of = read_only_copy(self.cohort_of)
+        waiting = self.waiting_users()
+        requirements = FixedRequirements(self.window_of[waiting], self.units_of[waiting]) if waiting.size else None
+        return Memberships(cohort_of, waiting, requirements)
+
     def waiting_users(self) -> np.ndarray:
         """Users waiting for a changed fixed requirement to take effect."""
         if not self.waiting:
             return np.zeros(0, np.int64)
         return np.flatnonzero(self.cohort_of == WAITING)
 
+    def _leading_in_cohorts(self) -> int:
+        """How many users 0, 1, ... in a row are in a cohort (so a dense batch that short is registered)."""
+        outside = np.flatnonzero(self.cohort_of < 0)
+        return int(outside[0]) if outside.size else self.capacity
+
     @property
     def capacity(self) -> int:
         return self.cohort_of.size
 
     def _grow(self, max_user: int) -> None:
-        if max_user < self.capacity:
-            return
+        self.changed()
         new_cap = max(max_user + 1, 2 * self.capacity, 16)
         extra = new_cap - self.capacity
         self.cohort_of = np.concatenate([self.cohort_of, np.full(extra, UNREGISTERED, np.int64)])
@@ -232,12 +273,14 @@ class Population:
         computed by the caller before any change.  With ``by_cohort=False`` the
         cells are pooled over cohorts (see :class:`Cells`).
         """
-        if batch.users.size:
+        if extent.max_user >= self.capacity:
             self._grow(extent.max_user)
         if (self.kind is FixedRequirements and batch.requirements is None and not self.waiting
                 and registered):  # the steady state: nobody joins or changes
-            return SlotData(cells=self._cells(batch, rows, extent.min_value, by_cohort, registered=True),
-                            sizes=self.table.size.copy())
+            return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort, registered=True,
+                                              dense=extent.dense),
+                            sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)))
+        self.changed()
         before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
@@ -247,7 +290,7 @@ class Population:
         self._compact()
         if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
             rows = self.cohort_of[batch.users]  # memberships changed this slot
-        return SlotData(cells=self._cells(batch, rows, extent.min_value, by_cohort), sizes=self.table.size.copy())
+        return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort), sizes=self.table.size.copy())
 
     def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything.
@@ -265,11 +308,13 @@ class Population:
             return self.cohort_of[:users.size]
         return self.cohort_of[users]
 
-    def validate(self, batch: SlotBatch, rows: np.ndarray) -> bool:
+    def validate(self, batch: SlotBatch, rows: np.ndarray, extent: BatchExtent) -> bool:
         """Fail before any change when a new user comes without a requirement.
 
         Returns whether every row is already in a cohort.
         """
+        if extent.dense and rows.size <= self.derived("leading_in_cohorts", self._leading_in_cohorts):
+            return True
         registered = rows.size == 0 or rows.min() >= 0
         if not registered and batch.requirements is None and self.default_requirement is None:
             new = rows == UNREGISTERED
@@ -459,9 +504,13 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray, min_value: int, by_cohort: bool,
-               registered: bool = False) -> Cells:
-        """Counts per (cohort, bin); ``registered`` says every row is already known to be in a cohort."""
+    def _cells(self, batch: SlotBatch, rows: np.ndarray, all_report: bool, by_cohort: bool,
+               registered: bool = False, dense: bool = False) -> Cells:
+        """Counts per (cohort, bin).
+
+        ``registered`` says every row is already known to be in a cohort, ``dense`` that the batch's
+        users are 0..n-1 (so ``rows`` are the first n memberships, unchanged this slot).
+        """
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
@@ -469,7 +518,7 @@ class Population:
             values, cohorts = self.value_of[users], self.cohort_of[users]
         else:
             values, cohorts = batch.values, rows
-            if values.size and (min_value < 0 or (not registered and cohorts.min() < 0)):
+            if values.size and (not all_report or (not registered and cohorts.min() < 0)):
                 keep = (values >= 0) & (cohorts >= 0)
                 values, cohorts = values[keep], cohorts[keep]
         if not by_cohort:
@@ -478,7 +527,12 @@ class Population:
             return Cells.empty()
         cells = self.table.rows * self.bins
         if cells <= _DENSE_CELL_LIMIT:  # every (cohort, bin) pair, zero counts included
-            keys = values if self.table.rows == 1 else cohorts * self.bins + values
+            if self.table.rows == 1:
+                keys = values
+            elif dense and registered and all_report and not self.carry_forward:  # row part repeats
+                keys = self.derived(("row_keys", values.size), lambda: cohorts * self.bins) + values
+            else:
+                keys = cohorts * self.bins + values
             return Cells(*self._dense_index(), count_keys(keys, cells))
         keys, counts = np.unique(cohorts * self.bins + values, return_counts=True)
         return Cells(keys // self.bins, keys % self.bins, counts.astype(np.int64))

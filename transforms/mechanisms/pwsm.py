@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from transforms.mechanisms.base import Decision, Mechanism, ReleaseKind, is_fresh_publication
+from transforms.mechanisms.base import Decision, Mechanism, ReleaseKind, is_fresh_publication, same_for_every_row
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import optimal_budget
 from transforms.mechanisms.population import SlotData
@@ -40,7 +40,7 @@ class PersonalizedMechanism(Mechanism):
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         params, bins = self.params, self.params.bins
         dc = self.dc_budgets(data)
-        nothing = np.zeros_like(dc)
+        nothing = same_for_every_row(dc.size, 0)
         # Part_DC (Alg. 3): OBS over ε^(1), sample, noisy dissimilarity.
         first = optimal_budget(dc, data.sizes, params.sensitivity, params.error_model)
         if not first.exists:  # nobody can afford DC: skip and charge nothing (spec A8)

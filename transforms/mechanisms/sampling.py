@@ -56,7 +56,7 @@ class Cells:
     @classmethod
     def pooled(cls, histogram: np.ndarray) -> "Cells":
         """One cell per bin, every cohort together."""
-        return cls(None, np.arange(histogram.size), histogram)
+        return cls(None, _bin_index(histogram.size), histogram)
 
     def histogram(self, bins: int) -> np.ndarray:
         """The true (unsampled) histogram ``c_t``."""
@@ -75,10 +75,17 @@ def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
     if not 1 < size <= 4:
         return np.bincount(keys, minlength=size)
     if size == 2:
-        above_zero = [np.count_nonzero(keys)]  # every key is 0 or 1
-    else:
-        above_zero = [np.count_nonzero(keys == key) for key in range(1, size)]
+        ones = np.count_nonzero(keys)  # every key is 0 or 1
+        return np.array((keys.size - ones, ones), np.int64)
+    above_zero = [np.count_nonzero(keys == key) for key in range(1, size)]
     return np.array([keys.size - sum(above_zero), *above_zero], np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _bin_index(bins: int) -> np.ndarray:
+    index = np.arange(bins)
+    index.flags.writeable = False
+    return index
 
 
 def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarray:
@@ -129,5 +136,5 @@ def disturb(counts: np.ndarray, threshold_units: int, sensitivity: int, rng: Ran
 def noisy_total_deviation(counts: np.ndarray, last_release: np.ndarray, threshold_units: int,
                           sensitivity: int, rng: Randomness) -> int:
     """``d · dis``: ``Σ_j |c_j - r_l[j]|`` plus discrete Laplace noise of scale ``Δ/θ``."""
-    deviation = int(np.abs(counts - last_release).sum())
+    deviation = int(np.add.reduce(np.abs(counts - last_release)))
     return deviation + discrete_laplace_draw(laplace_scale(threshold_units, sensitivity), rng)

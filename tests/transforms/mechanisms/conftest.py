@@ -23,7 +23,7 @@ def admit(mechanism, batch: SlotBatch, slot: int):
     population = mechanism.population
     extent = batch.validate(mechanism.params.bins, mechanism.requirement_kind)
     rows = population.rows_of(batch.users, extent)
-    return population.admit(batch, slot, rows, extent, population.validate(batch, rows), mechanism.samples_cohorts)
+    return population.admit(batch, slot, rows, extent, population.validate(batch, rows, extent), mechanism.samples_cohorts)
 
 
 def drive(mechanism, batch: SlotBatch, publish: bool):

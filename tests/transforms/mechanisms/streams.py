@@ -55,5 +55,6 @@ class StreamSpec:
                 reqs = DynamicRequirements.of(w[:, 0], e[:, 0], w[:, 1], e[:, 1])
             else:
                 reqs = FixedRequirements.of(w[:, 0], e[:, 0])
-            batches.append(SlotBatch.of(users, level[users], reqs))
+            every = users.size == n  # then say so, as a caller whose users all report would
+            batches.append(SlotBatch.of(range(n) if every else users, level[users], reqs))
         return batches

@@ -255,6 +255,8 @@ def test_a_bad_batch_changes_nothing(name):
     before = mechanism.to_bytes()
     bad_batches = {
         "values must be bins": SlotBatch.of([0, 1], [0, 3]),
+        "values must be bins in": SlotBatch.of(range(2), [-2, 0]),  # every user: values still checked
+        "must be int64": SlotBatch(np.array([0, 1]), np.array([0.0, 1.0])),
         "users has 2 entries but values has 1": SlotBatch.of([0, 1], [0]),
         "distinct": SlotBatch.of([0, 0], [0, 1]),
         "non-negative": SlotBatch.of([-1], [0]),

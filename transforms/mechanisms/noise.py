@@ -9,7 +9,13 @@ Noise on counts is discrete Laplace noise sampled *exactly* with integer
 arithmetic, following Canonne, Kamath and Steinke, "The Discrete Gaussian for
 Differential Privacy" (NeurIPS 2020; CKS20), Algorithms 1 and 2.  No floating
 point is involved, so the realised distribution is exactly the one the privacy
-analysis assumes.  Textbook floating-point Laplace sampling (``-b * log(U)``)
+analysis assumes.  Drawing noise draw by draw in python was the largest cost
+of the cheapest mechanisms, so for scales whose arithmetic fits 64 bits the
+same algorithm also runs on numpy ``uint64`` arrays, a batch of candidates
+at once (floats only choose a batch's size), and each generator keeps a
+small pool of draws per recently used scale: a repeated scale, such as a
+mechanism's per-slot draw, pops pre-drawn noise (see
+:func:`discrete_laplace`).  Textbook floating-point Laplace sampling (``-b * log(U)``)
 is avoided because its rounding leaks the input through the low-order bits of
 the output (Mironov, "On Significance of the Least Significant Bits for
 Differential Privacy", CCS 2012); when real-valued noise is needed,
@@ -39,7 +45,12 @@ _MAX_DISCRETE_SCALE = 1 << 53
 
 
 class Randomness(abc.ABC):
-    """Source of uniform random integers for noise and sampling coins."""
+    """Source of uniform random integers for noise and sampling coins.
+
+    The noise functions keep pre-drawn discrete Laplace noise in the
+    attribute ``_noise_pool`` of the instance (created on first use; see
+    :func:`discrete_laplace`): it is part of the generator's stream.
+    """
 
     is_secure: bool = False
     """True only for sources fit for privacy-protecting releases."""
@@ -75,10 +86,11 @@ class SecureRandomness(Randomness):
         _LIVE_SECURE.add(self)
 
     def _forget(self) -> None:
-        """Drop the key and the buffered words (at creation and in a forked child)."""
+        """Drop the key, the buffered words and the pooled noise (at creation and in a forked child)."""
         self._cipher = None
         self._produced = 0
         self._words: list[int] = []
+        self._noise_pool: dict = {}  # pre-drawn discrete Laplace noise: never shared with a child
 
     def _keystream(self, size: int) -> bytes:
         if self._cipher is None or self._produced + size > self.REKEY_BYTES:
@@ -144,7 +156,9 @@ class InsecureSeededRandomness(Randomness):
 
     ``randbelow`` and ``uint32`` are two independent streams derived from the
     same seed (Python's Mersenne Twister and numpy's PCG64).  Pickling keeps
-    the state, so a pickled copy continues the identical sequence.
+    the state, the pool of pre-drawn noise included (plain dicts, lists and
+    ints, which the checkpoint loader accepts), so a pickled copy continues
+    the identical sequence.
     """
 
     is_secure = False
@@ -185,23 +199,64 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     The discrete Laplace (two-sided geometric) distribution puts mass
     ``P(x) ∝ exp(-|x|/scale)`` on every integer ``x``.  Draws are exact (no
     floating point): CKS20 Algorithm 2, with Bernoulli(exp(-gamma)) coins from
-    Algorithm 1, using only ``rng.randbelow``.  ``scale`` must be a positive
-    :class:`~fractions.Fraction` or int (floats are refused: convert them
-    explicitly, e.g. ``Fraction(str(x))``) and at most ``2**53`` so that every
-    draw fits int64 (exceeding 2**63 would take ~1000 scales, probability
-    ~e^-1000); otherwise ``ValueError`` naming ``scale``.  Returns an
-    ``np.int64`` array.
+    Algorithm 1.  ``scale`` must be a positive :class:`~fractions.Fraction`
+    or int (floats are refused: convert them explicitly, e.g.
+    ``Fraction(str(x))``) and at most ``2**53`` so that every draw fits int64
+    (exceeding 2**63 would take ~1000 scales, probability ~e^-1000);
+    otherwise ``ValueError`` naming ``scale``.  Returns an ``np.int64`` array.
+
+    Speed: when the scale's numerator is at most ``2**50`` (and its
+    denominator below ``2**63``) the draws go through the generator's pool:
+    ``rng`` keeps, per recently used scale (at most 64), values it drew
+    earlier, and a repeated scale pops them.  Noise does not depend on the
+    data, so drawing it earlier changes nothing as long as each value is used
+    once.  The first request of a scale draws exactly what it needs; each
+    further refill of that scale draws at least twice as many as the last
+    (at most 1024 beyond the request).  Batches of 32 or more come from
+    :func:`_discrete_laplace_vector` (the same algorithm on ``uint64``
+    arrays, a batch at once), smaller ones and other scales draw one by one
+    with ``rng.randbelow``.
     """
     num, den = _discrete_scale(scale)
     size = _check_size(size)
-    randbelow = rng.randbelow
-    return np.array([_one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
+    if size == 0:
+        return np.zeros(0, np.int64)
+    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
+        return _scalar_draws(num, den, size, rng)
+    entry = _pool_entry(rng, num, den)
+    if entry is None:  # a generator that cannot hold a pool
+        return _draws(num, den, size, rng)
+    pooled = entry[0]
+    have = len(pooled)
+    if have >= size:
+        out = np.array(pooled[-size:], dtype=np.int64)
+        del pooled[-size:]
+        return out
+    if have == 0:
+        return _refill(entry, num, den, size, rng)
+    old = np.array(pooled, dtype=np.int64)
+    pooled.clear()
+    return np.concatenate((old, _refill(entry, num, den, size - have, rng)))
 
 
 def discrete_laplace_draw(scale: Fraction, rng: Randomness) -> int:
-    """One exact discrete Laplace draw as a python int (:func:`discrete_laplace` with size 1)."""
+    """One exact discrete Laplace draw as a python int (:func:`discrete_laplace` with size 1).
+
+    Meant for one draw per time slot with a scale that repeats: it usually
+    pops a value from the generator's pool (see :func:`discrete_laplace`),
+    which refills in batches that double per refill of that scale (up to
+    1024), so a repeated scale costs a fraction of a scalar draw.
+    """
     num, den = _discrete_scale(scale)
-    return _one_discrete_laplace(num, den, rng.randbelow)
+    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
+        return _one_discrete_laplace(num, den, rng.randbelow)
+    entry = _pool_entry(rng, num, den)
+    if entry is None:
+        return _one_discrete_laplace(num, den, rng.randbelow)
+    pooled = entry[0]
+    if pooled:
+        return pooled.pop()
+    return int(_refill(entry, num, den, 1, rng)[0])
 
 
 def _discrete_scale(scale) -> tuple[int, int]:
@@ -209,6 +264,78 @@ def _discrete_scale(scale) -> tuple[int, int]:
     if num > _MAX_DISCRETE_SCALE * den:
         raise ValueError(f"scale must be at most 2**53 for int64 output, got {scale!r}")
     return num, den
+
+
+# --------------------------------------------------------------------------
+# Per-generator pool of pre-drawn noise
+# --------------------------------------------------------------------------
+
+_POOL_MAX_KEYS = 64
+"""Scales a generator keeps draws for (least recently used evicted, its draws discarded)."""
+_POOL_MAX_REFILL = 1024
+"""Largest batch a refill draws beyond what the request needs (so a key holds at most this many)."""
+_VECTOR_MIN_SIZE = 32
+"""Batches at least this large use the vector sampler; smaller ones draw one by one."""
+
+
+def _pool_entry(rng: Randomness, num: int, den: int) -> list | None:
+    """``[pooled draws, next refill size]`` of scale ``num/den`` in ``rng``'s pool, marked most recently used.
+
+    The pool is ``rng._noise_pool``: a plain dict (insertion ordered, so the
+    first key is the least recently used) from ``(num, den)`` to a list of
+    python ints (consumed from the end) and the size of the key's next refill.
+    Plain containers so that a seeded generator pickles (and a checkpoint
+    loads it) as before.  ``None`` if ``rng`` cannot carry the attribute.
+    """
+    try:
+        pool = rng._noise_pool
+    except AttributeError:
+        pool = None
+    if pool is None:
+        try:
+            rng._noise_pool = pool = {}
+        except AttributeError:
+            return None
+    key = (num, den)
+    entry = pool.pop(key, None)
+    if entry is None:
+        if len(pool) >= _POOL_MAX_KEYS:
+            del pool[next(iter(pool))]
+        entry = [[], 1]
+    pool[key] = entry
+    return entry
+
+
+def _refill(entry: list, num: int, den: int, missing: int, rng: Randomness) -> np.ndarray:
+    """Draw ``max(missing, next refill)`` values; return the first ``missing`` and pool the rest.
+
+    The next refill of the key doubles, up to ``_POOL_MAX_REFILL``; it starts
+    at 1, so the first request of a scale draws exactly what it needs.
+    """
+    refill = entry[1]
+    drawn = _draws(num, den, max(missing, refill), rng)
+    entry[1] = min(2 * refill, _POOL_MAX_REFILL)
+    if drawn.size > missing:
+        entry[0].extend(drawn[missing:].tolist())
+        return drawn[:missing].copy()  # not a view: its base would hold the pooled draws
+    return drawn
+
+
+def _draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
+    """``size`` fresh draws (int64), vectorized when the batch and the scale allow it."""
+    if size >= _VECTOR_MIN_SIZE and num <= _VECTOR_MAX_NUM and den <= _VECTOR_MAX_DEN:
+        return _discrete_laplace_vector(num, den, size, rng)
+    return _scalar_draws(num, den, size, rng)
+
+
+def _scalar_draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
+    randbelow = rng.randbelow
+    return np.array([_one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------
+# Scalar sampler (python ints; any scale)
+# --------------------------------------------------------------------------
 
 
 def _one_discrete_laplace(num: int, den: int, randbelow) -> int:
@@ -263,10 +390,245 @@ def _bernoulli_exp1(randbelow) -> bool:
         r, digit = divmod(r, k)
         if digit:
             return bool(k & 1)
-    k = 9  # reached with probability 1/8!
+    return _bernoulli_exp1_from_9(randbelow)  # reached with probability 1/8!
+
+
+def _bernoulli_exp1_from_9(randbelow) -> bool:
+    """The end of :func:`_bernoulli_exp1` once the coins k = 2..8 all succeeded."""
+    k = 9
     while not randbelow(k):
         k += 1
     return bool(k & 1)
+
+
+# --------------------------------------------------------------------------
+# Vector sampler (numpy uint64; numerator <= 2**50)
+# --------------------------------------------------------------------------
+
+_VECTOR_MAX_NUM = 1 << 50
+"""Largest numerator of the vector path: ``num * _VECTOR_MAX_FACTOR <= 2**62`` keeps uint64 margin."""
+_VECTOR_MAX_DEN = (1 << 63) - 1
+_VECTOR_MAX_FACTOR = 1 << 12
+"""Largest k (Algorithm 1's counter) and v (the geometric) the vector path handles; an element going
+further (probabilities about 1/4096! and e^-4095) finishes with python ints."""
+_VECTOR_CHUNK = 1 << 16
+"""Outputs per round of candidates (their words and arrays take a few MB)."""
+_SCALAR_TAIL = 8
+"""When at most this many candidates are still in a loop of the vector sampler, they finish with python ints
+(a numpy round costs about as much as a few scalar coins)."""
+_U64_ONE = np.uint64(1)
+_EXP1_RADIX = np.uint64(_RADIX_2_TO_8)
+_EXP1_RADIX_CUBED = _RADIX_2_TO_8**3  # < 2**46: three Bernoulli(exp(-1)) coins from one 46-bit uniform
+
+
+def _exp1_table() -> np.ndarray:
+    """Bernoulli(exp(-1)) decided by one uniform ``r`` below 8!, exactly as :func:`_bernoulli_exp1` decodes it.
+
+    Entry ``r`` is 1 (success: the first nonzero mixed-radix digit is at an
+    odd k), 0 (failure) or 2 (``r == 0``: the coins k = 2..8 all succeeded,
+    continue at k = 9).
+    """
+    r = np.arange(_RADIX_2_TO_8, dtype=np.int64)
+    table = np.full(_RADIX_2_TO_8, 2, dtype=np.uint8)
+    undecided = np.ones(_RADIX_2_TO_8, dtype=bool)
+    for k in range(2, 9):
+        r, digit = np.divmod(r, k)
+        decided = undecided & (digit != 0)
+        table[decided] = k & 1
+        undecided &= ~decided
+    return table
+
+
+_EXP1_TABLE = _exp1_table()
+
+
+class _Words:
+    """Uniform 64-bit words for one vector call, fetched from ``rng.uint32`` in large blocks.
+
+    A fetch costs a few microseconds whatever its size, so words are taken
+    from a block; the unused rest of a block is discarded (never reused).
+    """
+
+    __slots__ = ("_rng", "_block", "_pos", "_hint")
+
+    def __init__(self, rng: Randomness, hint: int) -> None:
+        self._rng = rng
+        self._block = np.zeros(0, np.uint64)
+        self._pos = 0
+        self._hint = hint
+
+    def take(self, n: int) -> np.ndarray:
+        start, end = self._pos, self._pos + n
+        if end > self._block.size:
+            self._block = self._rng.uint32(2 * max(n, self._hint)).view("<u8")
+            start, end = 0, n
+        self._pos = end
+        return self._block[start:end]
+
+
+def _uniform_below(m, size: int, words: _Words) -> np.ndarray:
+    """``size`` exact uniform integers below ``m`` (uint64), from top bits of 64-bit words plus rejection.
+
+    ``m`` is a python int in ``[1, 2**64)`` or a uint64 array of length
+    ``size`` (one bound per element, each >= 1).  A word's top
+    ``bits(m - 1)`` bits are a uniform integer below ``2**bits``; values
+    ``>= m`` are rejected and redrawn (acceptance >= 1/2).  No modulo, no
+    floats.  For a scalar ``m`` the words are oversampled so that one pass
+    usually suffices; the first ``size`` accepted values are kept in order.
+    """
+    if not isinstance(m, np.ndarray):
+        if m == 1 or size == 0:
+            return np.zeros(size, np.uint64)
+        bits = (m - 1).bit_length()
+        shift, bound = np.uint64(64 - bits), np.uint64(m)
+        parts, have = [], 0
+        while have < size:
+            want = size - have
+            count = ((want << bits) // m) + 3 * math.isqrt(want) + 4
+            candidates = words.take(count) >> shift
+            accepted = candidates[candidates < bound]
+            parts.append(accepted)
+            have += accepted.size
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out[:size]
+    bound = m.astype(np.uint64, copy=False)
+    if bound.shape != (size,):
+        raise ValueError(f"m must be a scalar or have shape ({size},), got {bound.shape}")
+    # bits(m - 1): smear the highest set bit down, then count the ones.
+    smeared = bound - _U64_ONE
+    for step in (1, 2, 4, 8, 16, 32):
+        smeared |= smeared >> np.uint64(step)
+    # m == 1 (bits 0) uses one top bit: 0 is accepted, 1 rejected; a shift by 64 is undefined.
+    shift = np.minimum(np.uint64(64) - np.bitwise_count(smeared).astype(np.uint64), np.uint64(63))
+    out = np.empty(size, np.uint64)
+    pending = np.arange(size)
+    while pending.size:
+        candidates = words.take(pending.size) >> shift[pending]
+        ok = candidates < bound[pending]
+        out[pending[ok]] = candidates[ok]
+        pending = pending[~ok]
+    return out
+
+
+def _acceptance(num: int, den: int) -> float:
+    """Expected fraction of Algorithm 2's candidates that are accepted (only sizes batches; >= ~0.316).
+
+    Bernoulli(exp(-u/num)) accepts with mean ``(1 - e^-1) / (num (1 - e^(-1/num)))``;
+    then "-0" is rejected: a factor ``(1 + e^(-den/num)) / 2``.
+    """
+    return (-math.expm1(-1.0)) / (num * -math.expm1(-1.0 / num)) * (1.0 + math.exp(-den / num)) / 2.0
+
+
+def _discrete_laplace_vector(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
+    """``size`` exact discrete Laplace draws of scale ``num/den`` (int64): CKS20 Algorithm 2 on uint64 arrays.
+
+    The same algorithm, and so the same distribution, as
+    :func:`_one_discrete_laplace`, run on a batch of candidates at once with
+    words from ``rng.uint32``; candidates are generated in rounds (sized by
+    the expected acceptance rate) until ``size`` are accepted, and the first
+    ``size`` accepted are returned in order.  Needs ``num <= 2**50`` and
+    ``den < 2**63``: every intermediate (``2 num``, ``num k``, ``u + num v``)
+    then stays below ``2**63``.
+    """
+    if not (0 < num <= _VECTOR_MAX_NUM and 0 < den <= _VECTOR_MAX_DEN):
+        raise ValueError(f"the vector sampler needs num <= 2**50 and den < 2**63, got {num}/{den}")
+    if size == 0:
+        return np.zeros(0, np.int64)
+    rate = _acceptance(num, den)
+    candidates = min(size, _VECTOR_CHUNK) / rate
+    # Words a candidate uses: about 2.4 for num == 1 (no Bernoulli(exp(-u/num)) coins), 4-5 otherwise.
+    words = _Words(rng, int((3 if num == 1 else 6) * candidates + 20 * math.sqrt(candidates)) + 64)
+    parts, have = [], 0
+    while have < size:  # rounds of at most _VECTOR_CHUNK outputs: bounded memory
+        expected = min(size - have, _VECTOR_CHUNK) / rate
+        accepted = _vector_candidates(num, den, int(expected + 3 * math.sqrt(expected)) + 4, words, rng)
+        parts.append(accepted)
+        have += accepted.size
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out[:size]
+
+
+def _vector_candidates(num: int, den: int, n: int, words: _Words, rng: Randomness) -> np.ndarray:
+    """Run ``n`` candidates of Algorithm 2; return the accepted ones' values (int64, in candidate order)."""
+    # Sign b and u uniform in [0, num): the two digits of one uniform below 2 num.
+    r = _uniform_below(2 * num, n, words)
+    negative = (r & _U64_ONE).astype(bool)
+    u = r >> _U64_ONE
+    # Bernoulli(exp(-u/num)) (Algorithm 1): count k while Bernoulli(u/(num k))
+    # succeeds, accept iff the final k is odd.  All still-active candidates are
+    # at the same k, so each round is one uniform below the scalar num k.
+    # u == 0 stops at k = 1 (odd) without a draw.
+    keep = np.ones(n, bool)
+    active = np.flatnonzero(u)
+    k = 1
+    while active.size:
+        if active.size <= _SCALAR_TAIL or k > _VECTOR_MAX_FACTOR:  # a few stragglers: python ints
+            randbelow = rng.randbelow
+            for i in active.tolist():
+                u_i, k_i = int(u[i]), k
+                while randbelow(num * k_i) < u_i:
+                    k_i += 1
+                keep[i] = bool(k_i & 1)
+            break
+        success = _uniform_below(num * k, active.size, words) < u[active]
+        if not k & 1:
+            keep[active[~success]] = False
+        active = active[success]
+        k += 1
+    kept = np.flatnonzero(keep)
+    u, negative = u[kept], negative[kept]
+    v, large = _geometric_exp1(kept.size, words, rng)
+    y = (u + v * np.uint64(num)) // np.uint64(den)
+    values = y.astype(np.int64)
+    np.negative(values, out=values, where=negative)
+    for i, v_i in large.items():  # v beyond the vector range: python ints (OverflowError past int64)
+        y_i = (int(u[i]) + num * v_i) // den
+        y[i] = min(y_i, 1)  # only y == 0 matters below
+        values[i] = -y_i if negative[i] else y_i
+    return values[~(negative & (y == 0))]  # reject "-0" so that 0 is not counted twice
+
+
+def _geometric_exp1(n: int, words: _Words, rng: Randomness) -> tuple[np.ndarray, dict[int, int]]:
+    """``n`` draws of v = successes of Bernoulli(exp(-1)) before the first failure (uint64).
+
+    Each round gives every still-active element three coins: the three
+    base-8! digits of one uniform below ``(8!)**3``, each decoded by
+    ``_EXP1_TABLE`` (a digit 0 continues Algorithm 1 at k = 9 with
+    ``rng.randbelow``).  All active elements have succeeded every coin so far,
+    so they share v.  The last few active elements finish with
+    :func:`_bernoulli_exp1`; one whose v would pass ``_VECTOR_MAX_FACTOR`` is
+    returned in the dict (index -> v, a python int) with its array entry 0.
+    """
+    v = np.zeros(n, np.uint64)
+    large: dict[int, int] = {}
+    active = np.arange(n)
+    done = 0  # the shared v of the active elements
+    while active.size:
+        if active.size <= _SCALAR_TAIL or done + 3 > _VECTOR_MAX_FACTOR:
+            randbelow = rng.randbelow
+            for i in active.tolist():
+                v_i = done
+                while _bernoulli_exp1(randbelow):
+                    v_i += 1
+                if v_i <= _VECTOR_MAX_FACTOR:
+                    v[i] = v_i
+                else:
+                    large[i] = v_i
+            break
+        r = _uniform_below(_EXP1_RADIX_CUBED, active.size, words)
+        high, d0 = np.divmod(r, _EXP1_RADIX)
+        d2, d1 = np.divmod(high, _EXP1_RADIX)
+        coins = _EXP1_TABLE[np.stack((d0, d1, d2), axis=1)]
+        undecided = np.flatnonzero(coins == 2)
+        if undecided.size:
+            flat, randbelow = coins.reshape(-1), rng.randbelow
+            for j in undecided.tolist():
+                flat[j] = _bernoulli_exp1_from_9(randbelow)
+        leading = np.logical_and.accumulate(coins.astype(bool), axis=1)  # coins are 0 or 1 now
+        v[active] = np.uint64(done) + leading.sum(axis=1, dtype=np.uint64)
+        active = active[leading[:, 2]]
+        done += 3
+    return v, large
 
 
 def discrete_laplace_variance(scale):
@@ -375,7 +737,8 @@ def grid_laplace(
     to the grid can move each value by up to ``g/2`` (use sensitivity + g to
     be safe).  Noise is discrete Laplace, whose variance
     ``g**2 * discrete_laplace_variance(scale/g)`` is slightly below
-    ``2 scale**2``.  Returns float64 with the shape of ``values``.
+    ``2 scale**2``.  Returns float64 with the shape of ``values``.  Noise
+    comes from the vector sampler when the scale allows it (not pooled).
     """
     num, den = _check_scale(scale)
     if isinstance(granularity_exponent, bool) or not isinstance(granularity_exponent, Integral):
@@ -392,12 +755,15 @@ def grid_laplace(
     else:
         den <<= e
     g = Fraction(2) ** e
-    randbelow = rng.randbelow
+    if x.size >= _VECTOR_MIN_SIZE and num <= _VECTOR_MAX_NUM and den <= _VECTOR_MAX_DEN:
+        draws = _discrete_laplace_vector(num, den, x.size, rng).tolist()
+    else:  # python ints: scale / g may exceed the int64 range of discrete_laplace
+        randbelow = rng.randbelow
+        draws = [_one_discrete_laplace(num, den, randbelow) for _ in range(x.size)]
     out = np.empty(x.size, dtype=np.float64)
-    for i, value in enumerate(x.ravel().tolist()):
+    for i, (value, draw) in enumerate(zip(x.ravel().tolist(), draws)):
         on_grid = round(Fraction(value) / g)  # exact, ties to even
-        noisy = on_grid + _one_discrete_laplace(num, den, randbelow)
-        out[i] = math.ldexp(float(noisy), e)  # float(noisy) is correctly rounded
+        out[i] = math.ldexp(float(on_grid + draw), e)  # float() of an int is correctly rounded
     return out.reshape(x.shape)
 
 

@@ -9,8 +9,10 @@ their FFP is the probability over the choice of seed.  Tests driven by
 ``SecureRandomness`` are fresh every run.  Each GOF/variance/binomial test
 uses ``ALPHA = 1e-9``; each power check ("must reject a scale 30% off") has a
 miss probability that is computed in the test and asserted to be below
-``POWER_MISS = 1e-9``.  There are fewer than 100 such assertions in this file,
-so the whole file's FFP is below 1e-7 (< 1e-6 as required).  Power checks
+``POWER_MISS = 1e-9``.  There are fewer than 300 such assertions in this file
+(most of them the GOF, power and variance checks of 12 scales x 3 sampling
+paths), so the whole file's FFP is below 3e-7 (< 1e-6 as required); the
+few other randomized assertions state FFPs below 1e-40.  Power checks
 against the wrong scale are what make these tests able to fail at all.
 """
 
@@ -148,15 +150,54 @@ def variance_tolerance(scale: float, n: int) -> float:
     return Z_ALPHA * math.sqrt((dlap_fourth_moment(scale) - var**2) / n)
 
 
+# The three ways a draw is made: the scalar sampler (python ints, one draw at
+# a time), the vector sampler (numpy uint64, a batch at once) and the public
+# functions through the generator's pool (pre-drawn values, refills of
+# doubling sizes, leftovers, several scales interleaved).
+PATHS = ["scalar", "vector", "pooled"]
+POOL_PATTERN = (1, 1, 3, 100, 1, 2, 40, 1, 7, 250, 1, 1, 1, 17)
+"""Request sizes the pooled path cycles through (1 = discrete_laplace_draw)."""
+
+
+def pooled_samples(scale: Fraction, n: int, rng: Randomness) -> np.ndarray:
+    """``n`` draws of ``scale`` through the public functions and the pool: single draws and releases
+    of assorted sizes, every fifth request followed by one for another scale (discarded)."""
+    other = scale * 3 + Fraction(1, 7)
+    parts, have, i = [], 0, 0
+    while have < n:
+        size = min(POOL_PATTERN[i % len(POOL_PATTERN)], n - have)
+        i += 1
+        if size == 1:
+            parts.append(np.array([noise.discrete_laplace_draw(scale, rng)], dtype=np.int64))
+        else:
+            parts.append(discrete_laplace(scale, size, rng))
+        have += size
+        if i % 5 == 0:
+            discrete_laplace(other, 1 + i % 3, rng)
+    return np.concatenate(parts)
+
+
+def path_draws(path: str, scale: Fraction, n: int, rng: Randomness) -> np.ndarray:
+    num, den = scale.numerator, scale.denominator
+    if path == "scalar":
+        return noise._scalar_draws(num, den, n, rng)
+    if path == "vector":
+        return noise._discrete_laplace_vector(num, den, n, rng)
+    return pooled_samples(scale, n, rng)
+
+
 @functools.lru_cache(maxsize=None)
-def seeded_samples(scale: Fraction, seed: int, n: int = N_GOF) -> np.ndarray:
-    out = discrete_laplace(scale, n, InsecureSeededRandomness(seed))
+def seeded_samples(scale: Fraction, seed: int, path: str = "vector", n: int = N_GOF) -> np.ndarray:
+    out = path_draws(path, scale, n, InsecureSeededRandomness(seed))
+    assert out.dtype == np.int64 and out.shape == (n,)
     out.setflags(write=False)
     return out
 
 
-# Scales exercising num=1 (1/2), integers, a non-trivial fraction, the
-# reduced fraction a budget gives (10^12 / units), and large scales.
+# Scales exercising num=1 (1/2, 1/3), integers, non-trivial fractions, the
+# reduced fraction a budget gives (10^12 / units), the mechanisms' typical
+# repeated scale (2000/3), large scales, and numerators at the vector
+# sampler's limit 2**50 (one small scale, one huge).
 GOF_SCALES = [
     Fraction(1, 2),
     Fraction(2),
@@ -165,7 +206,21 @@ GOF_SCALES = [
     Fraction(10),
     Fraction(1000),
     Fraction(10**6),
+    Fraction(1, 3),
+    Fraction(5, 2),
+    Fraction(2000, 3),
+    Fraction(2**50, 3**31),
+    Fraction(2**50, 3),
 ]
+
+
+def gof_seed(scale: Fraction, path: str) -> int:
+    return 1000 + 10 * GOF_SCALES.index(scale) + PATHS.index(path)
+
+
+def test_gof_scales_cover_the_vector_limit():
+    assert Fraction(2**50, 3**31).numerator == noise._VECTOR_MAX_NUM
+    assert all(s.numerator <= noise._VECTOR_MAX_NUM for s in GOF_SCALES)  # every path applies
 
 
 # --------------------------------------------------------------------------
@@ -175,34 +230,93 @@ GOF_SCALES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
-def test_discrete_laplace_chisquare_fit(scale):
-    # FFP: ALPHA = 1e-9 (over the seed) per scale.
-    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale))
-    assert samples.dtype == np.int64
+@pytest.mark.parametrize("path", PATHS)
+def test_discrete_laplace_chisquare_fit(path, scale):
+    # FFP: ALPHA = 1e-9 (over the seed) per scale and path.
+    samples = seeded_samples(scale, gof_seed(scale, path), path)
     assert chisquare_pvalue(samples, float(scale)) > ALPHA
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.3, 0.7])
 @pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
-def test_discrete_laplace_chisquare_rejects_wrong_scale(scale, factor):
+@pytest.mark.parametrize("path", PATHS)
+def test_discrete_laplace_chisquare_rejects_wrong_scale(path, scale, factor):
     # Power check.  FFP = the miss probability computed (and bounded) here.
     n = N_GOF
     assert chisquare_power_miss(float(scale), factor * float(scale), n) < POWER_MISS
-    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale))
+    samples = seeded_samples(scale, gof_seed(scale, path), path)
     assert chisquare_pvalue(samples, factor * float(scale)) < ALPHA
 
 
 @pytest.mark.slow
-def test_discrete_laplace_chisquare_with_secure_randomness():
+@pytest.mark.parametrize("pooled", [False, True], ids=["one-request", "pooled"])
+def test_discrete_laplace_chisquare_with_secure_randomness(pooled):
     # Fresh samples from the default source every run.  FFP: ALPHA = 1e-9 for
     # the fit; power miss < POWER_MISS each for the two wrong-scale checks.
     scale = Fraction(5, 3)
-    samples = discrete_laplace(scale, N_GOF, secure_randomness())
+    rng = secure_randomness()
+    samples = pooled_samples(scale, N_GOF, rng) if pooled else discrete_laplace(scale, N_GOF, rng)
     assert chisquare_pvalue(samples, float(scale)) > ALPHA
     for factor in (1.3, 0.7):
         assert chisquare_power_miss(float(scale), factor * float(scale), N_GOF) < POWER_MISS
         assert chisquare_pvalue(samples, factor * float(scale)) < ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor", [0, 4])
+@pytest.mark.parametrize("scale", [Fraction(2, 5), Fraction(5, 2), Fraction(2000, 3)], ids=str)
+def test_vector_sampler_python_int_continuations_are_exact(monkeypatch, scale, factor):
+    # The vector range cut to k, v <= factor, no scalar tail.  Factor 4:
+    # Algorithm 1's counter passes the range in ~1/120 of the candidates, the
+    # geometric in ~e^-3 (and v > 4, whose value is computed with python ints,
+    # in ~e^-5).  Factor 0: every candidate continues with python ints from
+    # k = 1 and v = 0 (at scale 2/5 a python-int v can still give y = 0, a
+    # "-0" to reject).  Those continuations must keep the distribution exact.
+    # FFP: ALPHA for the fit, power miss < POWER_MISS for each of the two
+    # wrong-scale checks.
+    monkeypatch.setattr(noise, "_VECTOR_MAX_FACTOR", factor)
+    monkeypatch.setattr(noise, "_SCALAR_TAIL", 0)
+    samples = noise._discrete_laplace_vector(scale.numerator, scale.denominator, N_GOF, InsecureSeededRandomness(31))
+    assert samples.dtype == np.int64 and samples.shape == (N_GOF,)
+    assert chisquare_pvalue(samples, float(scale)) > ALPHA
+    for factor in (1.3, 0.7):
+        assert chisquare_power_miss(float(scale), factor * float(scale), N_GOF) < POWER_MISS
+        assert chisquare_pvalue(samples, factor * float(scale)) < ALPHA
+
+
+def two_sample_pvalue(a: np.ndarray, b: np.ndarray, scale: float) -> float:
+    """p-value of Pearson's chi-square test that ``a`` and ``b`` come from one distribution
+    (bins: those of the GOF test against DLap(scale))."""
+    edges, probs = gof_bins(scale, min(len(a), len(b)))
+    table = [np.bincount(np.searchsorted(edges, x, side="left"), minlength=len(probs)) for x in (a, b)]
+    return stats.chi2_contingency(np.array(table)).pvalue
+
+
+def two_sample_power_miss(scale_a: float, scale_b: float, n: int) -> float:
+    """Probability (noncentral chi-square approximation) that the two-sample test does NOT reject
+    at ALPHA with n samples of DLap(scale_a) and n of DLap(scale_b)."""
+    edges, _ = gof_bins(scale_a, n)
+    bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
+    pa, pb = (np.array([_mass(bounds[i] + 1, bounds[i + 1], s) for i in range(len(bounds) - 1)]) for s in (scale_a, scale_b))
+    df = len(pa) - 1
+    noncentrality = n * np.sum((pa - pb) ** 2 / (pa + pb))  # n * sum (pa - pb)^2 / (2 * pooled p)
+    return stats.ncx2.cdf(stats.chi2.isf(ALPHA, df), df, noncentrality)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", [Fraction(7, 3), Fraction(2000, 3)], ids=str)
+def test_paths_agree_two_sample(scale):
+    # The vector and pooled paths against the scalar one.  FFP: ALPHA each
+    # (2 comparisons); power: the vector path at 1.3x the scale must differ
+    # from the scalar path, miss probability < POWER_MISS (computed).
+    scalar = seeded_samples(scale, gof_seed(scale, "scalar"), "scalar")
+    for path in ("vector", "pooled"):
+        assert two_sample_pvalue(seeded_samples(scale, gof_seed(scale, path), path), scalar, float(scale)) > ALPHA
+    wrong = scale * Fraction(13, 10)
+    assert two_sample_power_miss(float(scale), float(wrong), N_GOF) < POWER_MISS
+    wrong_samples = noise._discrete_laplace_vector(wrong.numerator, wrong.denominator, N_GOF, InsecureSeededRandomness(32))
+    assert two_sample_pvalue(wrong_samples, scalar, float(scale)) < ALPHA
 
 
 def test_gof_helpers_are_consistent():
@@ -215,10 +329,162 @@ def test_gof_helpers_are_consistent():
         assert np.all(np.diff(edges) > 0) and probs.sum() == pytest.approx(1.0)
 
 
-def test_discrete_laplace_tiny_scale_is_almost_always_zero():
-    # P(X != 0) = 2q/(1+q) with q = e^{-100}: FFP = 2000 * 2e^{-100} < 1e-40.
-    samples = discrete_laplace(Fraction(1, 100), 2000, InsecureSeededRandomness(7))
+@pytest.mark.parametrize("path", PATHS)
+def test_discrete_laplace_tiny_scale_is_almost_always_zero(path):
+    # P(X != 0) = 2q/(1+q) with q = e^{-100}: FFP = 2000 * 2e^{-100} < 1e-40 per path.
+    samples = path_draws(path, Fraction(1, 100), 2000, InsecureSeededRandomness(7))
+    assert samples.dtype == np.int64 and samples.shape == (2000,)
     assert np.all(samples == 0)
+
+
+# --------------------------------------------------------------------------
+# 1b. Vector sampler internals: uniform integers, Bernoulli(exp(-1)) table
+# --------------------------------------------------------------------------
+
+
+class WordRandomness(Randomness):
+    """Serves the given 64-bit words (as little-endian uint32 pairs) for one exactly sized request,
+    then defers to a seeded source; ``randbelow`` serves scripted values first, then seeded ones."""
+
+    def __init__(self, words=(), randbelow_values=(), seed: int = 0):
+        self.words = np.array(words, dtype=np.uint64)
+        self.randbelow_values = list(randbelow_values)
+        self.randbelow_args: list[int] = []
+        self.inner = InsecureSeededRandomness(seed)
+
+    def randbelow(self, n: int) -> int:
+        self.randbelow_args.append(n)
+        if self.randbelow_values:
+            value = self.randbelow_values.pop(0)
+            assert 0 <= value < n
+            return value
+        return self.inner.randbelow(n)
+
+    def uint32(self, size: int) -> np.ndarray:
+        if self.words.size:
+            assert size == 2 * self.words.size
+            out, self.words = self.words.astype("<u8").view(np.uint32).copy(), self.words[:0]
+            return out
+        return self.inner.uint32(size)
+
+
+def random_words(n: int, seed: int) -> np.ndarray:
+    return np.random.Generator(np.random.PCG64(seed)).integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 100, 2**32 + 1, 2**63, 2**64 - 1])
+def test_uniform_below_scalar_m_takes_top_bits_and_rejects(m):
+    # Exact semantics: each word's top bits(m-1) bits, values >= m skipped, the first `size` kept in order.
+    size = 20
+    bits = (m - 1).bit_length()
+    count = ((size << bits) // m) + 3 * math.isqrt(size) + 4  # what one pass takes
+    words = random_words(count, seed=m % 1000)
+    expected = [w >> (64 - bits) for w in words.tolist() if w >> (64 - bits) < m][:size] if m > 1 else [0] * size
+    assert len(expected) == size  # this seed's words suffice for one pass (deterministic)
+    rng = WordRandomness(words if m > 1 else ())
+    out = noise._uniform_below(m, size, noise._Words(rng, count))
+    assert out.dtype == np.uint64 and out.tolist() == expected
+
+
+def test_uniform_below_array_m_redraws_only_rejected_elements():
+    m = np.array([1, 2, 3, 5, 6, 7, 2**40 + 3, 2**63 + 1, 2**64 - 1, 12], dtype=np.uint64)
+    words = random_words(400, seed=5)
+    expected, pending, stream = [None] * m.size, list(range(m.size)), iter(words.tolist())
+    while pending:  # reference: one word per pending element per pass, in element order
+        taken = [(i, next(stream)) for i in pending]
+        shifts = {i: min(64 - (int(m[i]) - 1).bit_length(), 63) for i in pending}
+        pending = []
+        for i, w in taken:
+            value = w >> shifts[i]
+            if value < int(m[i]):
+                expected[i] = value
+            else:
+                pending.append(i)
+    rng = WordRandomness(words)
+    out = noise._uniform_below(m, m.size, noise._Words(rng, words.size))
+    assert out.dtype == np.uint64 and out.tolist() == expected
+    with pytest.raises(ValueError, match="shape"):
+        noise._uniform_below(m, 3, noise._Words(rng, 8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 2**64 - 1), size=st.integers(0, 300), seed=st.integers(0, 2**32))
+def test_uniform_below_scalar_m_stays_below_m(m, size, seed):
+    out = noise._uniform_below(m, size, noise._Words(InsecureSeededRandomness(seed), 16))
+    assert out.dtype == np.uint64 and out.shape == (size,)
+    assert all(value < m for value in out.tolist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(ms=st.lists(st.integers(1, 2**64 - 1), max_size=40), seed=st.integers(0, 2**32))
+def test_uniform_below_array_m_stays_below_m(ms, seed):
+    out = noise._uniform_below(np.array(ms, dtype=np.uint64), len(ms), noise._Words(InsecureSeededRandomness(seed), 16))
+    assert out.dtype == np.uint64 and out.shape == (len(ms),)
+    assert all(value < m for value, m in zip(out.tolist(), ms))
+
+
+def multinomial_power_miss(p_true: np.ndarray, p_tested: np.ndarray, n: int) -> float:
+    """Probability (noncentral chi-square approximation) that a GOF test of p_tested at ALPHA does
+    NOT reject n draws of p_true."""
+    df = len(p_true) - 1
+    noncentrality = n * np.sum((p_true - p_tested) ** 2 / p_tested)
+    return stats.ncx2.cdf(stats.chi2.isf(ALPHA, df), df, noncentrality)
+
+
+@pytest.mark.parametrize("m", [3, 5, 7, 12, 100])
+@pytest.mark.parametrize("per_element", [False, True], ids=["scalar-m", "array-m"])
+def test_uniform_below_frequencies(m, per_element):
+    # Every value below m equally often.  FFP: ALPHA per case (10 cases).
+    # Power: the modulo-biased sampler (top bits mod m, no rejection) must be
+    # rejected; miss probability < POWER_MISS (computed), 10 more assertions.
+    n = 200_000
+    words = noise._Words(InsecureSeededRandomness(m + 100 * per_element), 1 << 16)
+    bound = np.full(n, m, dtype=np.uint64) if per_element else m
+    counts = np.bincount(noise._uniform_below(bound, n, words).astype(np.int64), minlength=m)
+    assert counts.size == m
+    assert stats.chisquare(counts).pvalue > ALPHA
+    span = 1 << (m - 1).bit_length()
+    biased = np.bincount(np.arange(span) % m, minlength=m) / span
+    assert multinomial_power_miss(np.full(m, 1 / m), biased, n) < POWER_MISS
+    assert stats.chisquare(counts, n * biased).pvalue < ALPHA
+
+
+def test_exp1_table_matches_the_scalar_decoding():
+    # Entry r is what _bernoulli_exp1 returns when its draw below 8! is r (2: it needed k >= 9).
+    table = noise._EXP1_TABLE
+    assert table.dtype == np.uint8 and table.shape == (math.factorial(8),)
+    for r in range(math.factorial(8)):
+        rng = ScriptedRandomness(randbelow_values=[r, 1])
+        result = noise._bernoulli_exp1(rng.randbelow)
+        assert table[r] == (2 if len(rng.randbelow_args) == 2 else int(result))
+    assert table[0] == 2 and np.count_nonzero(table == 2) == 1
+
+
+def test_geometric_undecided_coin_continues_algorithm_1_at_k9():
+    # A first word of 0 gives the first element the digits (0, 0, 0): its three
+    # coins all need k >= 9, which randbelow then decides.  n = 9 > _SCALAR_TAIL
+    # so that the first round is vectorized.
+    n = 9
+    assert n > noise._SCALAR_TAIL
+    count = ((n << 46) // noise._EXP1_RADIX_CUBED) + 3 * math.isqrt(n) + 4
+    words = random_words(count, seed=3)
+    words[0] = 0
+    # randbelow(9) = 1 stops at k = 9 (odd): success, three times: v >= 3.
+    rng = WordRandomness(words, randbelow_values=[1, 1, 1], seed=4)
+    v, large = noise._geometric_exp1(n, noise._Words(rng, count), rng)
+    assert rng.randbelow_args[:3] == [9, 9, 9] and v[0] >= 3 and large == {}
+    # randbelow(9) = 0 continues, randbelow(10) = 4 stops at k = 10 (even): failure, v = 0.
+    rng = WordRandomness(words, randbelow_values=[0, 4, 1, 1], seed=4)
+    v, large = noise._geometric_exp1(n, noise._Words(rng, count), rng)
+    assert rng.randbelow_args[:4] == [9, 10, 9, 9] and v[0] == 0
+
+
+def test_vector_sampler_refuses_scales_outside_its_range():
+    rng = InsecureSeededRandomness(0)
+    for num, den in ((2**50 + 1, 3), (1, 2**63), (0, 1)):
+        with pytest.raises(ValueError, match="vector sampler"):
+            noise._discrete_laplace_vector(num, den, 5, rng)
+    assert noise._discrete_laplace_vector(3, 2, 0, rng).shape == (0,)
 
 
 # --------------------------------------------------------------------------
@@ -228,13 +494,14 @@ def test_discrete_laplace_tiny_scale_is_almost_always_zero():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", GOF_SCALES, ids=str)
-def test_discrete_laplace_empirical_variance(scale):
+@pytest.mark.parametrize("path", PATHS)
+def test_discrete_laplace_empirical_variance(path, scale):
     # mean(X^2) estimates the variance (mean is 0).  FFP: two-sided
-    # Z_ALPHA-sigma normal bound, ~ALPHA = 1e-9 per scale (normal approximation
+    # Z_ALPHA-sigma normal bound, ~ALPHA = 1e-9 per scale and path (normal approximation
     # with n = 1e5).  Power: the design check below makes the gap between the
     # true and the wrong variance exceed 2x the sum of both tolerances, so a
     # miss needs a > 2 * Z_ALPHA-sigma deviation: FFP far below ALPHA.
-    samples = seeded_samples(scale, seed=1000 + GOF_SCALES.index(scale)).astype(np.float64)
+    samples = seeded_samples(scale, gof_seed(scale, path), path).astype(np.float64)
     n = len(samples)
     s = float(scale)
     estimate = float(np.mean(samples**2))
@@ -465,6 +732,9 @@ def test_seeded_randomness_is_reproducible():
     b = discrete_laplace(Fraction(3), 200, insecure_seeded_randomness(42))
     assert np.array_equal(a, b)
     assert np.array_equal(InsecureSeededRandomness(42).uint32(50), InsecureSeededRandomness(42).uint32(50))
+    # Same seed and same requests (pooled draws, refills, several scales): same outputs.
+    runs = [pooled_samples(Fraction(2000, 3), 3000, InsecureSeededRandomness(43)) for _ in range(2)]
+    assert np.array_equal(*runs)
 
 
 def test_different_seeds_differ():
@@ -475,15 +745,46 @@ def test_different_seeds_differ():
     assert not np.array_equal(InsecureSeededRandomness(1).uint32(8), InsecureSeededRandomness(2).uint32(8))
 
 
-def test_seeded_randomness_pickle_continues_sequence():
-    rng = InsecureSeededRandomness(123)
-    discrete_laplace(Fraction(5, 2), 37, rng)  # advance both streams mid-way
+def advance_with_pooled_draws(rng: Randomness) -> None:
+    """Advance both streams mid-way and leave pooled draws of two scales behind."""
+    discrete_laplace(Fraction(5, 2), 37, rng)
+    for _ in range(40):
+        noise.discrete_laplace_draw(Fraction(5, 2), rng)
+        noise.discrete_laplace_draw(Fraction(2000, 3), rng)
+    discrete_laplace(Fraction(2000, 3), 50, rng)
     rng.uint32(13)
-    clone = pickle.loads(pickle.dumps(rng))
-    assert clone.is_secure is False
-    assert np.array_equal(discrete_laplace(Fraction(5, 2), 100, rng), discrete_laplace(Fraction(5, 2), 100, clone))
+    assert rng._noise_pool[(5, 2)][0] and rng._noise_pool[(2000, 3)][0]  # draws are waiting in the pool
+
+
+def same_continuation(rng: Randomness, clone: Randomness) -> None:
+    for scale in (Fraction(5, 2), Fraction(2000, 3)):  # first the pooled draws, then refills
+        assert [noise.discrete_laplace_draw(scale, rng) for _ in range(300)] == \
+            [noise.discrete_laplace_draw(scale, clone) for _ in range(300)]
+        assert np.array_equal(discrete_laplace(scale, 100, rng), discrete_laplace(scale, 100, clone))
+    assert np.array_equal(discrete_laplace(Fraction(7, 5), 100, rng), discrete_laplace(Fraction(7, 5), 100, clone))
     assert np.array_equal(rng.uint32(100), clone.uint32(100))
     assert [rng.randbelow(2**200) for _ in range(5)] == [clone.randbelow(2**200) for _ in range(5)]
+
+
+def test_seeded_randomness_pickle_continues_sequence():
+    rng = InsecureSeededRandomness(123)
+    advance_with_pooled_draws(rng)
+    clone = pickle.loads(pickle.dumps(rng))
+    assert clone.is_secure is False
+    assert clone._noise_pool == rng._noise_pool
+    same_continuation(rng, clone)
+
+
+def test_seeded_randomness_with_pooled_draws_goes_through_a_checkpoint():
+    # The checkpoint loader accepts only the generator's own classes: the pool
+    # must be plain containers.
+    from transforms.checkpoint import dump_randomness, load_randomness
+
+    rng = InsecureSeededRandomness(321)
+    advance_with_pooled_draws(rng)
+    clone = load_randomness(dump_randomness(rng))
+    assert isinstance(clone, InsecureSeededRandomness)
+    same_continuation(rng, clone)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "3", None, True, 2.0])
@@ -500,6 +801,94 @@ def test_seeded_randomness_values():
     values = rng.uint32(1000)
     assert values.dtype == np.uint32 and values.shape == (1000,)
     assert InsecureSeededRandomness(np.int64(5)).uint32(3).tolist() == InsecureSeededRandomness(5).uint32(3).tolist()
+
+
+# --------------------------------------------------------------------------
+# 5b. The pool of pre-drawn noise
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def draw_sizes(monkeypatch):
+    """Sizes of the fresh batches drawn (by the pool's refills or directly)."""
+    sizes: list[int] = []
+    real = noise._draws
+    monkeypatch.setattr(noise, "_draws", lambda num, den, size, rng: sizes.append(size) or real(num, den, size, rng))
+    return sizes
+
+
+def test_pool_first_request_draws_exactly_what_it_needs(draw_sizes):
+    rng = InsecureSeededRandomness(0)
+    assert discrete_laplace(Fraction(2000, 3), 100, rng).shape == (100,)
+    assert type(noise.discrete_laplace_draw(Fraction(7, 2), rng)) is int
+    assert draw_sizes == [100, 1]
+    assert rng._noise_pool == {(2000, 3): [[], 2], (7, 2): [[], 2]}  # no waste, next refills of 2
+
+
+def test_pool_refills_double_up_to_the_cap(draw_sizes):
+    rng = InsecureSeededRandomness(1)
+    scale = Fraction(7, 2)
+    longest = 0
+    for _ in range(5000):
+        assert type(noise.discrete_laplace_draw(scale, rng)) is int
+        longest = max(longest, len(rng._noise_pool[(7, 2)][0]))
+    cap = noise._POOL_MAX_REFILL
+    assert cap == 1024 and draw_sizes == [min(2**i, cap) for i in range(len(draw_sizes))]
+    assert draw_sizes[-3:] == [cap] * 3 and longest == cap - 1
+
+
+def test_pool_sizes_stay_bounded_under_mixed_requests():
+    rng = InsecureSeededRandomness(2)
+    choice = np.random.Generator(np.random.PCG64(2))
+    scales = [Fraction(1, 3), Fraction(5, 2), Fraction(2000, 3)]
+    for size in choice.integers(0, 300, 400).tolist() + [5000, 1, 3000, 2]:
+        scale = scales[size % 3]
+        out = discrete_laplace(scale, size, rng) if size != 1 else [noise.discrete_laplace_draw(scale, rng)]
+        assert len(out) == size
+        for pooled, refill in rng._noise_pool.values():
+            assert len(pooled) <= noise._POOL_MAX_REFILL and refill <= noise._POOL_MAX_REFILL
+            assert all(type(value) is int for value in pooled[-3:])
+
+
+def test_pool_keeps_the_64_most_recently_used_scales():
+    rng = InsecureSeededRandomness(3)
+    keys = [(i, 1_000_003) for i in range(1, 101)]  # distinct reduced fractions
+    for num, den in keys:
+        for _ in range(2):  # the second request leaves one pooled draw
+            noise.discrete_laplace_draw(Fraction(num, den), rng)
+    pool = rng._noise_pool
+    assert noise._POOL_MAX_KEYS == 64 and list(pool) == keys[-64:]
+    assert all(len(entry[0]) == 1 for entry in pool.values())
+    noise.discrete_laplace_draw(Fraction(*keys[36]), rng)  # used again: most recent, keeps its draws
+    discrete_laplace(Fraction(1, 7), 3, rng)  # a new scale evicts the least recently used one
+    assert list(pool)[-2:] == [keys[36], (1, 7)] and keys[37] not in pool and len(pool) == 64
+    assert pool[keys[36]][0] == []  # its pooled draw was used
+
+
+def test_pool_hands_out_each_draw_once():
+    # Every pooled value is returned exactly once: replaying the same seed with
+    # one big request of each refill's size gives the same multiset.
+    rng = InsecureSeededRandomness(4)
+    scale = Fraction(5, 2)
+    singles = [noise.discrete_laplace_draw(scale, rng) for _ in range(127)]  # refills 1, 2, ..., 64
+    assert rng._noise_pool[(5, 2)][0] == []
+    replay = InsecureSeededRandomness(4)
+    batches = [noise._draws(5, 2, 2**i, replay) for i in range(7)]
+    assert sorted(singles) == sorted(np.concatenate(batches).tolist())
+
+
+def test_pooled_release_is_not_a_view_of_the_pool():
+    # A release must not be a view of a batch whose other values wait in the
+    # pool: whoever holds the release could read the noise still to come.
+    rng = InsecureSeededRandomness(5)
+    scale = Fraction(2000, 3)
+    checked = 0
+    for size in [1, 1, 1, 3, 2, 5, 40, 33, 100, 7, 1, 300] * 3:
+        out = discrete_laplace(scale, size, rng)
+        if rng._noise_pool[(2000, 3)][0]:  # draws wait in the pool
+            assert out.base is None
+            checked += 1
+    assert checked > 10
 
 
 # --------------------------------------------------------------------------
@@ -524,23 +913,53 @@ def test_secure_randomness_works():
     assert isinstance(clone, SecureRandomness)
     draws = discrete_laplace(Fraction(2), 100, clone)
     assert draws.dtype == np.int64 and draws.shape == (100,)
+    # Pooled draws are never pickled (nor is anything else of the state).
+    for _ in range(70):
+        noise.discrete_laplace_draw(Fraction(2000, 3), rng)
+    assert len(rng._noise_pool[(2000, 3)][0]) > 50
+    payload = pickle.dumps(rng)
+    assert pickle.loads(payload)._noise_pool == {} and len(payload) < 100
 
 
 def test_secure_randomness_forked_child_never_repeats_the_parents_stream():
-    """A child process must not hand out the keystream or buffer it inherited (FFP 2^-256)."""
+    """A child process must not hand out the keystream, buffer or pooled noise it inherited.
+
+    FFP: 2^-256 for the stream; the 50 pooled draws of scale 2000/3 coincide
+    with probability below (max pmf)^50 < 1333^-50.
+    """
     rng = secure_randomness()
     rng.randbelow(10)  # key and buffer exist before the fork
+    scale = Fraction(2000, 3)
+    for _ in range(64):  # refills of 1, 2, ..., 64: 63 draws wait in the pool
+        noise.discrete_laplace_draw(scale, rng)
+    assert len(rng._noise_pool[(2000, 3)][0]) >= 50
+
+    def report() -> bytes:
+        pool_size = sum(len(entry[0]) for entry in rng._noise_pool.values())
+        draws = np.array([noise.discrete_laplace_draw(scale, rng) for _ in range(50)], dtype=np.int64)
+        return (rng.uint32(8).tobytes() + rng.randbelow(2**256).to_bytes(32, "little")
+                + pool_size.to_bytes(8, "little") + draws.tobytes())
+
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: report its next draws, then leave without running pytest's atexit
-        os.write(write, rng.uint32(8).tobytes() + rng.randbelow(2**256).to_bytes(32, "little"))
-        os._exit(0)
+        try:
+            os.write(write, report())
+        finally:
+            os._exit(0)
     os.close(write)
-    child = os.read(read, 64)
+    chunks = []
+    while chunk := os.read(read, 4096):
+        chunks.append(chunk)
+    child = b"".join(chunks)
     os.close(read)
     os.waitpid(pid, 0)
-    parent = rng.uint32(8).tobytes() + rng.randbelow(2**256).to_bytes(32, "little")
-    assert len(child) == 64 and child != parent
+    parent = report()
+    assert len(child) == len(parent) == 64 + 8 + 400
+    assert child[:64] != parent[:64]
+    assert int.from_bytes(child[64:72], "little") == 0  # the child's pool starts empty
+    assert int.from_bytes(parent[64:72], "little") >= 50
+    assert child[72:] != parent[72:]
 
 
 def test_secure_randomness_takes_a_fresh_key_after_rekey_bytes(monkeypatch):
@@ -574,6 +993,31 @@ def test_discrete_laplace_accepts_ints_and_empty_size():
     empty = discrete_laplace(Fraction(1), 0, InsecureSeededRandomness(0))
     assert empty.dtype == np.int64 and empty.shape == (0,)
     assert discrete_laplace(2**53, 3, InsecureSeededRandomness(0)).dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "scale", [2**53, Fraction(2**53 * 3 - 1, 3), Fraction(10**40 + 1, 10**30), Fraction(2**50 + 1, 3), Fraction(3, 2**63)],
+    ids=str,
+)
+def test_scales_past_the_vector_range_use_the_scalar_sampler(scale):
+    # Numerators above 2**50 (huge scales, bignum fractions) or denominators of
+    # 2**63 and more: python ints, no uint32 words, no pool.
+    rng = CountingRandomness(1)
+    out = discrete_laplace(scale, 40, rng)
+    assert out.dtype == np.int64 and out.shape == (40,)
+    draw = noise.discrete_laplace_draw(scale, rng)
+    assert type(draw) is int
+    assert rng.uint32_calls == [] and rng.randbelow_calls > 40
+    assert not getattr(rng, "_noise_pool", None)
+    if scale >= 10**9:  # FFP: P(|X| < 10**6) < 2e6 / 10**9 per draw, so < 1e-80 for 40 draws
+        assert np.any(np.abs(out) > 10**6)
+
+
+def test_the_vector_range_ends_at_num_2_pow_50():
+    rng = CountingRandomness(2)
+    out = discrete_laplace(Fraction(2**50, 3), 40, rng)
+    assert out.dtype == np.int64 and out.shape == (40,) and rng.uint32_calls
+    assert (2**50, 3) in rng._noise_pool
 
 
 def test_bernoulli_exp1_radix_decoding_is_exact():

@@ -631,10 +631,10 @@ class ScriptedRandomness(Randomness):
         return self.uint32_values.copy()
 
 
-def little_endian_words(data: list[int]) -> np.ndarray:
-    """uint32 words whose bytes, in memory order, are ``data`` (zero-padded to a multiple of 4)."""
-    padded = bytes(data) + bytes(-len(data) % 4)
-    return np.frombuffer(padded, dtype="<u4").astype(np.uint32)
+def halves_in_words(halves: list[int]) -> np.ndarray:
+    """uint32 words whose 16-bit halves, in memory order, are ``halves`` (zero-padded to an even count)."""
+    padded = np.array(list(halves) + [0] * (len(halves) % 2), dtype=np.uint16)
+    return padded.view(np.uint32).copy()
 
 
 def test_count_successes_certain_cells_draw_nothing():
@@ -651,36 +651,36 @@ def test_count_successes_certain_cells_draw_nothing():
 
 
 def test_count_successes_compares_draw_strictly_below_threshold():
-    # Thresholds 10, 0 (skipped) and 1 have top byte 0: every coin's top byte 0 ties
-    # and its low 24 bits decide; a non-zero top byte fails.
+    # Thresholds 10, 0 (skipped) and 1 have high half 0: every coin's high half 0 ties
+    # and its low half decides; a non-zero high half fails.
     rng = ScriptedRandomness()
-    rng.uint32_batches = [little_endian_words([0, 0, 1, 0, 0, 0, 0]),
-                          np.array([9, 10, 0, 1, 0, 2**24 - 1], dtype=np.uint32) << np.uint32(8)]
+    rng.uint32_batches = [halves_in_words([0, 0, 1, 0, 0, 0, 0]),
+                          np.array([9, 10, 0, 1, 0, 2**16 - 1], dtype=np.uint32) << np.uint32(16)]
     out = count_successes(np.array([3, 2, 4]), np.array([10, 0, 1], dtype=np.uint64), rng)
-    assert out.tolist() == [1, 0, 2]  # 9 < 10, not 10 < 10, top byte 1 fails; 0 < 1 twice
+    assert out.tolist() == [1, 0, 2]  # 9 < 10, not 10 < 10, high half 1 fails; 0 < 1 twice
     assert rng.uint32_batches == []
 
 
-@given(threshold=st.integers(1, 2**32 - 1), top=st.integers(0, 255), low=st.integers(0, 2**24 - 1))
-def test_count_successes_lazy_coin_is_the_full_32_bit_comparison(threshold, top, low):
-    # One coin whose uniform 32-bit draw is X = top * 2**24 + low: it succeeds iff X < threshold,
-    # and the low 24 bits are drawn only when the top byte ties the threshold's.
+@given(threshold=st.integers(1, 2**32 - 1), high=st.integers(0, 2**16 - 1), low=st.integers(0, 2**16 - 1))
+def test_count_successes_lazy_coin_is_the_full_32_bit_comparison(threshold, high, low):
+    # One coin whose uniform 32-bit draw is X = high * 2**16 + low: it succeeds iff X < threshold,
+    # and the low half is drawn only when the high half ties the threshold's.
     rng = ScriptedRandomness()
-    ties = top == threshold >> 24
-    rng.uint32_batches = [little_endian_words([top])] + ([np.array([low << 8], dtype=np.uint32)] if ties else [])
+    ties = high == threshold >> 16
+    rng.uint32_batches = [halves_in_words([high])] + ([np.array([low << 16], dtype=np.uint32)] if ties else [])
     out = count_successes(np.array([1]), np.array([threshold], dtype=np.uint64), rng)
-    assert out.tolist() == [int((top << 24) + low < threshold)]
+    assert out.tolist() == [int((high << 16) + low < threshold)]
     assert rng.uint32_batches == []
 
 
-def test_count_successes_draws_one_batch_of_top_bytes_and_one_for_ties():
+def test_count_successes_draws_one_batch_of_high_halves_and_one_for_ties():
     rng = CountingRandomness(3)
-    trials = np.array([10, 0, 20, 5, 7, 1000], dtype=np.int64)
+    trials = np.array([10, 0, 20, 5, 7, 100_000], dtype=np.int64)
     thresholds = bernoulli_thresholds([0.5, 0.5, 1.0, 0.0, 0.25, 0.999])
     out = count_successes(trials, thresholds, rng)
-    coins = 10 + 7 + 1000
-    assert rng.uint32_calls[0] == -(-coins // 4)  # one byte per coin
-    assert len(rng.uint32_calls) <= 2 and sum(rng.uint32_calls[1:]) < coins / 20  # ties: ~1/256 of coins
+    coins = 10 + 7 + 100_000
+    assert rng.uint32_calls[0] == -(-coins // 2)  # two bytes per coin
+    assert len(rng.uint32_calls) <= 2 and sum(rng.uint32_calls[1:]) < coins / 5000  # ties: 2**-16 of coins
     assert rng.randbelow_calls == 0
     assert out[1] == 0 and out[2] == 20 and out[3] == 0
     assert np.all((out >= 0) & (out <= trials))

@@ -352,12 +352,18 @@ def _one_discrete_laplace(num: int, den: int, randbelow) -> int:
     independent uniforms below ``b1``, ``b2``, ... (exact, no bias).
     """
     two_num_sq = 2 * num * num
+    joint = two_num_sq <= 1 << 64  # else two one-word draws beat one multi-word uniform
     while True:
         # Digits: sign coin b (Algorithm 2), u uniform in [0, num), and the
         # first coin of Bernoulli(exp(-u/num)) (Algorithm 1, k = 1).
-        r = randbelow(two_num_sq)
-        b = r & 1
-        u, first = divmod(r >> 1, num)
+        if joint:
+            r = randbelow(two_num_sq)
+            b = r & 1
+            u, first = divmod(r >> 1, num)
+        else:
+            r = randbelow(2 * num)
+            b, u = r & 1, r >> 1
+            first = randbelow(num)
         # Bernoulli(exp(-u/num)) with u/num < 1: count k while Bernoulli(u/(num*k))
         # succeeds; accept iff k is odd.  u == 0 always accepts.
         if first < u:

@@ -91,7 +91,7 @@ class SlotBatch:
 
 def _all_report(values: np.ndarray, bins: int) -> bool:
     """Whether no value is NO_VALUE, after checking every value is a bin or NO_VALUE."""
-    if values.view(np.uint64).max() < bins:  # the usual batch, in one pass: negatives wrap to the top
+    if np.maximum.reduce(values.view(np.uint64)) < bins:  # the usual batch, in one pass: negatives wrap to the top
         return True
     if values.min() < NO_VALUE or values.max() >= bins:
         raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")

@@ -733,19 +733,6 @@ def _count_random_coins(trials: np.ndarray, thresholds: np.ndarray, rng: Randomn
         tie_cells = np.searchsorted(starts, ties, side="right") - 1
         successes[ties] = low < (thresholds[tie_cells] & np.uint64(0xFFFF))
     return np.add.reduceat(successes, starts, dtype=np.int64)
-    cell_trials, cell_thresholds = n[random_cells], t[random_cells]
-    total = int(cell_trials.sum())
-    top_bytes = rng.uint32(-(-total // 4)).view(np.uint8)[:total]
-    coin_top = np.repeat((cell_thresholds >> np.uint64(24)).astype(np.uint8), cell_trials)
-    successes = (top_bytes < coin_top).view(np.uint8)
-    ties = np.flatnonzero(top_bytes == coin_top)
-    starts = np.cumsum(cell_trials) - cell_trials
-    if ties.size:
-        low_bits = (rng.uint32(ties.size) >> np.uint32(8)).astype(np.uint64)
-        tie_cells = np.searchsorted(starts, ties, side="right") - 1
-        successes[ties] = low_bits < (cell_thresholds[tie_cells] & np.uint64(0xFFFFFF))
-    result[random_cells] = np.add.reduceat(successes, starts, dtype=np.int64)
-    return result
 
 
 def grid_laplace(

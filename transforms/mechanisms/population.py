@@ -199,6 +199,7 @@ class Population:
     pending_window: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pending_units: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     waiting: int = 0  # how many users wait for a changed fixed requirement
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)  # see derived()
 
     @classmethod
     def create(cls, kind: type, bins: int, columns: dict[str, Column], carry_forward: bool = False,
@@ -220,7 +221,7 @@ class Population:
 
     def derived(self, name: str, compute):
         """``compute()``, remembered until memberships or cohort requirements may have changed."""
-        derived = self.__dict__.setdefault("_derived", {})
+        derived = self._derived
         if name not in derived:
             derived[name] = compute()
         return derived[name]
@@ -240,11 +241,6 @@ class Population:
         if not self.waiting:
             return np.zeros(0, np.int64)
         return np.flatnonzero(self.cohort_of == WAITING)
-
-    def _leading_in_cohorts(self) -> int:
-        """How many users 0, 1, ... in a row are in a cohort (so a dense batch that short is registered)."""
-        outside = np.flatnonzero(self.cohort_of < 0)
-        return int(outside[0]) if outside.size else self.capacity
 
     @property
     def capacity(self) -> int:
@@ -313,9 +309,12 @@ class Population:
 
         Returns whether every row is already in a cohort.
         """
-        if extent.dense and rows.size <= self.derived("leading_in_cohorts", self._leading_in_cohorts):
-            return True
+        derived = self._derived
+        if extent.dense and rows.size <= derived.get("users_in_cohorts", -1):
+            return True  # users 0..n-1 were all in cohorts at an earlier slot, and nothing changed since
         registered = rows.size == 0 or rows.min() >= 0
+        if registered and extent.dense:
+            derived["users_in_cohorts"] = max(rows.size, derived.get("users_in_cohorts", 0))
         if not registered and batch.requirements is None and self.default_requirement is None:
             new = rows == UNREGISTERED
             if new.any():

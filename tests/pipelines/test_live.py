@@ -91,17 +91,24 @@ class Crash(Exception):
 ROUNDS = 9
 
 
-def round_lines(k: int, declare_always: bool = False) -> list[str]:
+def round_lines(k: int, power_check: bool = False) -> list[str]:
     """Slot k's records (60 s slots): six users, declarations in slot 0 (and u5's change in slot 4), a
-    duplicate, a junk line and, from slot 2 on, a straggler for slot k - 2 (late)."""
-    rnd = random.Random(k)
+    duplicate, a junk line and, from slot 2 on, a straggler for slot k - 2 (late).
+
+    ``power_check``: every user declares at every slot, with budgets so large that noise is negligible,
+    and slot 1 repeats slot 0's values: slot 1 is skipped, slot 2 publishes with two shares, and every
+    later slot (its data moved) publishes, so a mechanism that forgets what it spent overspends whatever
+    the seed (with the small budgets that depends on the noise drawn)."""
+    values_of = 0 if power_check and k == 1 else k  # the slot whose values this one reports
+    rnd = random.Random(values_of)
     lines = []
+    scale = 100 if power_check else 1
     for u in range(6):
         record = {"user": f"u{u}", "time": k * 60 + rnd.uniform(0, 50), "value": rnd.randrange(4)}
-        if k == 0 or (u == 5 and k == 4) or declare_always:
-            record.update(w=[3, 5, 4][u % 3] + (u == 5 and k >= 4), epsilon=[1.0, 2.0, 1.5][u % 3])
+        if k == 0 or (u == 5 and k == 4) or power_check:
+            record.update(w=[3, 5, 4][u % 3] + (u == 5 and k >= 4), epsilon=scale * [1.0, 2.0, 1.5][u % 3])
         lines.append(json.dumps(record))
-    lines.append(json.dumps({"user": "u1", "time": k * 60 + 55, "value": (k + 1) % 4}))  # u1's slot-k duplicate
+    lines.append(json.dumps({"user": "u1", "time": k * 60 + 55, "value": (values_of + 1) % 4}))  # u1's duplicate
     lines.append("{not json")
     if k >= 2:
         lines.append(json.dumps({"user": "u2", "time": (k - 2) * 60 + 1, "value": 0}))
@@ -177,7 +184,7 @@ def run_rounds(work, mechanism: str, crashes: dict | None = None, checkpoint: bo
     crashes = {k: list(v) for k, v in (crashes or {}).items()}
     for k in range(ROUNDS):
         name = watch / f"part{k:02d}.jsonl"
-        name.write_text("\n".join(round_lines(k, declare_always=forget_at is not None)) + "\n")
+        name.write_text("\n".join(round_lines(k, power_check=forget_at is not None)) + "\n")
         os.utime(name, (1000 + k, 1000 + k))
         if k == forget_at:
             kill(live)

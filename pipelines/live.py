@@ -163,6 +163,8 @@ class LiveRelease:
             return 1
         if kind == "used":
             self.counts["records_used"] += payload
+        elif kind == "duplicates":
+            self.counts["duplicates"] += payload
         elif kind == "dead":
             self._dead(payload)
         elif kind == "late":

@@ -130,6 +130,7 @@ class ReleaseController(beam.DoFn):
         self.used = Metrics.counter(NAMESPACE, "records_used")
         self.late = Metrics.counter(NAMESPACE, "late")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
         self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
 
     def setup(self):
@@ -196,6 +197,9 @@ class ReleaseController(beam.DoFn):
                 self.dead.inc()
                 yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", 1))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, payload)  # one per input record
+            elif kind == "duplicates":
+                self.duplicates.inc(payload)
+                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", payload))
             elif kind == "late":
                 self.late.inc()
                 yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
@@ -288,6 +292,8 @@ class _StreamRun:
                     yield "late", dead_letter(f"late: slot {c.slot} already released", raw, "release", self.stream,
                                               c.user)
             columns = columns.since(self.next_slot)
+        if columns.duplicates():
+            yield "duplicates", columns.duplicates()
         self._firing = _Firing(self, columns)
         slot = self.next_slot
         for upcoming, start, end in [*columns.slot_rows(), (last_slot + 1, 0, 0)]:

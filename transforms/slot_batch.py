@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 import apache_beam as beam
@@ -17,6 +17,7 @@ class ColumnarSlot:
     values: np.ndarray
     requirements: list
     raws: list  # per row, the texts of the input records it uses
+    duplicate_records: int = 0  # records of the contributions not kept (a user's second one): duplicates
 
 
 class SlotBatchFn(beam.CombineFn):
@@ -25,29 +26,41 @@ class SlotBatchFn(beam.CombineFn):
     For pipelines that key by slot (``beam.CombinePerKey``); the release stage
     builds the same rows for all its slots at once with ``SlotColumns``.
     A user contributing twice to one slot (which the per-user stage never
-    produces) keeps the later contribution by raw text, deterministically.
+    produces) keeps the later contribution by raw text, deterministically;
+    the other's records are counted in ``duplicate_records``.
     """
 
     def create_accumulator(self):
-        return {}
+        return {}, 0  # kept contribution per user, records of the ones not kept
 
     def add_input(self, accumulator, contribution):
-        kept = accumulator.get(contribution[1])
-        if kept is None or contribution[4] > kept[4]:
-            accumulator[contribution[1]] = tuple(contribution)
-        return accumulator
+        kept_per_user, duplicates = accumulator
+        contribution = tuple(contribution)
+        kept = kept_per_user.get(contribution[1])
+        if kept is None:
+            kept_per_user[contribution[1]] = contribution
+            return kept_per_user, duplicates
+        if contribution[4] > kept[4]:
+            kept_per_user[contribution[1]], contribution = contribution, kept
+        return kept_per_user, duplicates + len(contribution[4])  # the one not kept
 
     def merge_accumulators(self, accumulators):
-        merged = {}
-        for accumulator in accumulators:
-            for contribution in accumulator.values():
-                self.add_input(merged, contribution)
+        merged = self.create_accumulator()
+        for kept_per_user, duplicates in accumulators:
+            for contribution in kept_per_user.values():
+                merged = self.add_input(merged, contribution)
+            merged = merged[0], merged[1] + duplicates
         return merged
 
     def extract_output(self, accumulator) -> ColumnarSlot:
-        rows = [accumulator[user] for user in sorted(accumulator)]
+        kept_per_user, duplicates = accumulator
+        rows = [kept_per_user[user] for user in sorted(kept_per_user)]
         return ColumnarSlot(users=[c[1] for c in rows], values=np.array([c[2] for c in rows], np.int64),
-                            requirements=[c[3] for c in rows], raws=[c[4] for c in rows])
+                            requirements=[c[3] for c in rows], raws=[c[4] for c in rows], duplicate_records=duplicates)
+
+
+def _no_rows() -> np.ndarray:
+    return np.zeros(0, np.int64)
 
 
 @dataclass
@@ -70,6 +83,12 @@ class SlotColumns:
     raws: list                # per row, the texts of those records
     user_ids: list            # distinct, sorted
     declarations: list        # distinct declaration tuples
+    duplicate_slots: np.ndarray = field(default_factory=_no_rows)    # slot of each contribution not kept
+    duplicate_records: np.ndarray = field(default_factory=_no_rows)  # how many input records each of those has
+
+    def duplicates(self) -> int:
+        """Input records of the contributions not kept (a user's second one in a slot): duplicates."""
+        return int(self.duplicate_records.sum())
 
     @classmethod
     def of(cls, contributions: list) -> "SlotColumns":
@@ -82,8 +101,12 @@ class SlotColumns:
         users = np.fromiter(map(code.__getitem__, names), np.int64, n)
         order = np.lexsort((users, slots))  # stable: a repeated (slot, user) keeps the input order
         repeated = (slots[order[1:]] == slots[order[:-1]]) & (users[order[1:]] == users[order[:-1]])
+        duplicate_slots = duplicate_records = np.zeros(0, np.int64)
         if repeated.any():  # the per-user stage never sends a user twice per slot: rare
             order = _one_per_slot_and_user(rows, order)
+            dropped = np.setdiff1d(np.arange(n), order)
+            duplicate_slots = slots[dropped]
+            duplicate_records = np.fromiter((len(rows[i][4]) for i in dropped.tolist()), np.int64, dropped.size)
         declarations: dict = {}
         requirements = np.fromiter((-1 if r is None else declarations.setdefault(tuple(r), len(declarations))
                                     for r in map(_REQUIREMENT, rows)), np.int64, n)
@@ -92,13 +115,16 @@ class SlotColumns:
         raws = [raws[i] for i in picked]
         return cls(slots=slots[order], users=users[order], values=np.fromiter(map(_VALUE, rows), np.int64, n)[order],
                    requirements=requirements[order], raw_counts=np.fromiter(map(len, raws), np.int64, len(raws)),
-                   raws=raws, user_ids=user_ids, declarations=list(declarations))
+                   raws=raws, user_ids=user_ids, declarations=list(declarations),
+                   duplicate_slots=duplicate_slots, duplicate_records=duplicate_records)
 
     def since(self, slot: int) -> "SlotColumns":
-        """The rows of ``slot`` and later."""
+        """The rows of ``slot`` and later (and the contributions not kept there)."""
         start = int(np.searchsorted(self.slots, slot))
+        later = self.duplicate_slots >= slot
         return SlotColumns(self.slots[start:], self.users[start:], self.values[start:], self.requirements[start:],
-                           self.raw_counts[start:], self.raws[start:], self.user_ids, self.declarations)
+                           self.raw_counts[start:], self.raws[start:], self.user_ids, self.declarations,
+                           self.duplicate_slots[later], self.duplicate_records[later])
 
     def slot_rows(self) -> list[tuple[int, int, int]]:
         """``(slot, start, end)`` for every slot with rows, ascending."""

@@ -21,7 +21,10 @@ from transforms import checkpoint as ckpt
 from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.release import ReleaseConfig, _group_by_user, _StreamRun
+from transforms.records import pack_contributions
+from transforms.release import (CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController,
+                                _group_by_user, _StreamRun)
+from transforms.user_state import ACCOUNTING
 from transforms.slotting import SlotClock
 
 EVERY = 4
@@ -208,6 +211,36 @@ def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations(
     assert [p for kind, p in once if kind != "charges"] == [p for kind, p in twice if kind != "charges"]
     assert not [p for kind, p in once if kind == "dead"]
     assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids
+
+
+def test_a_second_contribution_for_a_user_and_slot_is_counted_as_duplicates_not_lost():
+    """A pipeline of one's own may send the release stage two contributions for one (user, slot): one is
+    used, the other's records are counted as duplicates (late ones stay late, counted once)."""
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    run = _StreamRun.load(config, "s", None)
+    declared = ("fixed", 3, "1.0")
+    list(run.release_until(1, [(0, "a", 1, declared, ("a0",)), (1, "a", 2, None, ("a1",))], final=False))
+    rows = [(1, "a", 3, None, ("late1", "late2")),             # slot 1 is released: late
+            (2, "a", 0, None, ("x",)), (2, "a", 1, None, ("y", "z")),  # two for (a, 2): ("y", "z") is kept
+            (3, "a", 2, None, ("w",))]
+    outputs = list(run.release_until(3, rows, final=False))
+    counts = {kind: 0 for kind in ("used", "duplicates", "late")}
+    for kind, payload in outputs:
+        if kind in counts:
+            counts[kind] += payload if kind != "late" else 1
+    assert counts == {"used": 3, "duplicates": 1, "late": 2}
+    assert sum(counts.values()) == sum(len(row[4]) for row in rows)
+
+
+def test_the_release_controller_counts_a_second_contribution_in_its_accounting():
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    declared = ("fixed", 3, "1.0")
+    rows = [(0, "a", 1, declared, ("x",)), (0, "a", 2, declared, ("y", "z")), (0, "b", 0, declared, ("b",))]
+    with batch_pipeline() as p:
+        out = (p | beam.Create([("s", pack_contributions(rows))])
+               | beam.ParDo(ReleaseController(config, bounded=True)).with_outputs(
+                   CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+        assert_that(out[ACCOUNTING] | beam.CombinePerKey(sum), equal_to([("records_used", 3), ("duplicates", 1)]))
 
 
 @settings(max_examples=200, deadline=None)

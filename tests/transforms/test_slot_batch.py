@@ -30,16 +30,24 @@ def test_slot_columns_equal_the_combine_fn_per_slot_and_keep_one_row_per_user(ro
     fn = SlotBatchFn()
     built = SlotColumns.of([tuple(row) for row in rows])
     assert [s for s, _, _ in built.slot_rows()] == sorted({row.slot for row in rows})
+    duplicates_per_slot = {}
     for slot, start, end in built.slot_rows():
         parts = [fn.create_accumulator(), fn.create_accumulator()]
         for i, row in enumerate(rows):
             if row.slot == slot:
-                fn.add_input(parts[i >= split], row)
-        assert slot_of(built, start, end) == columns(fn.extract_output(fn.merge_accumulators(parts)))
+                parts[i >= split] = fn.add_input(parts[i >= split], row)
+        combined = fn.extract_output(fn.merge_accumulators(parts))
+        assert slot_of(built, start, end) == columns(combined)
+        # nothing is lost: every record is in a kept row or counted as a duplicate
+        records = sum(len(row.raws) for row in rows if row.slot == slot)
+        assert combined.duplicate_records == records - sum(map(len, combined.raws))
+        duplicates_per_slot[slot] = combined.duplicate_records
         users = slot_of(built, start, end)[0]
         assert users == sorted(set(users))
         for user, raws in zip(users, built.raws[start:end]):
             assert raws == max(row.raws for row in rows if row.user == user and row.slot == slot)
     assert built.raw_counts.tolist() == [len(raws) for raws in built.raws]
+    assert built.duplicates() == sum(duplicates_per_slot.values())
     later = built.since(4)
     assert later.slots.tolist() == [s for s in built.slots.tolist() if s >= 4] and len(later.raws) == later.slots.size
+    assert later.duplicates() == sum(n for slot, n in duplicates_per_slot.items() if slot >= 4)

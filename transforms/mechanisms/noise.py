@@ -224,10 +224,8 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     size = _check_size(size)
     if size == 0:
         return np.zeros(0, np.int64)
-    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
-        return _scalar_draws(num, den, size, rng)
     entry = _pool_entry(rng, num, den)
-    if entry is None:  # a generator that cannot hold a pool
+    if entry is None:  # a scale past the vector range, or a generator that cannot hold a pool
         return _draws(num, den, size, rng)
     pooled = entry[0]
     have = len(pooled)
@@ -251,8 +249,6 @@ def discrete_laplace_draw(scale: Fraction, rng: Randomness) -> int:
     1024), so a repeated scale costs a fraction of a scalar draw.
     """
     num, den = _discrete_scale(scale)
-    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
-        return _one_discrete_laplace(num, den, rng.randbelow)
     entry = _pool_entry(rng, num, den)
     if entry is None:
         return _one_discrete_laplace(num, den, rng.randbelow)
@@ -288,12 +284,12 @@ def _pool_entry(rng: Randomness, num: int, den: int) -> list | None:
     first key is the least recently used) from ``(num, den)`` to a list of
     python ints (consumed from the end) and the size of the key's next refill.
     Plain containers so that a seeded generator pickles (and a checkpoint
-    loads it) as before.  ``None`` if ``rng`` cannot carry the attribute.
+    loads it) as before.  ``None`` for a scale past the vector range (not
+    pooled) or if ``rng`` cannot carry the attribute.
     """
-    try:
-        pool = rng._noise_pool
-    except AttributeError:
-        pool = None
+    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
+        return None
+    pool = getattr(rng, "_noise_pool", None)
     if pool is None:
         try:
             rng._noise_pool = pool = {}

@@ -83,12 +83,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _row(result: AuditResult, scenario: ScenarioResult) -> str:
     e = scenario.estimate
     name = f"{result.mechanism}, **{result.broken}**" if result.broken else result.mechanism
-    verdict = "**violation**" if result.violation else "pass"
     caught = []
     if scenario.empirical_violation:
         caught.append("bound")
     if scenario.ledger_violations:
         caught.append(f"ledger ({scenario.ledger_runs_flagged} runs)")
+    verdict = "**violation**" if caught else "pass"
     return (f"| {name} | {scenario.scenario.name} | {scenario.scenario.bound:g} | {e.lower_bound:.3f} | "
             f"{scenario.power:.3f} | {e.event or '–'} | {scenario.fresh_at_target:.2f} | "
             f"{scenario.dissimilarity_seen:.2f} | {scenario.ledger_max_ratio:.3f} | {', '.join(caught) or '–'} | "
@@ -106,9 +106,14 @@ def report(results: list[AuditResult], command: str, config: AuditConfig, second
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         lines += [_row(result, scenario) for scenario in result.scenarios]
+    flagged = [r for r in results if r.violation]
+    if flagged:
+        lines += ["", "Why each flagged audit was flagged:", ""]
+        lines += [f"* {r.mechanism}{f' ({r.broken})' if r.broken else ''}: {r.reason}" for r in flagged]
     lines += ["", "*Power*: the bound the audit reaches at this run count on a mechanism whose loss at t* is exactly "
               "E* (expected counts of the best event). *Ledger*: the largest fraction of a user's requirement "
-              "charged in any window, over all users and runs. *Verdict* is the audit's, over its scenarios.", "",
+              "charged in any window, over all users and runs. *Verdict*: this scenario's; an audit reports "
+              "`violation: true` when any of its scenarios has one.", "",
               "Broken variants (`tests/pipelines/broken_mechanisms.py`, test code, each an explicit subclass of "
               "the registered mechanism, so it stays broken whatever the core fixes):", ""]
     lines += [f"* `{name}`: {text}." for name, text in descriptions.items()]

@@ -75,7 +75,7 @@ from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Fi
                                    Mechanism, PrivacyLedger, Release, ReleaseKind, SlotBatch, mechanism_class)
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
-from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
+from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
 
 TARGET = 0
@@ -139,10 +139,6 @@ class Scenario:
     @property
     def slots(self) -> int:
         return len(self.users[0].values)
-
-    @property
-    def bound_units(self) -> int:
-        return to_units(self.bound, "bound")
 
     @property
     def max_window(self) -> int:
@@ -303,6 +299,8 @@ STATISTICS = ("release", "dissimilarity", "weighted", "unweighted", "reuse", "de
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """What one run of one stream showed."""
+
     statistics: np.ndarray        # one value per STATISTICS entry (nan: not defined in this run)
     fresh_at_target: bool
     dissimilarity_seen: bool
@@ -326,7 +324,7 @@ def _llr_sign(value: float) -> float:
     return float(np.clip(2 * value - 1, -1.0, 1.0))
 
 
-def run_once(mechanism, batches: list[SlotBatch], scenario: Scenario, expected: np.ndarray, clean: np.ndarray,
+def run_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Scenario, expected: np.ndarray, clean: np.ndarray,
              rng: Randomness, seen: list) -> RunOutcome:
     """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
     ledger = PrivacyLedger(max_window=scenario.max_window)
@@ -358,7 +356,7 @@ def run_once(mechanism, batches: list[SlotBatch], scenario: Scenario, expected: 
         stats[1] = dis_term - 0.5
     dc_part = 0.0 if dis is None else _llr_sign(dis_term)
     pub_part = 0.0 if release_term is None else _llr_sign(release_term)
-    stats[2] = weights[0] * dc_part + (weights[1] * pub_part)
+    stats[2] = weights[0] * dc_part + weights[1] * pub_part
     stats[3] = dc_part + pub_part
     others = [residuals[s] for s in fresh_slots if s != t and clean[s - 1]]
     if release_term is not None and others:
@@ -366,6 +364,7 @@ def run_once(mechanism, batches: list[SlotBatch], scenario: Scenario, expected: 
     stats[5] = 1.0 if fresh else -1.0
     first = str(ledger.violations[0]) if ledger.violations else None
     return RunOutcome(stats, fresh, dis is not None, ledger.violation_count, ledger.max_usage_ratio, first)
+
 
 # ---------------------------------------------------------------------- statistics
 def _log_choose(n: int) -> np.ndarray:

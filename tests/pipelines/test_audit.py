@@ -90,9 +90,9 @@ def test_the_bound_covers_the_true_loss_and_has_power():
 
 
 def test_power_grows_with_the_runs_and_stays_below_the_loss():
-    values = [power(2.0, runs, 0.99) for runs in (50, 200, 1000, 10_000)]
+    values = [power(2.0, runs, 0.99) for runs in (50, 200, 1000, 3000)]
     assert values == sorted(values) and values[0] > 0
-    assert values[-1] < 2.0 < values[-1] + 0.2  # approaches E from below
+    assert values[-1] < 2.0 < values[-1] + 0.3  # approaches E from below
     assert power(1.0, 1000, 0.99) < power(2.0, 1000, 0.99)
 
 
@@ -236,7 +236,7 @@ RELEASED_CORE_BUGS = {
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=RELEASED_CORE_BUGS[name],
-                                                                            strict=True))
+                                                                            raises=AssertionError, strict=True))
                                   if name in RELEASED_CORE_BUGS else name for name in MECHANISMS])
 def test_every_shipped_mechanism_passes(name):
     """300 runs per stream at confidence 0.99: a correct mechanism is flagged for a random seed with probability

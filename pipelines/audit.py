@@ -32,7 +32,8 @@ the release residual at ``t*`` (released count in bin 0 minus the other
 users' count, which the auditor knows), the dissimilarity residual (the
 noisy dissimilarity minus what the others' data and the previous release
 explain, signed by whether the target's report would raise or lower it), a
-likelihood-style sum of both weighted by the target's charges, the same sum
+likelihood-style sum of both weighted by the target's charges (which the
+release carries), the same sum
 unweighted, the release residual minus the other fresh slots' residuals (noise
 reused across releases cancels), and the publish decision at ``t*``.
 
@@ -43,15 +44,16 @@ the runs with the report pooled with ``{X <= -τ}`` on the runs without, see
 alone measure it: ``ε_LB = ln(P_lower / Q_upper)`` with one-sided
 Clopper-Pearson bounds at ``(1 - confidence)/2`` each, so with probability
 at least ``confidence`` the bound is below the mechanism's true loss on the
-scenario.  Beside it, :func:`power` gives the largest bound the audit can
-reach with as many runs on a mechanism that leaks exactly ``E*``.
+scenario.  Beside it, :func:`power` gives the bound the audit reaches with
+as many runs on a mechanism that leaks exactly ``E*`` (expected counts of
+the best possible event): what a tight mechanism could show at this run count.
 
 **Noise.** Secure by default (one :class:`SecureRandomness` stream).
 ``--insecure-seed S`` gives a seeded generator per run (distinct for every
 scenario, stream and run): reproducible, for this offline audit only.
 
 Prints one line per audit (``--json``: one JSON object, ``"violation"`` and
-``"reason"`` first); exit code 0 when nothing was flagged, 1 when something
+``"reason"`` right after the mechanism and variant); exit code 0 when nothing was flagged, 1 when something
 was, 2 for bad arguments.
 """
 

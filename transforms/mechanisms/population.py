@@ -277,22 +277,20 @@ class Population:
                                               dense=extent.dense),
                             sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)))
         self.changed()
-        before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
             self._declare_fixed(batch, slot, rows)
         else:
             self._declare_dynamic(batch, rows)
         self._compact()
-        if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
-            rows = self.cohort_of[batch.users]  # memberships changed this slot
+        rows = self.cohort_of[batch.users]  # memberships may have changed: never reuse rows read before
         return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort), sizes=self.table.size.copy())
 
     def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything.
 
         For a dense batch this is a view of ``cohort_of``: :meth:`admit` gathers
-        the rows again whenever a membership changes, and reads them before
+        the rows again whenever memberships may change, and reads them before
         that only to find unregistered users, whom no change registers early.
         """
         if extent.max_user >= self.capacity:
@@ -499,6 +497,11 @@ class Population:
         dead = table.size == 0
         if dead.sum() * 2 <= table.rows:
             return
+        if self.waiting:  # a waiting user who cancels rejoins their old cohort's history: keep it
+            keys = self._fixed_key_rows()
+            waiting = self.waiting_users()
+            for w, u in set(zip(self.window_of[waiting].tolist(), self.units_of[waiting].tolist())):
+                dead[keys[(w, u)]] = False
         remap = table.keep(np.flatnonzero(~dead))
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]

@@ -179,6 +179,7 @@ class SlotData:
 
     cells: Cells
     sizes: np.ndarray        # registered, active users per cohort row (public)
+    groups: np.ndarray       # the memberships snapshot the cells were counted from (cohort row per user)
 
 
 @dataclass
@@ -273,9 +274,11 @@ class Population:
             self._grow(extent.max_user)
         if (self.kind is FixedRequirements and batch.requirements is None and not self.waiting
                 and registered):  # the steady state: nobody joins or changes
-            return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort, registered=True,
+            groups = self.memberships().cohort_of
+            rows = groups[:batch.users.size] if extent.dense else groups[batch.users]
+            return SlotData(cells=self._cells(batch, groups, rows, extent.all_report, by_cohort, registered=True,
                                               dense=extent.dense),
-                            sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)))
+                            sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)), groups=groups)
         self.changed()
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
@@ -283,8 +286,9 @@ class Population:
         else:
             self._declare_dynamic(batch, rows)
         self._compact()
-        rows = self.cohort_of[batch.users]  # memberships may have changed: never reuse rows read before
-        return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort), sizes=self.table.size.copy())
+        groups = self.memberships().cohort_of  # memberships may have changed: rows are read again from them
+        return SlotData(cells=self._cells(batch, groups, groups[batch.users], extent.all_report, by_cohort),
+                        sizes=self.table.size.copy(), groups=groups)
 
     def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything.
@@ -506,9 +510,9 @@ class Population:
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray, all_report: bool, by_cohort: bool,
+    def _cells(self, batch: SlotBatch, groups: np.ndarray, rows: np.ndarray, all_report: bool, by_cohort: bool,
                registered: bool = False, dense: bool = False) -> Cells:
-        """Counts per (cohort, bin).
+        """Counts per (cohort, bin), from the memberships snapshot ``groups`` alone (``rows`` are the batch users').
 
         ``registered`` says every row is already known to be in a cohort, ``dense`` that the batch's
         users are 0..n-1 (so ``rows`` are the first n memberships, unchanged this slot).
@@ -516,8 +520,8 @@ class Population:
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
-            users = np.flatnonzero((self.cohort_of >= 0) & (self.value_of >= 0))
-            values, cohorts = self.value_of[users], self.cohort_of[users]
+            users = np.flatnonzero((groups >= 0) & (self.value_of[:groups.size] >= 0))
+            values, cohorts = self.value_of[users], groups[users]
         else:
             values, cohorts = batch.values, rows
             if values.size and (not all_report or (not registered and cohorts.min() < 0)):

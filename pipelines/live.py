@@ -215,6 +215,7 @@ class LiveRelease:
                   "ledger.keep": np.array([t.get("keep", 0) for t in tails], np.int64),
                   "ledger.slots": np.concatenate([t["slots"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.spent": np.concatenate([t["spent"] for t in tails] or [np.zeros(0, np.int64)]),
+                  "ledger.dc": np.concatenate([t["dc"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.open": np.array(opened, np.int64).reshape(-1, 4)}
         live = {"consumed": sorted(self.seen), "counts": self.counts, "ledger_keys": keys,
                 "pending": [list(e) for key in sorted(self.pending) for e in self.pending[key]],
@@ -243,6 +244,8 @@ class LiveRelease:
             start = ends[i] - arrays["ledger.sizes"][i]
             tail = {"slots": arrays["ledger.slots"][start:ends[i]].copy(),
                     "spent": arrays["ledger.spent"][start:ends[i]].copy(),
+                    "dc": arrays["ledger.dc"][start:ends[i]].copy() if "ledger.dc" in arrays
+                    else np.zeros(ends[i] - start, np.int64),
                     "open": [tuple(int(v) for v in row[1:]) for row in opened[opened[:, 0] == i]]}
             if arrays["ledger.keep"][i]:
                 tail["keep"] = int(arrays["ledger.keep"][i])

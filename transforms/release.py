@@ -44,8 +44,9 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, encode, load_for_resume, load_randomness
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
-from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
+from transforms.mechanisms import Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.declared import DeclaredRequirements
 from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import Contribution, dead_letter, pack_contributions, unpack_contributions
@@ -223,8 +224,10 @@ class _StreamRun:
     """One firing's work for a stream: the mechanism and its user index, outside Beam."""
 
     def __init__(self, config: ReleaseConfig, stream: str, mechanism: Mechanism, user_ids: list,
-                 next_slot: int | None, randomness, declared: dict | None = None):
+                 next_slot: int | None, randomness, declared: dict | None = None,
+                 requirements: DeclaredRequirements | None = None):
         self.config, self.stream, self.mechanism = config, stream, mechanism
+        self.requirements = requirements or DeclaredRequirements(mechanism.requirement_kind)
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
         self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
@@ -237,6 +240,8 @@ class _StreamRun:
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
+        if requirements is None and user_ids:  # a checkpoint written before the stage kept its own register
+            self._rebuild_requirements(next_slot or 1)
         self.pending_charges: list = []
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
         self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
@@ -255,14 +260,24 @@ class _StreamRun:
             randomness = load_randomness(state.randomness)
         else:
             randomness = insecure_seeded_randomness(config.insecure_seed)
-        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared)
+        requirements = None if state.requirements is None else DeclaredRequirements.from_bytes(state.requirements)
+        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared,
+                   requirements)
 
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
         if self._firing is not None:
             self._firing.save_declared()
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
-                           None if self.config.insecure_seed is None else dump_randomness(self.randomness))
+                           None if self.config.insecure_seed is None else dump_randomness(self.randomness),
+                           self.requirements.to_bytes())
+
+    def _rebuild_requirements(self, slot: int) -> None:
+        """Every known user's last declaration (or the default) in force, as an older checkpoint allows."""
+        rows = [self.translator.row(self.declared.get(user))[0] for user in self.user_ids]
+        known = [i for i, row in enumerate(rows) if row is not None]
+        if known:
+            self.requirements.declare(slot, np.array(known), self.translator.columns([rows[i] for i in known]), None)
 
     def declaration_id(self, declaration: tuple) -> int:
         """The position of ``declaration`` in ``declarations`` (appended when new)."""
@@ -359,12 +374,11 @@ class _StreamRun:
             yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
-        requirements = charges.requirements
-        in_force = ([requirements.as_matrix()] if isinstance(requirements, DynamicRequirements)
-                    else [requirements.window, requirements.epsilon_units])
+        declared = charges.declarations  # the ledger checks what users declared, kept here, not the mechanism's view
+        self.requirements.declare(release.slot, declared.users, declared.requirements, charges.default_requirement)
         self.pending_charges.append((charges.users, np.column_stack(
             [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
-             least_charges_of_registered(charges), *in_force])))
+             least_charges_of_registered(charges), self.requirements.matrix_of(charges.users)])))
 
     def _flush(self, final: bool):
         """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,

@@ -5,7 +5,8 @@
   nullified and, from slot ``w`` on, every publication spends ``E/2``.
 * :class:`HalfScaleNoise`: draws all noise at half the scale (the wrapped
   mechanism runs with ``2E``) while it reports charges and requirements for
-  ``E``; the ledger cannot see this one, only the audit can.
+  ``E``; its windows look fine, but the release's evidence (the noise scale)
+  shows the charges are too small.
 * :class:`ForgetsOneSlot`: its sliding budget window forgets the oldest slot
   (the wrapped mechanism runs with ``w - 1``) while users asked for ``w``; it
   reports its charges truthfully, so the ledger sees the overspending too.
@@ -77,7 +78,8 @@ class _Misconfigured:
         claimed = replace(charges, cohort_dc_units=(charges.cohort_dc_units + charges.cohort_publication_units) // f,
                           cohort_publication_units=np.zeros_like(charges.cohort_publication_units),
                           cohort_requirements=_rescaled(charges.cohort_requirements, f, True, -shift),
-                          waiting_requirements=_rescaled(charges.waiting_requirements, f, True, -shift))
+                          waiting_requirements=_rescaled(charges.waiting_requirements, f, True, -shift),
+                          declarations=batch)  # the ledger keeps what users declared, from the input
         return replace(release, epsilon_units=release.epsilon_units // f, charges=claimed)
 
 

@@ -61,6 +61,8 @@ class UserCharges:
     waiting_users: np.ndarray           # users waiting for a changed fixed requirement (charged 0)
     waiting_requirements: FixedRequirements | None
     evidence: Evidence                  # what the slot's statistics were computed from: the ledger's check
+    declarations: SlotBatch             # the slot's input rows: the ledger keeps what users declared itself
+    default_requirement: Requirements | None = None  # the public default a new user without a declaration gets
 
     @cached_property
     def users(self) -> np.ndarray:
@@ -265,7 +267,8 @@ class Mechanism(abc.ABC):
             cohort_publication_units=decision.publication_units,
             cohort_requirements=self.in_force_requirements(), waiting_users=memberships.waiting_users,
             waiting_requirements=memberships.waiting_requirements,
-            evidence=Evidence(data.groups, decision.statistics))
+            evidence=Evidence(data.groups, decision.statistics), declarations=batch,
+            default_requirement=self.population.default_requirement)
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
                        decision.predicted_error, charges)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_with_ledger
+from conftest import declaring, run_with_ledger
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, least_charge_units
@@ -58,7 +58,9 @@ def _charges(cohort_of, dc, publication, evidence):
                        waiting_users=np.flatnonzero(cohort_of == WAITING),
                        waiting_requirements=FixedRequirements(np.array([2]), np.array([UNITS_PER_EPSILON]))
                        if (cohort_of == WAITING).any() else None,
-                       evidence=evidence)
+                       evidence=evidence,
+                       declarations=declaring(np.arange(cohort_of.size),
+                                              FixedRequirements.of([2] * cohort_of.size, [10] * cohort_of.size)))
 
 
 def test_the_ledger_flags_a_user_in_a_statistic_whom_the_charges_call_waiting():

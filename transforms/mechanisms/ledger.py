@@ -99,7 +99,6 @@ class PrivacyLedger:
         units = row_units[rows]
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
-        ring = self._totals.shape[0]
         self.slot = slot
         if isinstance(reqs, DynamicRequirements):
             backward = reqs.backward_window[rows]

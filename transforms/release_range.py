@@ -78,15 +78,17 @@ class ReleaseRange:
         return {"start": self.start, "end": self.end, "first_slot": self.first_slot, "last_slot": self.last_slot}
 
 
-def parse_range(clock: SlotClock, start: str | None, end: str | None) -> ReleaseRange | None:
-    """``--start`` and ``--end`` (epoch seconds or ISO 8601; naive times are UTC) -> a range, None without them.
-
-    Raises ValueError (one line) when only one is given or they do not parse."""
+def parse_range(start: str | None, end: str | None) -> tuple[float, float] | None:
+    """``--start`` and ``--end`` (epoch seconds or ISO 8601; naive times are UTC) -> ``(start, end)`` seconds,
+    None without them.  Raises ValueError (one line) when only one is given, they do not parse, or end <= start."""
     if start is None and end is None:
         return None
     if start is None or end is None:
         raise ValueError("give both --start and --end (the public release range), or neither")
-    return ReleaseRange.of(clock, time_seconds(start, "--start"), time_seconds(end, "--end"))
+    bounds = time_seconds(start, "--start"), time_seconds(end, "--end")
+    if bounds[0] >= bounds[1]:
+        raise ValueError(f"--start ({start}) must be before --end ({end})")
+    return bounds
 
 
 RANGE_FROM_DATA_WARNING = ("no --start/--end: the released slots run from the first to the last slot with data, "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -82,15 +81,11 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
         mapping[name.strip()] = parse_requirement(requirement.strip())
     shares = []
     for item in filter(None, (ratios or "").split(",")):
-        name, _, share = item.partition("=")
-        if name not in mapping:
-            raise ConfigError(f"level ratio names unknown level {name!r}")
+        name, _, share = item.partition("=")  # RequirementPolicy checks the names and the sum
         try:
             shares.append((name, float(share)))
         except ValueError:
             raise ConfigError(f"level ratio {item!r} is not NAME=FRACTION") from None
-    if shares and (any(s < 0 for _, s in shares) or abs(sum(s for _, s in shares) - 1) > 1e-9):
-        raise ConfigError("level ratios must be non-negative and sum to 1")
     return mapping, shares
 
 
@@ -111,24 +106,6 @@ def mechanism_params(args) -> tuple[str, dict]:
 
 
 @dataclass(frozen=True)
-class LevelAssignment:
-    """Assigns each user a named level by ratio, deterministically (a hash of the user id)."""
-
-    shares: tuple
-
-    def __call__(self, event):
-        if event.requirement is not None:
-            return event
-        draw = int.from_bytes(hashlib.sha256(event.user.encode("utf-8", "surrogatepass")).digest()[:8], "big") / 2**64
-        cumulative = 0.0
-        for name, share in self.shares:
-            cumulative += share
-            if draw < cumulative:
-                return event._replace(requirement=("level", name))
-        return event._replace(requirement=("level", self.shares[-1][0]))
-
-
-@dataclass(frozen=True)
 class ReplayConfig:
     """Everything a replay needs, validated before the pipeline is built."""
 
@@ -142,7 +119,6 @@ class ReplayConfig:
     allowed_lateness: float
     parse: ParseConfig
     policy: RequirementPolicy
-    level_shares: tuple = ()
     requirements_files: tuple = ()
     poi: str | None = None
     output_format: str = "jsonl"
@@ -201,8 +177,9 @@ def build_config(argv=None) -> ReplayConfig:
             inputs=_inputs(args.input), input_format=args.input_format, output=args.output, mechanism=name,
             mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
             allowed_lateness=args.allowed_lateness, parse=parse,
-            policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window),
-            level_shares=tuple(shares), requirements_files=_inputs(args.requirements_file) if args.requirements_file
+            policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window,
+                                     level_shares=tuple(shares)),  # a default only: a user's declaration wins
+            requirements_files=_inputs(args.requirements_file) if args.requirements_file
             else (), poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
             insecure_seed=args.insecure_seed, evaluate=args.evaluate, plot=args.plot,
             release_range=parse_range(args.start, args.end), resume_from=args.resume_from,
@@ -302,8 +279,6 @@ def build(pipeline, config: ReplayConfig) -> None:
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
     else:
         parsed_dead = parsed.dead_letters
-    if config.level_shares:
-        events = events | "AssignLevels" >> beam.Map(LevelAssignment(config.level_shares))
     outputs = events | "Private" >> histogram(config)
     out = lambda name: os.path.join(config.output, name)  # noqa: E731
     outputs["releases"] | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format)

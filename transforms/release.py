@@ -443,8 +443,11 @@ class _Firing:
         self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]
         users = columns.user_ids
         self.dense = np.fromiter((run.index.get(u, -1) for u in users), np.int64, len(users))
-        self.declared_ids = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
-                                         for u in users), np.int64, len(users))
+        # a user's own declaration in force, else the operator's assigned level (never the other way round)
+        assigned = run.config.policy.assigned
+        self.declared_ids = np.fromiter((-1 if d is None else run.declaration_id(d)
+                                         for d in (run.declared.get(u) or assigned(u) for u in users)),
+                                        np.int64, len(users))
         self.saved_ids = self.declared_ids.copy()
         # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
         verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]

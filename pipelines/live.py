@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from pipelines.report import run_warnings
 from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
@@ -39,6 +40,7 @@ from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
 from transforms.release import _StreamRun
 from transforms.release_range import range_report
+from transforms.user_state import SEP
 from transforms.slotting import close_slots
 
 _LOGGER = logging.getLogger(__name__)
@@ -288,5 +290,7 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
     finally:
         live.close(commit=not (interrupted and checkpoint))  # the checkpoint holds an interrupted round
     with open(os.path.join(output, "report.json"), "w") as f:
-        json.dump({**live.counts, **range_report(transform.config.release_range)}, f, indent=2)
+        json.dump({**live.counts, **range_report(transform.config.release_range),
+                   "warnings": run_warnings(transform.config.release_range, (k.split(SEP, 1) for k in live.tails))},
+                  f, indent=2)
     return live.counts

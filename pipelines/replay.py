@@ -43,8 +43,7 @@ from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequir
                                    HomogeneousParams,
                                    mechanism_class)
 from transforms.parse import FieldMapping, ParseConfig, ParseEvents
-from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, several_streams_warning,
-                              users_in_several_streams, write_evaluation)
+from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
 from transforms.sinks import FORMATS, WriteRecords, read_records
@@ -356,10 +355,7 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
     usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
         if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
-    warnings = [] if config.release_range else [RANGE_FROM_DATA_WARNING]
-    shared = users_in_several_streams(usage)
-    if shared:
-        warnings.append(several_streams_warning(shared))
+    release_range = histogram(config).config.release_range
     report = {"records_read": counts.records_read, "records_used": counts.records_used,
               "duplicates": counts.duplicates, "late": counts.late, "dead_letters": counts.dead_letters,
               "reconciles": counts.reconciles,
@@ -367,8 +363,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
               "fresh": counts.slots_fresh, "skipped": counts.slots_skipped, "nullified": counts.slots_nullified,
               "ledger_violations": counts.ledger_violations,
               "max_window_usage_ratio": max((u["max_window_usage_ratio"] for u in usage), default=0.0),
-              **range_report(histogram(config).config.release_range),
-              "warnings": warnings, "mechanism": config.mechanism, "wall_seconds": seconds}
+              **range_report(release_range),
+              "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)), "mechanism": config.mechanism, "wall_seconds": seconds}
     if config.evaluate:
         report["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
     _write_json(os.path.join(config.output, "report.json"), report)

@@ -23,6 +23,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.mechanisms.metrics import utility_report
+from transforms.release_range import RANGE_FROM_DATA_WARNING
 
 EVALUATION_DIR = "evaluation"
 EVALUATION_README = (
@@ -104,14 +105,19 @@ def plot_busiest_bins(utility: dict, count: int = 4) -> bytes:
     return buffer.getvalue()
 
 
-def users_in_several_streams(usage: list) -> int:
-    """How many user ids appear in more than one stream (``usage`` records: one per stream and user)."""
-    streams_per_user = Counter(record["user"] for record in usage)
+def users_in_several_streams(pairs) -> int:
+    """How many user ids appear in more than one stream, from ``(stream, user)`` pairs."""
+    streams_per_user = Counter(user for _, user in set(map(tuple, pairs)))
     return sum(1 for n in streams_per_user.values() if n > 1)
 
 
-def several_streams_warning(users: int) -> str:
-    """The warning for users in several streams: each stream spends its own budget (docs/attack_model.md)."""
-    return (f"{users} user(s) appear in more than one stream: each stream is a separate w-event mechanism with "
-            f"its own budget, so a user in k streams can lose up to k times their E in a window "
-            f"(see docs/attack_model.md, 'Several streams')")
+def run_warnings(release_range, pairs) -> list[str]:
+    """``report.json``'s warnings: a release range taken from the data, users in several streams (each stream
+    spends its own budget: docs/attack_model.md, 'Several streams')."""
+    warnings = [] if release_range is not None else [RANGE_FROM_DATA_WARNING]
+    shared = users_in_several_streams(pairs)
+    if shared:
+        warnings.append(f"{shared} user(s) appear in more than one stream: each stream is a separate w-event "
+                        f"mechanism with its own budget, so a user in k streams can lose up to k times their E in a "
+                        f"window (docs/attack_model.md, 'Several streams')")
+    return warnings

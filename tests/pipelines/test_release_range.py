@@ -116,3 +116,26 @@ def live_lines(live: LiveRelease) -> list[str]:
     live.commit()
     with open(live.paths["releases"]) as f:
         return f.read().splitlines()
+
+
+def test_the_watch_report_names_the_range_and_warns_about_users_in_several_streams(tmp_path):
+    from pipelines.live import watch
+
+    incoming, out = tmp_path / "in", tmp_path / "out"
+    incoming.mkdir()
+    rows = [{"stream": s, "user": u, "time": 70, "value": 1} for s in ("north", "south") for u in ("both", s)]
+    (incoming / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ticks = iter(range(0, 10_000, 100))
+    for name, release_range in (("ranged", (0, 300)), ("from_data", None)):
+        transform = PrivateStreamHistogram("pbd", 60, 3, policy=RequirementPolicy(default=FixedRequirement(4, 1.0)),
+                                           insecure_seed=1, release_range=release_range)
+        counts = watch(str(incoming), str(out / name), ParseConfig(bins=3), transform, 0, 1,
+                       clock=lambda: next(ticks), sleep=lambda _: None)
+        with open(out / name / "report.json") as f:
+            report = json.load(f)
+        assert counts["records_used"] == 4 and report["range_from_data"] is (release_range is None)
+        several = [w for w in report["warnings"] if "more than one stream" in w]
+        assert len(several) == 1 and several[0].startswith("1 user(s)")  # "both"; "north"/"south" are not
+        released = read_records(str(out / name / "releases-*.jsonl"), "jsonl")
+        assert sorted(r["slot"] for r in released if r["stream"] == "north") == ([0, 1, 2, 3, 4] if release_range
+                                                                               else [1])

@@ -102,10 +102,9 @@ def test_a_user_in_several_streams_is_warned_about_in_the_report(tmp_path):
 
 def test_one_stream_per_user_gives_no_warning():
     """The power check of the count itself: distinct users in distinct streams are not counted."""
-    usage = [{"stream": "a", "user": "x"}, {"stream": "b", "user": "y"}, {"stream": "a", "user": "y"},
-             {"stream": "c", "user": "y"}, {"stream": "c", "user": "z"}]
-    assert users_in_several_streams(usage) == 1
-    assert users_in_several_streams(usage[:2]) == 0
+    pairs = [("a", "x"), ("b", "y"), ("a", "y"), ("c", "y"), ("c", "z"), ("c", "z")]
+    assert users_in_several_streams(pairs) == 1
+    assert users_in_several_streams(pairs[:2] + pairs[4:]) == 0
 
 
 def test_a_failed_run_leaves_no_true_data_in_the_temporary_directory(tmp_path, monkeypatch):

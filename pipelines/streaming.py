@@ -47,7 +47,7 @@ from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
-from transforms.parse import ParseConfig, ParseEvents
+from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
 from transforms.sinks import WriteRecords
@@ -138,7 +138,12 @@ def demo_source(pipeline, args, binner):
         start = slot * args.slot_seconds
         stream = stream.add_elements([TimestampedValue(line, start) for line in by_slot[slot]])
         stream = stream.advance_watermark_to(start + args.slot_seconds + args.allowed_lateness + 1)
-    stream = stream.advance_watermark_to((slots[-1] + 3) * args.slot_seconds + args.allowed_lateness)
+    watermark = (slots[-1] + 1) * args.slot_seconds + args.allowed_lateness + 1
+    range_closed = time_seconds(args.end) + args.allowed_lateness + 1 if args.end else watermark
+    if range_closed > watermark:  # the range's trailing empty slots are released while their window is open
+        stream = stream.advance_watermark_to(range_closed)
+    stream = stream.advance_watermark_to(max(range_closed + args.slot_seconds,
+                                             (slots[-1] + 3) * args.slot_seconds + args.allowed_lateness))
     return pipeline | "Demo" >> stream.advance_watermark_to_infinity()
 
 

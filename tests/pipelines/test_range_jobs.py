@@ -139,3 +139,18 @@ def test_the_watch_report_names_the_range_and_warns_about_users_in_several_strea
         released = read_records(str(out / name / "releases-*.jsonl"), "jsonl")
         assert sorted(r["slot"] for r in released if r["stream"] == "north") == ([0, 1, 2, 3, 4] if release_range
                                                                                else [1])
+
+
+def test_the_streaming_demo_releases_every_slot_of_the_range(tmp_path):
+    """``python -m pipelines.streaming --demo`` with a two-hour range over six slots of data: twelve slots."""
+    first = 1201910400 // SLOT  # the demo's stream starts 2008-02-02T00:00Z (loaders.TDRIVE_START)
+    command = [sys.executable, "-m", "pipelines.streaming", "--demo", "--demo-taxis", "10", "--max-slots", "6",
+               "--slot-seconds", str(SLOT), "--allowed-lateness", "0", "--requirement", "fixed:6,2.0",
+               "--insecure-seed", "5", "--quiet", "--start", "2008-02-02T00:00:00Z", "--end", "2008-02-02T02:00:00Z",
+               "--output", str(tmp_path / "demo")]
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    released = sorted(r["slot"] for r in read_records(str(tmp_path / "demo" / "releases-*.jsonl"), "jsonl"))
+    assert released == list(range(first, first + 12))  # the last six without data
+    assert "no --start/--end" not in done.stderr

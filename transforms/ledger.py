@@ -2,7 +2,9 @@
 
 ``PrivacyLedger`` is a stateful DoFn keyed by ``stream + SEP + user``.  It is
 fed each user's charges in chunks of consecutive slots (from the release
-stage) and checks, with exact integer budget units, every window the user's
+stage), each with the least charge the release's evidence implies (what the
+statistics were computed from, not the mechanism's bookkeeping), checks that
+every charge covers it, and checks, with exact integer budget units, every window the user's
 requirement covers: ``(w, E)`` for fixed requirements, and the backward and
 forward windows of every dynamic declaration (forward windows when they
 close, or at the end of a bounded input).  State keeps only the last
@@ -66,6 +68,10 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
         else:
             still_open.append((start, window, bound))
     worst, violations = 0.0, []
+    charged = chunk["dc"] + chunk["publication"]
+    for i in np.flatnonzero(chunk["least"] > charged):
+        violations.append({"slot": int(chunk["slots"][i]), "kind": "undercharged",
+                           "window_units": int(chunk["least"][i]), "bound_units": int(charged[i])})
     for at, kind, sums, bounds in checks:
         if sums.size:
             worst = max(worst, float((sums / bounds).max()))
@@ -81,11 +87,13 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
 
 def charge_chunk(table: np.ndarray, dynamic: bool, final: bool, complete: bool) -> dict:
     """The chunk :func:`check_windows` reads, from the form the release stage sends: one int64 row per slot
-    (slot, dc, publication, then the requirement in force: (w, E), or (w_B, E_B, w_F, E_F) when ``dynamic``).
+    (slot, dc, publication, the least charge the evidence implies, then the requirement in force: (w, E), or
+    (w_B, E_B, w_F, E_F) when ``dynamic``).
 
     One array per user and chunk crosses the stages instead of four: Beam pickles each array (~15 µs apiece).
     """
-    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "requirements": table[:, 3:],
+    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "least": table[:, 3],
+            "requirements": table[:, 4:],
             "dynamic": dynamic, "final": final, "complete": complete}
 
 
@@ -127,11 +135,12 @@ class PrivacyLedger(beam.DoFn):
             self.violation_counter.inc()
             yield beam.pvalue.TaggedOutput(VIOLATIONS, {"stream": stream, "user": user, **violation})
         if self.detail:
-            for slot, dc, publication in zip(chunk["slots"], chunk["dc"], chunk["publication"]):
+            for slot, dc, publication, least in zip(chunk["slots"], chunk["dc"], chunk["publication"], chunk["least"]):
                 yield beam.pvalue.TaggedOutput(ENTRIES, {
                     "stream": stream, "user": user, "slot": int(slot),
                     "charge": units_to_decimal_string(int(dc + publication)),
-                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication))})
+                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication)),
+                    "least": units_to_decimal_string(int(least))})
         yield {"stream": stream, "user": user, "slots": usage[0], "max_window_usage_ratio": usage[1],
                    "violations": usage[2]}
 

@@ -46,6 +46,7 @@ from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, enco
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import Contribution, dead_letter, pack_contributions, unpack_contributions
 from transforms.release_range import ReleaseRange
@@ -398,7 +399,8 @@ class _StreamRun:
         in_force = ([requirements.as_matrix()] if isinstance(requirements, DynamicRequirements)
                     else [requirements.window, requirements.epsilon_units])
         self.pending_charges.append((charges.users, np.column_stack(
-            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units, *in_force])))
+            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
+             least_charges_of_registered(charges), *in_force])))
 
     def _flush(self, final: bool):
         """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,

@@ -50,11 +50,14 @@ class Violation:
 
     user: int
     slot: int           # the slot the window ends at (or the last slot seen, for open windows)
-    kind: str           # "fixed", "backward" or "forward"
-    window_units: int
-    bound_units: int
+    kind: str           # "fixed", "backward", "forward", or "undercharged" (a charge below the evidence's least)
+    window_units: int   # undercharged: the least charge the evidence implies
+    bound_units: int    # undercharged: what the mechanism charged
 
     def __str__(self) -> str:
+        if self.kind == "undercharged":
+            return (f"user {self.user} at slot {self.slot}: the statistics they could enter cost at least "
+                    f"{units_to_decimal_string(self.window_units)}, charged {units_to_decimal_string(self.bound_units)}")
         return (f"user {self.user}, {self.kind} window ending at slot {self.slot}: spent "
                 f"{units_to_decimal_string(self.window_units)} > {units_to_decimal_string(self.bound_units)}")
 
@@ -85,6 +88,7 @@ class PrivacyLedger:
         """Add one slot's charges (slots must arrive in order, without gaps)."""
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
+        self._check_evidence(slot, charges)
         row_units, reqs = self._rows(charges)
         checked, rows = self._checked, self._checked_rows
         units = row_units[rows]
@@ -274,6 +278,28 @@ class PrivacyLedger:
         return users, values[position[self._class_of[users]]]
 
     # ------------------------------------------------------------------ checks
+    def _check_evidence(self, slot: int, charges: UserCharges) -> None:
+        """Every user's charge must cover the least charge their part in the slot's statistics implies."""
+        evidence = charges.evidence
+        least = evidence.least_units_per_group()
+        if not least.any():
+            return
+        claimed = charges.cohort_dc_units + charges.cohort_publication_units
+        if evidence.groups is charges.cohort_of and least.size == claimed.size:
+            if not (least > claimed).any():  # one comparison per row: evidence and charges share the rows
+                return
+        users = np.flatnonzero(evidence.groups >= 0)
+        owed = evidence.least_units(users)
+        rows = np.full(users.size, UNREGISTERED, np.int64)
+        known = users < charges.cohort_of.size
+        rows[known] = charges.cohort_of[users[known]]
+        paid = np.where(rows >= 0, claimed[np.maximum(rows, 0)], 0)
+        short = np.flatnonzero(owed > paid)
+        self.violation_count += int(short.size)
+        room = max(self._max_kept - len(self.violations), 0)
+        self.violations += [Violation(int(users[i]), slot, "undercharged", int(owed[i]), int(paid[i]))
+                            for i in short[:room]]
+
     def _require_within(self, lengths: np.ndarray) -> None:
         if lengths.size and lengths.max() > self.max_window:
             raise ValueError(f"a window of {int(lengths.max())} slots exceeds the ledger's max_window="

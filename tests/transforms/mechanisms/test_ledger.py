@@ -11,6 +11,7 @@ from per_user_ledger import PerUserLedger
 from streams import StreamSpec
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, UserCharges, make_mechanism
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
+from transforms.mechanisms.evidence import no_statistics
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import UNREGISTERED, WAITING
 
@@ -21,7 +22,7 @@ def charges(units, requirements) -> UserCharges:
     return UserCharges(cohort_of=np.arange(n), cohort_dc_units=np.zeros(n, np.int64),
                        cohort_publication_units=np.asarray(units, np.int64),
                        cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
-                       waiting_requirements=None)
+                       waiting_requirements=None, evidence=no_statistics(np.zeros(0, np.int64)))
 
 
 def brute_force_max_ratio(history: np.ndarray, windows: np.ndarray, bounds: np.ndarray) -> float:
@@ -157,7 +158,8 @@ def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, d
                        cohort_publication_units=gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5),
                        cohort_requirements=requirements, waiting_users=waiting,
                        waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
-                                                              np.full(waiting.size, u)) if waiting.size else None)
+                                                              np.full(waiting.size, u)) if waiting.size else None,
+                       evidence=no_statistics(cohort_of))
 
 
 def assert_same(ledger: PrivacyLedger, reference: PerUserLedger, users: int) -> None:
@@ -201,7 +203,7 @@ def test_a_steady_population_is_checked_as_a_few_classes():
     for slot in range(1, 6):
         ledger.record(slot, UserCharges(cohort_of=cohort_of, cohort_dc_units=np.arange(10),
                                         cohort_publication_units=np.zeros(10, np.int64), cohort_requirements=reqs,
-                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None))
+                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None, evidence=no_statistics(np.zeros(0, np.int64))))
     assert ledger._totals.shape[1] == 10  # one running total per cohort
     # cohort k spends k per slot: cohorts 6..9 exceed 10 from slot 2 on, cohorts 4 and 5 from slot 3 on
     assert ledger.violation_count == 4 * 4000 + 2 * 3000

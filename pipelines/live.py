@@ -40,8 +40,8 @@ from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
 from transforms.release import _StreamRun
 from transforms.release_range import range_report
-from transforms.user_state import SEP
 from transforms.slotting import close_slots
+from transforms.user_state import SEP
 
 _LOGGER = logging.getLogger(__name__)
 OUTPUTS = ("releases", "dead_letters", "violations")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
@@ -43,7 +44,6 @@ from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequir
                                    HomogeneousParams,
                                    mechanism_class)
 from transforms.parse import FieldMapping, ParseConfig, ParseEvents
-from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
 from transforms.sinks import FORMATS, WriteRecords, read_records
@@ -364,7 +364,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
               "ledger_violations": counts.ledger_violations,
               "max_window_usage_ratio": max((u["max_window_usage_ratio"] for u in usage), default=0.0),
               **range_report(release_range),
-              "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)), "mechanism": config.mechanism, "wall_seconds": seconds}
+              "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)),
+              "mechanism": config.mechanism, "wall_seconds": seconds}
     if config.evaluate:
         report["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
     _write_json(os.path.join(config.output, "report.json"), report)

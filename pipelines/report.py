@@ -1,9 +1,10 @@
-"""What a job says about its run: the private ``report.json`` and, only on request, the NOT private evaluation.
+"""What a job says about its run: ``report.json`` and, only on request, the NOT private evaluation.
 
-``report.json`` holds only what the operator needs and may publish next to
-the releases: counts of records by fate (used, duplicates, late, dead
-letters), slots by kind, the ledger's verdict, the configuration's release
-range and warnings.  Nothing in it is computed from the true histograms.
+``report.json`` holds only what the operator needs to run the job: counts of
+records by fate (used, duplicates, late, dead letters), slots by kind, the
+ledger's verdict, the configuration's release range and warnings.  Nothing in
+it is computed from the true histograms (its record counts are exact, so it
+stays with the operator like the metrics counters: docs/attack_model.md).
 
 Utility against the true histograms (AMRE, MAE, MRE, AJSD) and the plot of
 true counts are functions of the true data: with the releases and everyone

@@ -14,8 +14,8 @@ replacement (the operator must not weaken, or silently change, what a user
 asked for; the operator's bounds ``min_epsilon``/``max_epsilon``/``max_window``
 still refuse a declaration outright, as a dead letter with its reason).  The
 ledger then checks each user against the requirement the mechanism used,
-which is their own declaration when they made one.  Refusals are reasons for a dead letter, never
-exceptions: one bad declaration must not stop the stream.
+which is their own declaration when they made one.  Refusals are reasons for
+a dead letter, never exceptions: one bad declaration must not stop the stream.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class ReleaseConfig:
     max_empty_slots: int = 10_000  # longest run of empty slots released one by one (see release_until)
     resume_from: str | None = None  # checkpoint file, or directory of them, that the streams continue from
     checkpoint_every: int | None = None  # emit each stream's state every this many slots and after each firing
-    release_range: ReleaseRange | None = None  # the public slots to release; None: the data's range (see release_until)
+    release_range: ReleaseRange | None = None  # the public slots to release; None: the data's (see release_until)
 
     def __post_init__(self):
         mechanism_class(self.mechanism)

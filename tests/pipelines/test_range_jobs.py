@@ -25,7 +25,8 @@ T0 = 1704067200  # START in epoch seconds
 
 def write_events(path, extra_far_report: bool) -> None:
     """Five users reporting in the second and third hour of the range; the neighbour adds one report two days on."""
-    rows = [{"user": f"u{u}", "time": T0 + 3600 + 300 * k + u, "value": (u + k) % 3} for u in range(5) for k in range(12)]
+    rows = [{"user": f"u{u}", "time": T0 + 3600 + 300 * k + u, "value": (u + k) % 3}
+            for u in range(5) for k in range(12)]
     if extra_far_report:
         rows.append({"user": "u0", "time": T0 + 2 * 86400, "value": 1})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -6,7 +6,10 @@ far after the others, changes which slots are published, with certainty.  A
 ``ReleaseRange`` fixes them in advance: every slot that meets ``[start, end)``
 is released, in order, empty ones included (the mechanism skips them cheaply),
 and no other.  A contribution to a slot outside the range becomes a dead letter
-with its reason, so every record is still accounted for.
+with its reason, so every record is still accounted for.  A requirement
+declared in such a record still holds from its slot on (the per-user stage
+carries it into the user's later contributions): a user's declaration is
+never lost to the range.
 
 The range is public (it is configuration); it is what makes "which slots were
 released" independent of any one user's data.

@@ -223,8 +223,9 @@ class ReleaseController(beam.DoFn):
         if release_range is not None and not self.bounded and not later and run.next_slot <= release_range.last_slot:
             # no data is held, but the range's remaining slots are released when they close, data or not
             at = min(clock.release_micros(release_range.last_slot), GlobalWindow().max_timestamp().micros)
-            armed.write(at)
-            release.set(Timestamp(micros=at))
+            if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
+                armed.write(at)
+                release.set(Timestamp(micros=at))
         state = run.state()
         mechanism_state.write(state.mechanism)
         users_state.write(pickle.dumps((state.user_ids, state.declared), protocol=pickle.HIGHEST_PROTOCOL))

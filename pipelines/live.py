@@ -32,13 +32,16 @@ import time
 
 import numpy as np
 
+from pipelines.report import run_warnings
 from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
 from transforms.release import _StreamRun
+from transforms.release_range import range_report
 from transforms.slotting import close_slots
+from transforms.user_state import SEP
 
 _LOGGER = logging.getLogger(__name__)
 OUTPUTS = ("releases", "dead_letters", "violations")
@@ -146,10 +149,15 @@ class LiveRelease:
             self.counts["duplicates"] += outcome.duplicates
             by_stream.setdefault(key[0], []).extend(outcome.contributions)
         released = 0
+        release_range = self.config.release_range
+        if release_range is not None:  # every closed slot of the range, also in streams with no new data
+            by_stream = {**{stream: [] for stream in self.runs}, **by_stream}
         for stream, contributions in by_stream.items():
             run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
             rows = [tuple(c) for c in contributions]
-            for kind, payload in run.release_until(max(c.slot for c in contributions), rows, final=False):
+            last = (max(c.slot for c in contributions) if release_range is None
+                    else release_range.last_due(self.clock, now * 1_000_000))
+            for kind, payload in run.release_until(last, rows, final=False):
                 released += self._output(stream, kind, payload)
             for kind, payload in run._flush(final=False):
                 self._output(stream, kind, payload)
@@ -285,5 +293,7 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
     finally:
         live.close(commit=not (interrupted and checkpoint))  # the checkpoint holds an interrupted round
     with open(os.path.join(output, "report.json"), "w") as f:
-        json.dump(live.counts, f, indent=2)
+        json.dump({**live.counts, **range_report(transform.config.release_range),
+                   "warnings": run_warnings(transform.config.release_range, (k.split(SEP, 1) for k in live.tails))},
+                  f, indent=2)
     return live.counts

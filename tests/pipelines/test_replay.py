@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 import lzma
 import os
 import tarfile
@@ -155,6 +156,9 @@ def test_named_levels_are_assigned_by_ratio(tmp_path):
         first_dc.setdefault(entry["user"], entry["dc"])
     shares = sorted(set(first_dc.values()))
     assert shares == ["0.025", "0.125"]  # 0.6/(2*12) and 1.0/(2*4)
+    # what the ledger derived from each release's evidence: covered by every charge, and not trivially 0
+    least = [(Decimal(e["least"]), Decimal(e["charge"])) for e in ledger]
+    assert all(derived <= charge for derived, charge in least) and any(derived > 0 for derived, _ in least)
     short = sum(1 for v in first_dc.values() if v == "0.125") / len(first_dc)
     assert 0.4 < short < 0.6  # binomial(400, 0.5): outside this range with probability < 1e-4
 

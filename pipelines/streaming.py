@@ -47,8 +47,9 @@ from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
-from transforms.parse import ParseConfig, ParseEvents
+from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.private_histogram import PrivateStreamHistogram
+from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
 from transforms.sinks import WriteRecords
 
 _LOGGER = logging.getLogger("pipelines.streaming")
@@ -81,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
                    "checkpoints (one is also written after every firing)")
+    p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
+                   "naive is UTC): every slot meeting [--start, --end) is released, and no other")
+    p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--demo-taxis", type=int, default=50)
     p.add_argument("--quiet", action="store_true")
     return p
@@ -102,9 +106,12 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:
+        release_range = parse_range(args.start, args.end)
+        if release_range is None:
+            _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
         return PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
                                       allowed_lateness=args.allowed_lateness, policy=policy,
-                                      insecure_seed=args.insecure_seed, bounded=False,
+                                      insecure_seed=args.insecure_seed, bounded=False, release_range=release_range,
                                       resume_from=args.resume_from if beam_job else None,
                                       checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
                                       else None)
@@ -131,7 +138,12 @@ def demo_source(pipeline, args, binner):
         start = slot * args.slot_seconds
         stream = stream.add_elements([TimestampedValue(line, start) for line in by_slot[slot]])
         stream = stream.advance_watermark_to(start + args.slot_seconds + args.allowed_lateness + 1)
-    stream = stream.advance_watermark_to((slots[-1] + 3) * args.slot_seconds + args.allowed_lateness)
+    watermark = (slots[-1] + 1) * args.slot_seconds + args.allowed_lateness + 1
+    range_closed = time_seconds(args.end) + args.allowed_lateness + 1 if args.end else watermark
+    if range_closed > watermark:  # the range's trailing empty slots are released while their window is open
+        stream = stream.advance_watermark_to(range_closed)
+    stream = stream.advance_watermark_to(max(range_closed + args.slot_seconds,
+                                             (slots[-1] + 3) * args.slot_seconds + args.allowed_lateness))
     return pipeline | "Demo" >> stream.advance_watermark_to_infinity()
 
 

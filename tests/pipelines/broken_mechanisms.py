@@ -8,8 +8,8 @@ so it stays broken whatever the core fixes:
 * ``noiseless-dissimilarity``: the dissimilarity gets no noise.
 * ``reused-noise``: one noise vector, drawn at the first release, is added to
   every release.
-* ``half-scale-noise``: every noise draw at half the scale; charges and
-  requirements are reported as if the scale were right.
+* ``half-scale-noise``: every noise draw at half the scale; charges,
+  requirements and the release's evidence are reported as if the scale were right.
 * ``waiting-user-used`` (issue 12, finding 1): a user who starts waiting for a
   changed fixed requirement has that slot's report sampled and noised in their
   old cohort, while charged 0.
@@ -76,11 +76,16 @@ class ReusedNoise:
 
 
 class HalfScaleNoise:
-    """Mixin: every noise draw (dissimilarity and release) at half the scale the budget asks for."""
+    """Mixin: every noise draw (dissimilarity and release) at half the scale the budget asks for.
+
+    The draws are halved where they are made, so what the release reports (charges, the noise scale in
+    its evidence) is what a correct mechanism would report: only the empirical audit can see it.
+    """
 
     def decide(self, data, rng):
-        scale = sampling.laplace_scale
-        with _replaced(sampling, laplace_scale=lambda units, sensitivity: scale(units, sensitivity) / 2):
+        vector, draw = sampling.discrete_laplace, sampling.discrete_laplace_draw
+        with _replaced(sampling, discrete_laplace=lambda scale, size, rng: vector(scale / 2, size, rng),
+                       discrete_laplace_draw=lambda scale, rng: draw(scale / 2, rng)):
             return super().decide(data, rng)
 
 

@@ -229,15 +229,7 @@ def test_bad_settings_are_named(field, value):
 
 
 # ---------------------------------------------------------------------- verdicts
-RELEASED_CORE_BUGS = {
-    "pbd": "released core: issue 12 finding 1 (a waiting user's report is used, charged 0); remove when fixed",
-    "pba": "released core: issue 12 findings 1 and 2 (a dead cohort absorbs a nullified slot); remove when fixed",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=RELEASED_CORE_BUGS[name],
-                                                                            raises=AssertionError, strict=True))
-                                  if name in RELEASED_CORE_BUGS else name for name in MECHANISMS])
+@pytest.mark.parametrize("name", list(MECHANISMS))
 def test_every_shipped_mechanism_passes(name):
     """300 runs per stream at confidence 0.99: a correct mechanism is flagged for a random seed with probability
     at most 1% per scenario (the bound exceeds its true loss, itself at most E*), and never by the ledger.

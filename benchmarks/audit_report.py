@@ -59,10 +59,13 @@ METHOD = """\
 
 * A lower bound can only show a violation; a pass is evidence, not proof. Each scenario is one pair
   of streams and one slot.
-* The ledger reads the charges the mechanism reports. A variant that misreports its charges (noise at
-  half the scale) is caught only when its extra leak at `t*` exceeds `E*` by more than the statistical
-  slack, which is why the target's window in `steady` is one slot: there a correct mechanism may spend
-  all of `E` at `t*`, and PBD spends `0.75 E`, so PBD at half the noise scale leaks `1.5 E`.
+* The ledger checks the charges against what each release says it computed (noise scales, coin
+  thresholds, memberships). A variant whose noise draws are wrong while its evidence is right
+  (`half-scale-noise` here) or that counts a report outside the memberships it names
+  (`waiting-user-used`) is caught only by the bound, and only when its extra leak at `t*` exceeds `E*` by
+  more than the statistical slack. That is why the target's window in `steady` is one slot: there a
+  correct mechanism may spend all of `E` at `t*`, and PBD spends `0.75 E`, so PBD at half the noise
+  scale leaks `1.5 E`.
 * A correct mechanism that spends exactly `E*` at `t*` (Uniform, Sample, BA, PBA, DPBA in `steady`) is
   flagged with probability at most `1 − confidence` per scenario.
 * The dissimilarity probe wraps the function the core's `decide` calls; if the core computed the

@@ -108,8 +108,9 @@ def sampled_statistic(name: str, cohort_units: np.ndarray, threshold_units: int,
                      thresholds_of(units.tobytes(), threshold_units))
 
 
+@functools.lru_cache(maxsize=1024)
 def certain_statistic(name: str, rows: int, units: int, sensitivity: int) -> Statistic:
-    """Every member of every cohort enters, noise of scale ``Δ/ε`` (the homogeneous baselines)."""
+    """Every member of every cohort enters, noise of scale ``Δ/ε`` (the homogeneous baselines; cached: it repeats)."""
     return Statistic(name, laplace_scale(units, sensitivity), sensitivity, every_member_certain(rows))
 
 

@@ -406,7 +406,8 @@ class _StreamRun:
             "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
             "epsilon": units_to_decimal_string(release.epsilon_units),
             "predicted_error": float(error) if math.isfinite(error) else None,
-            "registered_users": int(release.charges.users.size)}
+            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
+            "estimate": release.estimate.tolist(), "trust": release.trust.value}
         if self.config.evaluate:
             yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])

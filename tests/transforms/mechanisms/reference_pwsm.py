@@ -293,9 +293,9 @@ class ReferenceMechanism:
         else:
             reported = {u: v for u, v, _ in rows if v >= 0}
             contributions = {u: reported[u] for u in active if u in reported}
-        outcome = self._dynamic_slot(active, contributions, draws) if self.dynamic else \
-            self._fixed_slot(active, contributions, draws)
-        return outcome
+        if self.dynamic:
+            return self._dynamic_slot(active, contributions, draws)
+        return self._fixed_slot(active, contributions, draws)
 
     def _publish(self, active, contributions, dc, publication_of, draws):
         """Alg. 2: ``(kind, histogram, θ2, dc, publication)``; ``publication_of()`` is None when nullified."""

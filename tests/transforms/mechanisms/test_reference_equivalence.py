@@ -331,10 +331,10 @@ def _known(name: str) -> Scenario:
     return Scenario(mechanism, bins, palette, slots, (True,) * len(slots))
 
 
-def _property_test(mechanism: str):
+def _property_test(mechanism: str, examples: int | None = None):
     """The core equals the reference on generated streams; the known failures of this mechanism come first."""
 
-    @PROPERTY
+    @settings(PROPERTY, max_examples=examples or PROPERTY.max_examples)
     @given(scenario=scenarios(mechanism))
     def test(scenario):
         target(_leave_and_return(run_reference(scenario)[-1]), label="leave and return")
@@ -350,6 +350,11 @@ test_pbd_matches_the_per_user_reference = _property_test("pbd")
 test_pba_matches_the_per_user_reference = _property_test("pba")
 test_dpbd_matches_the_per_user_reference = _property_test("dpbd")
 test_dpba_matches_the_per_user_reference = _property_test("dpba")
+# A deeper search (about a minute in all): CI runs it with the slow tests.
+test_pbd_deep = pytest.mark.slow(_property_test("pbd", 300))
+test_pba_deep = pytest.mark.slow(_property_test("pba", 300))
+test_dpbd_deep = pytest.mark.slow(_property_test("dpbd", 300))
+test_dpba_deep = pytest.mark.slow(_property_test("dpba", 300))
 
 
 @pytest.mark.parametrize("name", sorted(KNOWN))

@@ -430,7 +430,7 @@ class ReferenceMechanism:
         """T_{B,i,t}: the declarations τ whose forward window covers t, as (τ, w_F, E_F); includes t."""
         t = self.slot
         return [(tau, d[2], d[3]) for tau, d in state.declarations.items()
-                if state.joined <= tau <= t and t <= tau + d[2] - 1]
+                if state.joined <= tau <= t <= tau + d[2] - 1]
 
     def _requirements(self) -> dict[int, tuple[int, ...]]:
         if not self.dynamic:

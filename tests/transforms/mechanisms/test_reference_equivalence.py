@@ -121,15 +121,16 @@ def _batch(scenario: Scenario, t: int) -> SlotBatch:
     values = [v for _, v, _ in rows]
     reqs = None
     if scenario.columns[t]:
-        cols = np.array([scenario.units(k) for _, _, k in rows], np.int64).reshape(len(rows), len(scenario.palette[0]))
+        width = len(scenario.palette[0])
+        cols = np.array([scenario.units(k) for _, _, k in rows], np.int64).reshape(len(rows), width)
         reqs = DynamicRequirements(*cols.T) if scenario.dynamic else FixedRequirements(*cols.T)
     if users == list(range(len(users))) and users:
         users = range(len(users))  # everybody reports: say so, as the papers' callers do
     return SlotBatch.of(users, values, reqs)
 
 
-def run_core(scenario: Scenario) -> tuple[list[dict], list]:
-    """Each slot's release as plain data, and the draws the core asked for."""
+def run_core(scenario: Scenario) -> tuple[list[dict], list[tuple]]:
+    """Each slot's release as plain data (with what its sampling steps kept), and the draws the core asked for."""
     params = {"bins": scenario.bins, "sensitivity": scenario.sensitivity, "error_model": scenario.error_model,
               "carry_forward": scenario.carry_forward}
     if scenario.dynamic:
@@ -168,7 +169,8 @@ def run_core(scenario: Scenario) -> tuple[list[dict], list]:
     return out, draws.log
 
 
-def run_reference(scenario: Scenario) -> tuple[list, list]:
+def run_reference(scenario: Scenario) -> tuple[list, list, list[tuple], list[str]]:
+    """Each slot's :class:`Outcome`, what its sampling steps kept, the draws asked for, and the reference's trace."""
     default = scenario.units(scenario.default) if scenario.default is not None else None
     reference = ReferenceMechanism(scenario.mechanism, scenario.bins, scenario.sensitivity, scenario.error_model,
                                    scenario.carry_forward, default, scenario.ceil_borders)
@@ -183,7 +185,7 @@ def run_reference(scenario: Scenario) -> tuple[list, list]:
     return out, samples, draws.log, reference.trace
 
 
-def assert_equivalent(scenario: Scenario) -> list:
+def assert_equivalent(scenario: Scenario) -> None:
     """Run both sides; fail at the first slot where they differ, saying where and how."""
     expected, expected_samples, expected_draws, trace = run_reference(scenario)
     check_reference_windows(scenario, expected)
@@ -203,7 +205,6 @@ def assert_equivalent(scenario: Scenario) -> list:
         assert core["histogram"] == ref.histogram, \
             f"{where}: histogram {core['histogram']} (core) != {ref.histogram} (reference)"
     assert actual_draws == expected_draws, "the draws asked for (kind, scale, size) differ"
-    return expected
 
 
 def check_reference_windows(scenario: Scenario, outcomes: list) -> None:
@@ -267,7 +268,7 @@ def scenarios(draw, mechanism: str) -> Scenario:
 # Shrinking a failure of these long streams takes minutes: off unless ORACLE_SHRINK=1 (the known failures
 # are recorded, shrunk, below).  ORACLE_EXAMPLES raises the example count for a deeper search.
 PROPERTY = settings(
-    max_examples=int(os.environ.get("ORACLE_EXAMPLES", 60)), deadline=None,
+    max_examples=int(os.environ.get("ORACLE_EXAMPLES", "60")), deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
     + ([Phase.shrink] if os.environ.get("ORACLE_SHRINK") == "1" else []),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

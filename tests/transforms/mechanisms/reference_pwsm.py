@@ -20,14 +20,17 @@ Policies beyond the papers (which assume a fixed population), as the core reads 
   what a joiner's all-zero history is compared with ("a joiner shares the
   trajectory of the users of their requirement").  The holder is updated at
   every slot whether or not any real user holds ``R``; it never reports.
-  PBA: the holder's border is the last slot it has consumed,
-  ``l_R + k_R - 1`` (Alg. 5's ``l + t_N``).  A holder created while the last
+  PBD: the holder's history records every publication's ``ε^(2)`` for ``R``,
+  held or not (conservative: nobody paid it).
+  PBA: the holder's *border* is the last slot its publications have used,
+  ``l + t_N = l + k(l) - 1`` (Alg. 5); a slot is nullified iff it is at or
+  before the border of some user in force, and otherwise a user absorbs
+  ``t_A = t - border`` shares (at most ``w``).  A holder created while the last
   publication is ``l`` starts with a virtual one-share publication at ``l``
-  (trap 10).  A publication that gives the holder 0 shares (it held nobody and
-  its border was not passed) does not move its border: ``ε^(2)=0`` is no
-  publication for it (Alg. 5 line 4 with ``l`` the holder's own last
-  publication).  Only users in force (not waiting) take part in the
-  nullification test.
+  (trap 10).  A holder that holds nobody at a publication spends nothing
+  there: its border stays where it is, and moves up to ``t - 1`` if it was
+  earlier (the slots it skipped before ``t`` are not carried over).  Only
+  users in force (not waiting) take part in the nullification test.
 * **Changed fixed requirement.**  ``R -> R'`` declared at ``t`` takes effect
   at ``t + w' - 1``; until then the user waits: registered, charged 0,
   contributing nothing, ``R`` still in force.  Declaring ``R'`` again while
@@ -179,8 +182,7 @@ class _Holder:
     window: int
     units: int
     publications: dict[int, int] = field(default_factory=dict)  # PBD: slot -> ε^(2) (0 when absent)
-    last: int = 0          # PBA: its last publication slot l_R
-    shares: int = 1        # PBA: k_R, the shares used there
+    border: int = 0        # PBA: the last slot its publications have used, l + t_N = l + k(l) - 1
 
     @property
     def share(self) -> int:
@@ -222,7 +224,7 @@ class ReferenceMechanism:
     # -------------------------------------------------------------- declarations
     def _holder(self, requirement: tuple[int, int]) -> _Holder:
         if requirement not in self.holders:
-            self.holders[requirement] = _Holder(*requirement, last=self.last_fresh, shares=1)
+            self.holders[requirement] = _Holder(*requirement, border=self.last_fresh)  # one share at l
         return self.holders[requirement]
 
     def _declare_fixed(self, user: int, declared: tuple[int, int]) -> None:
@@ -341,12 +343,12 @@ class ReferenceMechanism:
             return {u: candidate[self.users[u].in_force] for u in active}
 
         def pba():
-            # Alg. 5 lines 5-7: t_N = k(l) - 1 per user in force; nullified if t - l <= t_N for one of them.
-            if any(t - h.last <= h.shares - 1 for h in holder_of.values()):
+            # Alg. 5 lines 5-7: t_N = k(l) - 1, i.e. border l + t_N, per user in force; nullified if t <= it.
+            if any(t <= h.border for h in holder_of.values()):
                 return None
-            for key, h in holders.items():                                    # lines 9-11
-                absorbed = max(t - h.last - (h.shares - 1), 0)
-                candidate[key] = min(absorbed, h.window)
+            held = {self.users[u].in_force for u in active}
+            for key, h in holders.items():                                    # lines 9-11: t_A = t - border
+                candidate[key] = min(t - h.border, h.window) if key in held else 0
             return {u: candidate[self.users[u].in_force] * h.share for u, h in holder_of.items()}
 
         kind, histogram, theta2, dc, publication = self._publish(
@@ -354,10 +356,11 @@ class ReferenceMechanism:
         for key, h in holders.items():
             if self.name == "pbd":
                 h.publications[t] = candidate[key] if kind == FRESH else 0
-            elif kind == FRESH and candidate[key] > 0:
-                h.last, h.shares = t, candidate[key]
-            elif kind == FRESH:                                               # a 0-share holder keeps its border
-                self._note(f"{key} holds nobody, gets 0 shares, keeps border {h.last + h.shares - 1}")
+            elif kind == FRESH and candidate[key] > 0:                      # k shares: slots up to t + k - 1
+                h.border = t + candidate[key] - 1
+            elif kind == FRESH:                                               # held nobody: spent nothing
+                h.border = max(h.border, t - 1)
+                self._note(f"{key} holds nobody at a publication, border now {h.border}")
         return self._finish(kind, histogram, theta2, dc, publication)
 
     # -------------------------------------------------------------- DPBD / DPBA (Algs. 6-7)

@@ -21,7 +21,7 @@ asked for must agree too.
 
 On the released core, findings 1 and 2 of issue 12 make the PBD and PBA
 property tests and ``test_known_failures_of_the_released_core`` fail (see
-``KNOWN``); a third overspend found here is recorded as a strict xfail.
+``KNOWN``); all pass on the core with both fixed.
 The reference itself is checked against the spec's worked examples (§4.3-4.7)
 and never overspends on any generated stream.
 """
@@ -314,6 +314,16 @@ KNOWN = {
         ((6, 0, 0), (7, 0, 1)),
         (),
         ())),
+    # Finding 1's compaction part (fixed on main with finding 1, ea2df05): 70 users, each alone with their own
+    # (8, E_i), all in one bin that flips every slot so every slot publishes; 40 of them start waiting at
+    # slot 7 and cancel at slot 8.  40 of 71 cohort rows are then empty, so the released core's
+    # Population._compact drops them (at least 64 rows, more than half empty) with their publication
+    # history; the users who cancel come back to new empty rows and PBD gives them E/4 again though their
+    # last 7 slots hold E/2·(1 - 1/64): 4.72 in a window of 8 slots with E = 4 (its ledger flags it).
+    "compacted-then-cancelled": ("pbd", 2, tuple((8, FOUR + Fraction(k, 100)) for k in range(70)) + ((8, 2 * FOUR),),
+                                 tuple(tuple((u, t % 2, u) for u in range(70)) for t in range(6))
+                                 + (tuple((u, 0, 70 if u < 40 else u) for u in range(70)),
+                                    tuple((u, 1, u) for u in range(70)))),
 }
 
 
@@ -362,29 +372,6 @@ test_dpba_deep = pytest.mark.slow(_property_test("dpba", 300))
 def test_known_failures_of_the_released_core(name):
     """Each fails on the released core (findings 1 and 2 of issue 12), and must pass once they are fixed."""
     assert_equivalent(_known(name))
-
-
-def _compacted_then_cancelled() -> Scenario:
-    """70 users, each alone with their own (8, E_i); 40 of them start waiting at slot 7 and cancel at slot 8.
-
-    40 of the 71 cohort rows are then empty, so ``Population._compact`` drops them (at least 64 rows, more
-    than half empty) together with their publication history; the users who cancel come back to new,
-    empty rows, and at slot 8 PBD gives them E/4 again though their own last 7 slots already hold
-    E/2·(1 - 1/64) of publications: 4.72 in a window of 8 slots with E = 4 (the core's ledger flags it).
-    """
-    n, w = 70, 8
-    palette = tuple((w, FOUR + Fraction(k, 100)) for k in range(n)) + ((w, Fraction(8)),)
-    same_bin = lambda t: tuple((u, t % 2, u) for u in range(n))  # everybody moves: every slot publishes
-    return Scenario("pbd", 2, palette, tuple(same_bin(t) for t in range(w - 2)) + (
-        tuple((u, w % 2, n if u < 40 else u) for u in range(n)),
-        same_bin(w - 1)), (True,) * w)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="not in issue 12: compaction drops empty cohorts whose history a waiting user needs "
-                          "when they cancel (PBD overspends 1.18 E); remove this marker once fixed")
-def test_cancelling_after_empty_cohorts_are_compacted():
-    assert_equivalent(_compacted_then_cancelled())
 
 
 # ------------------------------------------------------------------ the oracle on the spec's worked examples

@@ -173,48 +173,29 @@ class _Words:
         return self._block[start:end]
 
 
-def _uniform_below(m, size: int, words: _Words) -> np.ndarray:
+def _uniform_below(m: int, size: int, words: _Words) -> np.ndarray:
     """``size`` exact uniform integers below ``m`` (uint64), from top bits of 64-bit words plus rejection.
 
-    ``m`` is a python int in ``[1, 2**64)`` or a uint64 array of length
-    ``size`` (one bound per element, each >= 1).  A word's top
-    ``bits(m - 1)`` bits are a uniform integer below ``2**bits``; values
-    ``>= m`` are rejected and redrawn (acceptance >= 1/2).  No modulo, no
-    floats.  For a scalar ``m`` the words are oversampled so that one pass
-    usually suffices; the first ``size`` accepted values are kept in order.
+    ``m`` is a python int in ``[1, 2**64)``.  A word's top ``bits(m - 1)``
+    bits are a uniform integer below ``2**bits``; values ``>= m`` are
+    rejected (acceptance >= 1/2).  No modulo, no floats.  The words are
+    oversampled so that one pass usually suffices; the first ``size``
+    accepted values are kept in order.
     """
-    if not isinstance(m, np.ndarray):
-        if m == 1 or size == 0:
-            return np.zeros(size, np.uint64)
-        bits = (m - 1).bit_length()
-        shift, bound = np.uint64(64 - bits), np.uint64(m)
-        parts, have = [], 0
-        while have < size:
-            want = size - have
-            count = ((want << bits) // m) + 3 * math.isqrt(want) + 4
-            candidates = words.take(count) >> shift
-            accepted = candidates[candidates < bound]
-            parts.append(accepted)
-            have += accepted.size
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return out[:size]
-    bound = m.astype(np.uint64, copy=False)
-    if bound.shape != (size,):
-        raise ValueError(f"m must be a scalar or have shape ({size},), got {bound.shape}")
-    # bits(m - 1): smear the highest set bit down, then count the ones.
-    smeared = bound - _U64_ONE
-    for step in (1, 2, 4, 8, 16, 32):
-        smeared |= smeared >> np.uint64(step)
-    # m == 1 (bits 0) uses one top bit: 0 is accepted, 1 rejected; a shift by 64 is undefined.
-    shift = np.minimum(np.uint64(64) - np.bitwise_count(smeared).astype(np.uint64), np.uint64(63))
-    out = np.empty(size, np.uint64)
-    pending = np.arange(size)
-    while pending.size:
-        candidates = words.take(pending.size) >> shift[pending]
-        ok = candidates < bound[pending]
-        out[pending[ok]] = candidates[ok]
-        pending = pending[~ok]
-    return out
+    if m == 1 or size == 0:
+        return np.zeros(size, np.uint64)
+    bits = (m - 1).bit_length()
+    shift, bound = np.uint64(64 - bits), np.uint64(m)
+    parts, have = [], 0
+    while have < size:
+        want = size - have
+        count = ((want << bits) // m) + 3 * math.isqrt(want) + 4
+        candidates = words.take(count) >> shift
+        accepted = candidates[candidates < bound]
+        parts.append(accepted)
+        have += accepted.size
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out[:size]
 
 
 def _acceptance(num: int, den: int) -> float:

@@ -26,7 +26,7 @@ class Randomness(abc.ABC):
 
     The noise functions keep pre-drawn discrete Laplace noise in the
     attribute ``_noise_pool`` of the instance (created on first use; see
-    :func:`discrete_laplace`): it is part of the generator's stream.
+    :mod:`transforms.mechanisms.noise.pool`): it is part of the generator's stream.
     """
 
     is_secure: bool = False

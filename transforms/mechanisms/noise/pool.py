@@ -3,8 +3,7 @@
 :func:`discrete_laplace` and :func:`discrete_laplace_draw` validate a scale
 and serve its draws from a small pool per recently used scale, kept on the
 generator: a repeated scale, such as a mechanism's per-slot draw, pops noise
-drawn earlier by the samplers.  Noise does not depend on the data, so drawing
-it earlier changes nothing as long as each value is used once.
+the samplers drew earlier.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Bounded input: one firing at the end releases all slots.  Trailing slots
 after the last one with data are not released (the stream has no more data).
 
 Besides releases it emits each user's charges, in chunks of slots, for the
-per-user ``PrivacyLedger`` stage.
+per-user ``UserLedgerFn`` stage.
 
 Checkpoints (``transforms.checkpoint``): with ``checkpoint_every=K`` the stage
 emits each stream's state after every K-th slot and at the end of every

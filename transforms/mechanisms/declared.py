@@ -77,6 +77,14 @@ class DeclaredRequirements:
             self.pending_from[who] = slot + declared[changed, 0] - 1
             self._activate(slot)  # w' = 1 takes effect at once
 
+    def knows(self, users: np.ndarray) -> np.ndarray:
+        """Whether each of ``users`` has declared (or been given the default) already."""
+        users = np.asarray(users, np.int64)
+        known = np.zeros(users.size, bool)
+        inside = users < self.registered.size
+        known[inside] = self.registered[users[inside]]
+        return known
+
     def matrix_of(self, users: np.ndarray) -> np.ndarray:
         """Each of ``users``' requirement in force as a row; one never declared allows no charge (w=1, E=0)."""
         users = np.asarray(users, np.int64)

@@ -64,20 +64,24 @@ class Evidence(NamedTuple):
         least = np.zeros(rows, np.int64)
         for statistic in self.statistics:
             least[:statistic.thresholds.size] += _least_units_of(
-                statistic.thresholds.astype(np.uint64).tobytes(), statistic.noise_scale, statistic.sensitivity)
+                np.asarray(statistic.thresholds, np.uint64).tobytes(), statistic.noise_scale, statistic.sensitivity)
         return least
 
     def least_units(self, users: np.ndarray) -> np.ndarray:
         """Least charge of each of ``users`` (user indices), in budget units."""
-        per_group = self.least_units_per_group()
         users = np.asarray(users, np.int64)
-        if per_group.size == 0:
-            return np.zeros(users.size, np.int64)
         groups = np.full(users.size, -1, np.int64)
         known = users < self.groups.size
         groups[known] = self.groups[users[known]]
-        inside = (groups >= 0) & (groups < per_group.size)
-        return np.where(inside, per_group[np.where(inside, groups, 0)], 0)
+        return _of_groups(self.least_units_per_group(), groups)
+
+
+def _of_groups(per_group: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``per_group[g]`` for each group ``g`` (0 for a negative one or one no statistic covers)."""
+    inside = (groups >= 0) & (groups < per_group.size)
+    if per_group.size == 0 or not inside.any():
+        return np.zeros(groups.size, np.int64)
+    return np.where(inside, per_group[np.where(inside, groups, 0)], 0)
 
 
 def least_charges_of_registered(charges) -> np.ndarray:
@@ -87,12 +91,8 @@ def least_charges_of_registered(charges) -> np.ndarray:
     no requirement and no charge, so the release could not be accounted for.
     """
     evidence, users = charges.evidence, charges.users
-    if evidence.groups is charges.cohort_of:  # the usual release: one gather by the rows the charges name
-        per_group = evidence.least_units_per_group()
-        if per_group.size == 0:
-            return np.zeros(users.size, np.int64)
-        rows = charges.rows
-        return np.where(rows >= 0, per_group[np.clip(rows, 0, per_group.size - 1)], 0)
+    if evidence.groups is charges.cohort_of:  # the usual release: by the rows the charges name
+        return _of_groups(evidence.least_units_per_group(), charges.rows)
     entered = np.flatnonzero(evidence.groups >= 0)
     outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
     if outside.size:

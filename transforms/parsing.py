@@ -14,7 +14,7 @@ import math
 import numbers
 import pickle
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from functools import cached_property
@@ -174,11 +174,10 @@ _raw_decode = json.JSONDecoder().raw_decode
 _new_event = tuple.__new__
 
 
-def parse_lines(lines: Iterable[Any], config: ParseConfig) -> Iterator[Event | dict]:
+def parse_lines(lines: Iterable[Any], config: ParseConfig) -> list[Event | dict]:
     """:func:`parse_record` of each line, plain JSON lines through a faster path that gives the same results."""
     fast = _plain_json_event if config.plain_json else _none
-    for line in lines:
-        yield (type(line) is str and fast(line, config)) or _validated(line, config)
+    return [(type(line) is str and fast(line, config)) or _validated(line, config) for line in lines]
 
 
 def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:

@@ -47,4 +47,6 @@ def forward_end(start: np.ndarray | int, forward_window: np.ndarray | int) -> np
 def usage_ratios(sums: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Window sums as fractions of their bounds (a bound of 0: infinite if anything was spent)."""
     sums, bounds = np.asarray(sums), np.asarray(bounds)
+    if bounds.min(initial=1) > 0:  # the usual case: every bound is a real budget
+        return sums / bounds
     return np.divide(sums, bounds, out=np.where(sums > 0, np.inf, 0.0), where=bounds > 0)

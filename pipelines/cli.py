@@ -208,6 +208,29 @@ def drop_header(batch, header: tuple[str, ...]):
     return kept if len(kept) != len(batch) else batch
 
 
+def csv_dicts(batch, columns: tuple[str, ...]) -> list[dict]:
+    """CSV lines to records (column name to cell text, empty cells ``None``), header lines left out: for files
+    whose rows need not carry every event field (requirement declarations have no value)."""
+    import csv
+
+    from transforms.loaders import malformed
+
+    records = []
+    for line in batch:
+        try:
+            cells = next(csv.reader([line]))
+        except (csv.Error, StopIteration):
+            records.append(malformed(line))
+            continue
+        if tuple(cell.strip() for cell in cells) == columns:
+            continue
+        if len(cells) != len(columns):
+            records.append(malformed(line))
+            continue
+        records.append({name: cell.strip() or None for name, cell in zip(columns, cells)})
+    return records
+
+
 # ---------------------------------------------------------------------------------------------- first records
 _MAGIC = {"avro": b"Obj\x01", "parquet": b"PAR1"}
 
@@ -244,7 +267,7 @@ def sample_records(input_format: str, pattern: str, poi: str | None = None) -> t
 
 
 def check_first_records(flag: str, input_format: str, patterns: Sequence[str], parse, translator=None,
-                        poi: str | None = None) -> None:
+                        poi: str | None = None, csv_header: tuple[str, ...] = ()) -> None:
     """Refuse an input none of whose first records the job could use (wrong format, binning, fields,
     or requirements the mechanism must refuse), naming the first reason."""
     from transforms.parse import parse_record
@@ -252,6 +275,8 @@ def check_first_records(flag: str, input_format: str, patterns: Sequence[str], p
 
     for pattern in patterns:
         path, records = sample_records(input_format, pattern, poi)
+        if csv_header:
+            records = csv_dicts(records, csv_header)
         if not records:
             continue
         reasons = collections.Counter()
@@ -362,8 +387,9 @@ def check_config(config, transform) -> None:
     judge = None if config.level_shares or config.requirements_files else translator
     check_first_records("--input", config.input_format, config.inputs, config.parse, judge, config.poi)
     if config.requirements_files:
-        check_first_records("--requirements-file", config.requirements_parse.file_format, config.requirements_files,
-                            config.requirements_parse, translator)
+        check_first_records("--requirements-file", "csv" if config.requirements_csv else "jsonl",
+                            config.requirements_files, config.requirements_parse, translator,
+                            csv_header=config.requirements_csv)
 
 
 def dead_letter_reasons(pattern: str, file_format: str = "jsonl") -> collections.Counter:

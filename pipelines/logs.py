@@ -18,7 +18,9 @@ the elapsed time only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -62,6 +64,27 @@ def configure(quiet: bool = False) -> None:
         logger.propagate = False
     logging.getLogger("apache_beam").setLevel(logging.ERROR if quiet else logging.WARNING)
     logging.getLogger().setLevel(logging.ERROR if quiet else logging.WARNING)
+
+
+@contextlib.contextmanager
+def quiet_workers(quiet: bool):
+    """With ``quiet``: while the block runs, file descriptor 2 goes to /dev/null, so SDK workers started in
+    other processes (which inherit it and log INFO lines before they know the pipeline's options) print
+    nothing; the job's own errors print after the block."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # ---------------------------------------------------------------------------------------------- progress

@@ -150,6 +150,7 @@ class ReplayConfig:
     checkpoint_every: int = 100
     beam_args: list = field(default_factory=list)
     requirements_parse: ParseConfig | None = None
+    requirements_csv: tuple = ()
     csv_header: tuple = ()
     max_rejected_fraction: float = 0.5
 
@@ -198,8 +199,8 @@ def build_config(argv=None) -> ReplayConfig:
     try:
         parse = ParseConfig(bins=binner.bins, file_format=file_format, fields=fields, to_bin=to_bin,
                             csv_columns=columns)
-        requirements_parse = ParseConfig(bins=binner.bins, file_format=req_format, fields=fields,
-                                         csv_columns=req_columns) if requirements_files else None
+        requirements_parse = ParseConfig(bins=binner.bins, file_format="record" if req_columns else "jsonl",
+                                         fields=fields) if requirements_files else None
         config = ReplayConfig(
             inputs=inputs, input_format=args.input_format, output=args.output, mechanism=name,
             mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
@@ -208,7 +209,7 @@ def build_config(argv=None) -> ReplayConfig:
             level_shares=tuple(shares), requirements_files=requirements_files, poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
             insecure_seed=args.insecure_seed, plot=args.plot, resume_from=args.resume_from,
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
-            requirements_parse=requirements_parse, csv_header=columns if columns and not args.csv_columns else (),
+            requirements_parse=requirements_parse, requirements_csv=req_columns or (), csv_header=columns if columns and not args.csv_columns else (),
             max_rejected_fraction=args.max_rejected_fraction)
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:
@@ -322,11 +323,10 @@ def build(pipeline, config: ReplayConfig) -> None:
     parsed = raw | "Parse" >> ParseEvents(config.parse)
     events = parsed.events
     if config.requirements_files:
-        req_parse = config.requirements_parse
-        declared = read_raw(pipeline, config, "ReadRequirements", config.requirements_files, req_parse.file_format)
-        if req_parse.file_format == "csv":
-            declared = declared | "DropRequirementsHeader" >> beam.Map(cli.drop_header, req_parse.csv_columns)
-        declared = declared | "ParseRequirements" >> ParseEvents(req_parse)
+        declared = read_raw(pipeline, config, "ReadRequirements", config.requirements_files, "jsonl")
+        if config.requirements_csv:
+            declared = declared | "RequirementsCsv" >> beam.FlatMap(cli.csv_dicts, config.requirements_csv)
+        declared = declared | "ParseRequirements" >> ParseEvents(config.requirements_parse)
         events = (events, declared.events) | "WithDeclarations" >> beam.Flatten()
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
     else:
@@ -384,7 +384,7 @@ def run(argv=None) -> int:
     pipeline = beam.Pipeline(runner=runner or _fn_api_runner(), options=options)
     build(pipeline, config)
     _LOGGER.info("replaying %s with %s into %s", ", ".join(config.inputs), config.mechanism, config.output)
-    with logs.Progress("replay") as progress:
+    with logs.Progress("replay") as progress, logs.quiet_workers(quiet):
         result = pipeline.run()
         result.wait_until_finish()
     report = write_report(config, result, progress.seconds)

@@ -237,7 +237,7 @@ def run(argv=None) -> int:
     except ConfigError as error:
         return cli.fail(str(error))
     _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
-    with logs.Progress("stream") as progress:
+    with logs.Progress("stream") as progress, logs.quiet_workers(args.quiet):
         try:
             result = pipeline.run()
             result.wait_until_finish()

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import fields as dataclass_fields
 from functools import lru_cache
+import typing
 from typing import Any
 
 EXIT_CONFIG = 2
@@ -44,16 +45,32 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- strict flags
 class _StrictParser(argparse.ArgumentParser):
-    """argparse's own errors (a missing value, a bad choice) stay one line and exit 2."""
+    """argparse's own errors (a missing value, a bad choice) become a one-line ``ConfigError``."""
 
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_CONFIG, f"error: {message}\n")
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if not action.help and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "default: %(default)s"  # argparse leaves out a flag without help text
+        return action
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(message.replace("argument ", "", 1) if message.startswith("argument --") else message)
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """``--help`` shows every flag's default (not the ``None``/``False`` of a flag that is simply absent)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").strip()
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
 
 
 def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """An argument parser whose ``--help`` shows the defaults and whose errors are one line."""
-    return _StrictParser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                         allow_abbrev=False)
+    return _StrictParser(prog=prog, description=description, formatter_class=_DefaultsFormatter, allow_abbrev=False)
 
 
 @lru_cache(maxsize=1)
@@ -68,7 +85,7 @@ def _beam_parser() -> argparse.ArgumentParser:
             if sub not in seen:
                 seen.add(sub)
                 pending.append(sub)
-                sub._add_argparse_args(parser)  # type: ignore[attr-defined]
+                sub._add_argparse_args(parser)  # type: ignore[arg-type]  # Beam's parser subclass adds nothing needed here
     return parser
 
 
@@ -78,14 +95,11 @@ def beam_flags() -> frozenset[str]:
 
 
 def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The job's arguments and the Beam arguments; an argument that is neither exits 2 with one line."""
-    if not isinstance(parser, _StrictParser):  # a job's own parser(): make it strict and show defaults
-        parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-        parser.error = _StrictParser.error.__get__(parser)  # type: ignore[method-assign]
+    """The job's arguments and the Beam arguments; an argument that is neither is a ``ConfigError``."""
     args, rest = parser.parse_known_args(list(argv))
     _, unknown = _beam_parser().parse_known_args(rest)
     if unknown:
-        parser.exit(EXIT_CONFIG, f"error: {unknown_flag_message(parser, unknown[0])}\n")
+        raise ConfigError(unknown_flag_message(parser, unknown[0]))
     return args, rest
 
 
@@ -279,7 +293,7 @@ def check_first_records(flag: str, input_format: str, patterns: Sequence[str], p
             records = csv_dicts(records, csv_header)
         if not records:
             continue
-        reasons = collections.Counter()
+        reasons: collections.Counter = collections.Counter()
         for record in records:
             parsed = parse_record(record, parse)
             if not isinstance(parsed, Event):

@@ -8,7 +8,7 @@ loggers keep their configuration.  ``configure(quiet)`` sets the project's
 loggers (``pipelines``, ``transforms``, ``benchmarks``): INFO lines on stderr,
 or nothing below errors with ``--quiet``.
 
-``Progress`` prints one line on stderr every few seconds while a job runs
+``Progress`` prints one line on stderr every 5 s (``WEVENT_PROGRESS_SECONDS``) while a job runs
 (records read, records/s, slots released, fresh so far); the graph feeds it
 through ``count_read`` and ``count_release`` steps.  The counts are
 process-wide, so they are complete when the SDK worker runs in this process
@@ -41,9 +41,9 @@ class _DropBeamImportNotices(logging.Filter):
 def _install_root_handler() -> None:
     root = logging.getLogger()
     if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setLevel(logging.WARNING)
-        root.addHandler(handler)
+        stderr = logging.StreamHandler(sys.stderr)
+        stderr.setLevel(logging.WARNING)
+        root.addHandler(stderr)
     for handler in root.handlers:
         handler.addFilter(_DropBeamImportNotices())
 
@@ -55,7 +55,7 @@ def configure(quiet: bool = False) -> None:
     """The project's loggers print INFO lines on stderr (only errors with ``quiet``); Beam's only warnings
     (only errors with ``quiet``)."""
     level = logging.ERROR if quiet else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     for name in PROJECT_LOGGERS:
         logger = logging.getLogger(name)
@@ -124,8 +124,10 @@ def counts() -> dict:
 class Progress:
     """``with Progress("replay"):`` prints a progress line every ``every`` seconds until the block ends."""
 
-    def __init__(self, label: str, every: float = PROGRESS_SECONDS):
-        self.label, self.every = label, every
+    def __init__(self, label: str, every: float | None = None):
+        self.label = label
+        self.every = every if every is not None else float(os.environ.get("WEVENT_PROGRESS_SECONDS",
+                                                                          PROGRESS_SECONDS))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="wevent-progress", daemon=True)
         self.started = 0.0

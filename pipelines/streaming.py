@@ -219,7 +219,10 @@ def run_watch(args) -> int:
 def run(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logs.configure("--quiet" in argv)
-    args, beam_args = cli.strict_parse(parser(), argv)
+    try:
+        args, beam_args = cli.strict_parse(parser(), argv)
+    except ConfigError as error:
+        return cli.fail(str(error))
     if args.watch:
         return run_watch(args)
     try:

@@ -81,7 +81,7 @@ class PrivateStreamHistogram(beam.PTransform):
                                     policy, insecure_seed, ledger_flush_slots, evaluate,
                                     resume_from=resume_from, checkpoint_every=checkpoint_every)
         if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
-            ledger_max_window = max(ledger_max_window, self.config.build().params.max_window)
+            ledger_max_window = max(ledger_max_window, getattr(self.config.build().params, "max_window"))
         if not isinstance(ledger_max_window, int) or ledger_max_window < 1:
             raise ValueError(f"ledger_max_window must be an integer >= 1, got {ledger_max_window!r}")
         self.ledger_max_window = ledger_max_window

@@ -404,6 +404,9 @@ def check_config(config, transform) -> None:
         check_first_records("--requirements-file", "csv" if config.requirements_csv else "jsonl",
                             config.requirements_files, config.requirements_parse, translator,
                             csv_header=config.requirements_csv)
+    import logging
+
+    predict_fresh(config, transform, logging.getLogger("pipelines.replay"))
 
 
 def dead_letter_reasons(pattern: str, file_format: str = "jsonl") -> collections.Counter:
@@ -423,7 +426,7 @@ def summary(job: str, report: dict, output: str) -> str:
 
 
 def finish(job: str, report: dict, output: str, max_rejected_fraction: float, dead_letters: str,
-           file_format: str = "jsonl") -> int:
+           file_format: str = "jsonl", fresh_needs: int | None = None) -> int:
     """After a run: the summary line, then the exit code (1: ledger violations, 3: more rejected records than
     ``max_rejected_fraction``, their biggest reason read from the ``dead_letters`` files), and a warning
     when no slot was published fresh."""
@@ -437,16 +440,21 @@ def finish(job: str, report: dict, output: str, max_rejected_fraction: float, de
         reasons = dead_letter_reasons(dead_letters, file_format)
         return fail(str(rejection_error(report, reasons, max_rejected_fraction)), EXIT_REJECTED)
     if report["slots"] and not report["fresh"]:
+        needs = f"; the error model wants about {fresh_needs} users reporting per slot, this run had " \
+            f"{report['records_used'] / report['slots']:.1f} records per slot" if fresh_needs else ""
         logger.warning("warning: none of the %d slots released was fresh (each repeats an earlier release or is "
-                       "empty): give users larger budgets (epsilon), shorter windows or longer slots, or choose "
-                       "another --mechanism", report["slots"])
+                       "empty)%s: use fewer bins, longer slots or larger budgets (epsilon)", report["slots"], needs)
     return 0
 
 
 def finish_replay(config, report: dict) -> int:
+    from pipelines.replay import histogram
+
     ext = config.output_format
+    needs = fresh_threshold(histogram(config).config.build(), config.policy,
+                            [name for name, _ in config.level_shares] if config.level_shares else None)
     return finish("replay", report, config.output, config.max_rejected_fraction,
-                  os.path.join(config.output, f"dead_letters-*.{ext}"), ext)
+                  os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs)
 
 
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
@@ -468,3 +476,63 @@ def finish_watch(args: argparse.Namespace, counts: dict, seconds: float) -> int:
     report = {**counts, "slots": counts["releases"], "fresh": counts.get("fresh", 0), "wall_seconds": seconds}
     return finish("watch", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-live.jsonl"))
+
+
+# ---------------------------------------------------------------------------------------------- fresh slots
+def fresh_threshold(mechanism, policy, levels: Iterable[str] | None = None) -> int | None:
+    """The error model's prediction: how many users must report in a slot before a fresh release can beat
+    repeating the last one, or None for a mechanism that publishes on a schedule (uniform, sample).
+
+    A slot is published fresh when its dissimilarity to the last release (at most ``2n/d`` per bin for ``n``
+    users reporting, ``n/d`` from an empty start) exceeds the publication's noise (the standard deviation of
+    noise calibrated to the budget the slot can get: at most half a window's ``epsilon``, the largest of the
+    configured requirements).  Below ``d * sd / 2`` users a fresh slot can only come from the noise.
+    """
+    import math
+
+    from transforms.mechanisms import DynamicRequirement, HomogeneousParams
+
+    params = mechanism.params
+    if mechanism.name in ("uniform", "sample"):
+        return None
+    if isinstance(params, HomogeneousParams):
+        epsilons = [params.epsilon]
+    else:
+        requirements = [policy.default] if policy.default is not None else []
+        requirements += [policy.levels[name] for name in (policy.levels if levels is None else levels)]
+        epsilons = [r.backward_epsilon if isinstance(r, DynamicRequirement) else r.epsilon for r in requirements]
+    if not epsilons:
+        return None  # every user declares their own: nothing to predict from
+    sd = math.sqrt(params.error_model.noise_variance(float(max(epsilons)) / 2, params.sensitivity))
+    return max(1, math.ceil(params.bins * sd / 2))
+
+
+def busiest_slot_users(records: Iterable, parse, slot_seconds: float, origin: float) -> int:
+    """The most distinct users reporting in one slot among ``records`` (a sample: a lower bound)."""
+    from transforms.parse import parse_record
+    from transforms.records import Event
+
+    users: dict[int, set] = {}
+    for record in records:
+        event = parse_record(record, parse)
+        if isinstance(event, Event):
+            users.setdefault(int((event.time - origin) // slot_seconds), set()).add(event.user)
+    return max(map(len, users.values()), default=0)
+
+
+def predict_fresh(config, transform, logger) -> None:
+    """Before a replay: say how many users a fresh slot needs; warn when the input's first slots have fewer."""
+    needed = fresh_threshold(transform.config.build(), config.policy,
+                             [name for name, _ in config.level_shares] if config.level_shares else None)
+    if needed is None:
+        return
+    logger.info("error model: a slot needs about %d users reporting for a fresh release (%d bins)", needed,
+                config.parse.bins)
+    if config.input_format not in ("jsonl", "csv"):
+        return
+    _, lines = first_lines(config.inputs[0], 20_000)
+    seen = busiest_slot_users(lines, config.parse, config.slot_seconds, config.origin)
+    if 0 < seen < needed / 4:
+        logger.warning("warning: the error model predicts no fresh slot: the busiest slot among the first %d "
+                       "records has %d users, a fresh release needs about %d; use fewer bins (--binning), longer "
+                       "slots (--slot-seconds) or larger budgets (epsilon)", len(lines), seen, needed)

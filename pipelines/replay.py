@@ -431,28 +431,11 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
         report.pop(key)
     _write_json(os.path.join(config.output, "report.json"), report)
     if config.plot and utility:
-        plot_busiest_bins(utility, os.path.join(config.output, "released_vs_true.png"))
+        from pipelines.plots import plot_released_vs_true
+
+        plot_released_vs_true(utility, os.path.join(config.output, "released_vs_true.png"), config.slot_seconds,
+                              config.origin, config.mechanism)
     return report
-
-
-def plot_busiest_bins(utility: dict, path: str, count: int = 4) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    released, true, slots = np.array(utility["released"]), np.array(utility["true"]), utility["slots"]
-    busiest = np.argsort(true.sum(axis=0))[::-1][:count]
-    fig, axes = plt.subplots(len(busiest), 1, figsize=(10, 2.2 * len(busiest)), sharex=True)
-    for ax, b in zip(np.atleast_1d(axes), busiest):
-        ax.plot(slots, true[:, b], label="true", color="black", linewidth=1)
-        ax.plot(slots, released[:, b], label="released", color="tab:red", linewidth=1, alpha=0.8)
-        ax.set_ylabel(f"bin {b}")
-    np.atleast_1d(axes)[0].legend(loc="upper right")
-    np.atleast_1d(axes)[-1].set_xlabel("slot")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

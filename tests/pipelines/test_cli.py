@@ -231,3 +231,46 @@ def test_setup_installs_the_wevent_console_command_and_the_type_markers():
     assert any(r.startswith("mypy") for r in kwargs["extras_require"]["test"])
     assert all("py.typed" in kwargs["package_data"][p] for p in ("transforms", "pipelines"))
     assert all(os.path.exists(os.path.join(ROOT, p, "py.typed")) for p in ("transforms", "pipelines"))
+
+
+# ---------------------------------------------------------------------------------------------- 7: fresh slots
+def test_the_error_model_warns_before_a_run_that_cannot_publish_fresh_and_the_run_says_so_in_one_line(tmp_path):
+    sparse = tmp_path / "sparse.jsonl"  # three users per 10-minute slot over 100 bins
+    sparse.write_text("".join(json.dumps({"user": f"u{i % 3}", "time": 600 * (i // 3) + i % 3, "value": i % 100})
+                              + "\n" for i in range(300)))
+    result = job("pipelines.replay", "--input", str(sparse), "--binning", "int:100", "--requirement", "fixed:10,1.0",
+                 "--insecure-seed", "2", "--output", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    before = [line for line in lines if line.startswith("warning: the error model predicts no fresh slot")]
+    after = [line for line in lines if line.startswith("warning: none of the 100 slots released was fresh")]
+    assert len(before) == 1 and "has 3 users, a fresh release needs about 140" in before[0], lines
+    assert len(after) == 1 and "use fewer bins" in after[0], lines
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["fresh"] == 0
+    # the power check: a busy input is neither warned about nor reported as never fresh
+    busy = events(tmp_path / "busy.jsonl", n=2000, users=200)
+    ok = job("pipelines.replay", "--input", busy, "--binning", "int:2", "--requirement", "fixed:10,1.0",
+             "--insecure-seed", "2", "--output", str(tmp_path / "busy"))
+    assert ok.returncode == 0 and "warning" not in ok.stderr, ok.stderr
+    assert json.loads((tmp_path / "busy" / "report.json").read_text())["fresh"] > 0
+
+
+def test_the_plot_has_a_title_a_wall_clock_axis_units_and_a_legend(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    import matplotlib.pyplot as plt
+
+    from pipelines.plots import plot_released_vs_true
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    utility = {"released": [[1, 2], [3, 1], [2, 2]], "true": [[1, 3], [2, 2], [2, 1]], "slots": [0, 1, 2]}
+    plot_released_vs_true(utility, str(tmp_path / "plot.png"), 600, 1_201_910_400, "pbd")
+    (fig,) = figures
+    axes = fig.axes
+    assert (tmp_path / "plot.png").stat().st_size > 0
+    assert "busiest bins (pbd)" in fig._suptitle.get_text()
+    assert all("users per slot" in ax.get_ylabel() for ax in axes) and "UTC" in axes[-1].get_xlabel()
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["true (not published)", "released (pbd)"]
+    import matplotlib.dates as mdates
+
+    assert mdates.num2date(axes[-1].get_xlim()[0]).year == 2008  # epoch seconds shown as dates

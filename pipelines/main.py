@@ -16,8 +16,6 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from pipelines import logs  # noqa: F401 -- first: silences Beam's import-time notices
-
 COMMANDS = {
     "replay": ("pipelines.replay", "run", "batch replay of historical logs through the private release graph"),
     "stream": ("pipelines.streaming", "run", "the continuous job: --watch DIR, --demo, Pub/Sub or Kafka"),

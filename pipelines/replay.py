@@ -29,12 +29,11 @@ import tempfile
 import sys
 from dataclasses import dataclass, field
 
-from pipelines import logs  # noqa: I001 -- first: silences Beam's import-time notices
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipelines import cli
+from pipelines import cli, logs
 from pipelines.cli import ConfigError
 
 from transforms.accounting import account

@@ -38,12 +38,11 @@ import os
 import sys
 import tempfile
 
-from pipelines import logs  # noqa: I001 -- first: silences Beam's import-time notices
 import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
-from pipelines import cli
+from pipelines import cli, logs
 from pipelines.cli import ConfigError
 from pipelines.replay import mechanism_params, parse_levels, parse_requirement
 from pipelines.slot_files import WriteSlotFiles

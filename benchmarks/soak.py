@@ -124,7 +124,7 @@ def ledger_starting_below_wrap(max_window: int, below: np.ndarray) -> PrivacyLed
     if arrays.get("totals", np.zeros(0)).shape != (max_window + 1, 0):
         raise RuntimeError("the ledger's payload no longer holds slot-major 'totals'; update the soak")
     start = (-np.asarray(below, np.int64)).view(np.uint64)  # 2^64 - below, modulo 2^64
-    arrays["totals"] = np.tile(start, (max_window + 1, 1))
+    arrays["totals"] = arrays["dc_totals"] = np.tile(start, (max_window + 1, 1))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return PrivacyLedger.from_bytes(buffer.getvalue())

@@ -1,205 +1,371 @@
-"""Empirical privacy audit: a statistical lower bound on what a mechanism leaks about one user.
+"""Empirical privacy audit with power: a statistical lower bound on what one slot of one user leaks.
 
-    python -m pipelines.audit --mechanism pba --runs 1000 --json
-    python -m pipelines.audit --mechanism all --insecure-seed 7 --json
+    python -m pipelines.audit --mechanism pba --json
+    python -m pipelines.audit --mechanism all --insecure-seed 7
+    python -m pipelines.audit --mechanism pbd --broken reused-noise --json   # needs a source checkout
 
-For user i (user 0) with requirement ``(w_i, E_i)`` it builds two neighbouring
-streams that differ only in user i's reports inside one window of ``w_i``
-slots, runs the mechanism ``R`` times on each with independent randomness, and
-bounds the privacy loss from below with a threshold test on one number per run.
-The audit flags a violation when the bound exceeds ``E_i``.  A lower bound can
-only show violations: passing is evidence, not proof (``docs/audit.md``).
+**Neighbours.** In every :class:`Scenario` a target user (user 0) reports bin 0
+in every slot; the two neighbouring streams differ only in whether the target
+reports at one slot ``t*`` (add/remove-one, sensitivity 1).  The scenarios have
+several cohorts with subsampling active (a cohort whose budget is far below
+the threshold OBS picks), a user joining and a user changing requirement
+inside the audited stretch, and users that move between bins so that most
+slots publish.  ``steady`` runs on every mechanism; ``changes`` (the target
+starts waiting for a stricter fixed requirement at ``t*`` while another user
+cancels a change of theirs, and a third user leaves and rejoins a cohort of
+their own around a publication that absorbed three shares) runs on the
+mechanisms with fixed personalized requirements.
 
-**Streams.** ``users`` users, 2 bins, everyone with user i's requirement (one
-cohort, so no subsampling; the homogeneous baselines run with ``(E_i, w_i)``;
-the dynamic mechanisms get ``(w_B, E_B, w_F, E_F) = (w_i, E_i, w_i, E_i)``).
-The others switch bins together at every slot, so the data always moves far
-more than the noise and publication decisions hardly depend on user i; user i
-sits in bin 0.  After ``warmup`` slots (default ``w_i - 1``, so the window
-starts when every budget window has formed) comes the window of ``w_i`` slots,
-in which user i reports bin 0 in the first stream and nothing in the second
-(add/remove-one neighbours, sensitivity 1).
+**What is compared.** A mechanism may leak about the target's report at ``t*``
+at most the smallest ``E`` of the requirements whose windows hold ``t*``
+(``E*``: the requirement in force, and the stricter one the target is
+waiting for).  The audit flags a violation when its lower bound exceeds
+``E*``, or when the privacy ledger, fed every run's charges, sees any user
+overspend in any window (which is how overspending spread over a window is
+caught: a one-slot difference cannot show it).
 
-**Statistic.** Per run, the privacy-loss sign test of the fresh releases in the
-window: ``S = Σ ε_t · (+1 if r_t[0] > c_t else -1)`` over fresh slots ``t``,
-with ``ε_t`` the release's noise budget (public) and ``c_t`` the others' count
-in bin 0 (known to the auditor).  For discrete Laplace noise this is the exact
-log-likelihood ratio of the releases given the decisions.
+**Statistics.** Each run gives a transcript: every slot's release kind and
+histogram, and the noisy dissimilarity where the core computes one
+(:func:`dissimilarity_probe`, a white-box view for auditing only).  From it
+several statistics, each positive when it points to the target's report:
+the release residual at ``t*`` (released count in bin 0 minus the other
+users' count, which the auditor knows), the dissimilarity residual (the
+noisy dissimilarity minus what the others' data and the previous release
+explain, signed by whether the target's report would raise or lower it), a
+likelihood-style sum of both weighted by the target's charges (which the
+release carries), the same sum
+unweighted, the release residual minus the other fresh slots' residuals (noise
+reused across releases cancels), and the publish decision at ``t*``.
 
-**Bound.** The first quarter of each stream's runs chooses one event: ``{S >= τ}``,
-``{S <= τ}``, or the mirrored ``{S >= τ}`` on the present runs pooled with
-``{S <= -τ}`` on the absent ones (see :class:`Event`), whichever their
-frequencies predict to give the largest bound.  The other runs alone then
-measure it, so the confidence statement is honest: ``ε_LB = ln(P_lower /
-Q_upper)``, with one-sided Clopper-Pearson bounds at level ``(1 - confidence)/2``
-each, P the probability of the event on the side it favours and Q on the
-other.  With probability at least ``confidence``, ``ε_LB`` is at most the true
-privacy loss of the mechanism on these two streams.
+**Bound.** The first quarter of each stream's runs chooses the statistic and
+the event on it (``{X >= τ}``, ``{X <= τ}``, or the mirrored ``{X >= τ}`` on
+the runs with the report pooled with ``{X <= -τ}`` on the runs without, see
+:class:`Event`) with the largest bound on them; the other runs
+alone measure it: ``ε_LB = ln(P_lower / Q_upper)`` with one-sided
+Clopper-Pearson bounds at ``(1 - confidence)/2`` each, so with probability
+at least ``confidence`` the bound is below the mechanism's true loss on the
+scenario.  Beside it, :func:`power` gives the bound the audit reaches with
+as many runs on a mechanism that leaks exactly ``E*`` (expected counts of
+the best possible event): what a tight mechanism could show at this run count.
 
-**Ledger.** Every run's charges go through a :class:`PrivacyLedger`; the
-output gives the largest fraction of ``E_i`` that user i was charged in any
-``w_i`` consecutive slots over all runs, and the ledger's violation count.
+**Noise.** Secure by default (one :class:`SecureRandomness` stream).
+``--insecure-seed S`` gives a seeded generator per run (distinct for every
+scenario, stream and run): reproducible, for this offline audit only.
 
-**Noise.** Secure by default (one :class:`SecureRandomness` stream, so runs are
-independent).  ``--insecure-seed S`` uses a seeded generator per run (seeds
-``(S, stream, run)``, distinct by construction): faster and reproducible, for
-this offline audit only; the output says which noise was used.
-
-Prints one line per mechanism (``--json``: one JSON object per line); exit code
-0 when nothing was flagged, 1 when a bound exceeded ``E_i`` or the ledger saw a
-violation, 2 for bad arguments.
+Prints one line per audit (``--json``: one JSON object, ``"violation"`` and
+``"reason"`` right after the mechanism and variant); exit code 0 when nothing was flagged, 1 when something
+was, 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Protocol
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
-from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, FixedRequirements, PrivacyLedger,
-                                   Release, ReleaseKind, SlotBatch, mechanism_class)
-from transforms.mechanisms.budget import to_units
+from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, FixedRequirements, HomogeneousParams,
+                                   Mechanism, PrivacyLedger, Release, ReleaseKind, SlotBatch, mechanism_class)
+from transforms.mechanisms import homogeneous as _homogeneous_module
+from transforms.mechanisms import pwsm as _pwsm_module
+from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
-from transforms.mechanisms.requirements import MAX_WINDOW
-from transforms.mechanisms.run import mechanism_for
 
-BINS = 2
 TARGET = 0
-"""User i: user index 0, always in bin 0."""
+"""The target user's index in every scenario."""
 TARGET_BIN = 0
 MAX_RUNS = 10_000_000
+BROKEN_MODULE = Path(__file__).resolve().parents[1] / "tests" / "pipelines" / "broken_mechanisms.py"
+"""The deliberately broken variants: test code, in a source checkout only, loaded only for ``--broken``."""
 
 
-class Steppable(Protocol):
-    """What the audit needs of a mechanism (registered ones, or wrappers in tests)."""
+# ---------------------------------------------------------------------- scenarios
+class Family(str, Enum):
+    """How a mechanism takes requirements, which decides the streams it is given."""
 
-    requirement_kind: type
+    FIXED = "fixed"              # PBD, PBA: fixed (w, E) per user, cohorts, subsampling
+    DYNAMIC = "dynamic"          # DPBD, DPBA: (w_B, E_B, w_F, E_F) declared per slot
+    HOMOGENEOUS = "homogeneous"  # BD, BA, Uniform, Sample: one (E, w) for everyone, no sampling
 
-    def step(self, batch: SlotBatch, rng: Randomness) -> Release: ...
+    @classmethod
+    def of(cls, mechanism: type[Mechanism]) -> "Family":
+        if mechanism.requirement_kind is DynamicRequirements:
+            return cls.DYNAMIC
+        return cls.HOMOGENEOUS if issubclass(mechanism.params_type, HomogeneousParams) else cls.FIXED
 
 
 @dataclass(frozen=True)
-class AuditConfig:
-    """One audit's setting; validated at construction (``ValueError`` naming the field)."""
+class UserPlan:
+    """One user of a scenario.
 
-    epsilon: float = 2.0
-    window: int = 4
-    users: int = 20
-    runs: int = 1000
-    confidence: float = 0.95
-    warmup: int | None = None
-    insecure_seed: int | None = None
+    ``declared`` maps a slot to the fixed ``(w, E)`` the user declares there
+    (the first one registers them); ``values`` is their bin per slot (``None``:
+    no report).  ``sure`` lists the slots at which the auditor counts the
+    report as certainly in the samples of a personalized mechanism (a member
+    of the cohort whose budget OBS picks, not waiting); other reports count
+    only for the homogeneous mechanisms, which never sample.
+    """
 
-    def __post_init__(self):
-        to_units(self.epsilon, "epsilon")
-        for name, low, high in (("window", 1, MAX_WINDOW), ("users", 2, 10**7), ("runs", 4, MAX_RUNS)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-                raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-        if isinstance(self.confidence, bool) or not isinstance(self.confidence, (int, float)) \
-                or not 0.5 <= self.confidence < 1:
-            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence!r}")
-        if self.warmup is not None and (isinstance(self.warmup, bool) or not isinstance(self.warmup, int)
-                                        or self.warmup < 0):
-            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if self.insecure_seed is not None and (isinstance(self.insecure_seed, bool)
-                                               or not isinstance(self.insecure_seed, int)
-                                               or not 0 <= self.insecure_seed < 2**32):
-            raise ValueError(f"insecure_seed must be an integer in [0, 2**32), got {self.insecure_seed!r}")
+    declared: dict[int, tuple[int, float]]
+    values: tuple[int | None, ...]
+    sure: frozenset[int]
+
+    def requirement_at(self, slot: int) -> tuple[int, float] | None:
+        """The user's latest declaration at or before ``slot``."""
+        latest = [s for s in self.declared if s <= slot]
+        return self.declared[max(latest)] if latest else None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Streams, the differing slot ``t*`` and the budget ``E*`` a leak there is compared with."""
+
+    name: str
+    description: str
+    bins: int
+    users: tuple[UserPlan, ...]
+    target_slot: int
+    bound: float                              # E*, in epsilon
+    homogeneous: tuple[float, int]            # (E, w) the homogeneous baselines run with
+    families: frozenset[Family]
 
     @property
-    def epsilon_units(self) -> int:
-        return to_units(self.epsilon, "epsilon")
+    def slots(self) -> int:
+        return len(self.users[0].values)
 
     @property
     def max_window(self) -> int:
-        """For :func:`mechanism_for`: the longest window any user declares."""
-        return self.window
+        return max(w for user in self.users for w, _ in user.declared.values())
 
-    @property
-    def warmup_slots(self) -> int:
-        return self.window - 1 if self.warmup is None else self.warmup
+    def mechanism_kwargs(self, family: Family) -> dict:
+        """Keyword parameters for :func:`make_mechanism` (beside the mechanism's name)."""
+        if family is Family.HOMOGENEOUS:
+            epsilon, window = self.homogeneous
+            return {"bins": self.bins, "epsilon": epsilon, "window": window}
+        if family is Family.DYNAMIC:
+            return {"bins": self.bins, "max_window": self.max_window}
+        return {"bins": self.bins}
 
-    @property
-    def noise(self) -> str:
-        if self.insecure_seed is None:
-            return "secure"
-        return f"INSECURE seeded (seed {self.insecure_seed}): offline audit only"
+    def _requirement(self, family: Family, window: int, epsilon: float) -> tuple[int, float]:
+        if family is Family.HOMOGENEOUS:  # every user at least as loose as the baselines' (E, w)
+            e, w = self.homogeneous
+            return w, max(epsilon, e)
+        return window, epsilon
+
+    def streams(self, family: Family) -> tuple[list[SlotBatch], list[SlotBatch]]:
+        """``(present, absent)``: identical except the target's report at ``t*``."""
+        streams = ([], [])
+        for slot in range(1, self.slots + 1):
+            declaring = any(slot in user.declared for user in self.users)
+            for which, batches in enumerate(streams):
+                users, values, windows, epsilons = [], [], [], []
+                for index, user in enumerate(self.users):
+                    value = user.values[slot - 1]
+                    if which == 1 and index == TARGET and slot == self.target_slot:
+                        value = None
+                    requirement = user.requirement_at(slot)
+                    if requirement is None or (value is None and not (declaring and slot in user.declared)):
+                        continue
+                    users.append(index)
+                    values.append(NO_VALUE if value is None else value)
+                    w, e = self._requirement(family, *requirement)
+                    windows.append(w)
+                    epsilons.append(e)
+                requirements = None
+                if declaring:
+                    requirements = (DynamicRequirements.of(windows, epsilons, windows, epsilons)
+                                    if family is Family.DYNAMIC else FixedRequirements.of(windows, epsilons))
+                batches.append(SlotBatch.of(users, values, requirements))
+        return streams
+
+    def expected_counts(self, family: Family) -> tuple[np.ndarray, np.ndarray]:
+        """Per slot, the counts per bin the auditor expects in a sample, and whether bin 0 holds only sure reports.
+
+        The target's own report counts at every slot but ``t*`` where it is sure.
+        """
+        counts = np.zeros((self.slots, self.bins))
+        clean = np.ones(self.slots, bool)
+        for index, user in enumerate(self.users):
+            for slot, value in enumerate(user.values, start=1):
+                if value is None or (index == TARGET and slot == self.target_slot):
+                    continue
+                if family is Family.HOMOGENEOUS or slot in user.sure:
+                    counts[slot - 1, value] += 1
+                elif value == TARGET_BIN:
+                    clean[slot - 1] = False
+        return counts, clean
 
 
-@dataclass(frozen=True)
-class Neighbours:
-    """The two streams: user i reports bin 0 in the window (``present``) or not (``absent``)."""
-
-    present: list[SlotBatch]
-    absent: list[SlotBatch]
-    window_slots: np.ndarray          # the differing slots, 1-based
-    others_in_target_bin: np.ndarray  # c_t: the other users' count in user i's bin, per window slot
+def _plan(values, declared, sure=None) -> UserPlan:
+    values = tuple(values)
+    return UserPlan(declared, values, frozenset(range(1, len(values) + 1) if sure is None else sure))
 
 
-def neighbouring_streams(config: AuditConfig, dynamic: bool) -> Neighbours:
-    """Build the two streams; only user i's rows inside the window differ."""
-    n, w, e = config.users, config.window, config.epsilon
-    requirements = (DynamicRequirements.of([w] * n, [e] * n, [w] * n, [e] * n) if dynamic
-                    else FixedRequirements.of([w] * n, [e] * n))
-    first, last = config.warmup_slots + 1, config.warmup_slots + w
-    users = np.arange(n)
-    present, absent, others = [], [], []
-    for slot in range(1, last + 1):
-        values = np.full(n, slot % 2)           # the others switch bins together every slot
-        values[TARGET] = TARGET_BIN
-        declared = requirements if slot == 1 else None
-        present.append(SlotBatch.of(users, values, declared))
-        if slot >= first:
-            gone = values.copy()
-            gone[TARGET] = NO_VALUE             # reports nothing (still declares at slot 1)
-            absent.append(SlotBatch.of(users, gone, declared))
-            others.append(int(np.count_nonzero(values[1:] == TARGET_BIN)))
-        else:
-            absent.append(present[-1])
-    return Neighbours(present, absent, np.arange(first, last + 1), np.array(others, np.int64))
+def steady_scenario() -> Scenario:
+    """Every mechanism: the target's report at slot 3 of 4 carries a whole (w = 1, E = 2) budget.
+
+    Cohort T (w = 1, E = 2): the target and three others in bin 0, twelve users
+    moving between bins 1 and 2 every slot (so most slots publish), a user who
+    declares (w = 1, E = 3) at slot 3 (a cohort of their own) and one who joins
+    at slot 3.  Cohort S (w = 4, E = 0.08): two users in bin 2 whose budget is
+    far below T's, so OBS picks T's and samples S with probability below 2%.
+    The baselines run with (E, w) = (2, 1), everyone declaring at least that.
+    """
+    slots, t = 4, 3
+    t_cohort = {1: (1, 2.0)}
+    users = [_plan([0] * slots, t_cohort)]                                        # the target
+    users += [_plan([0] * slots, t_cohort) for _ in range(3)]
+    users += [_plan([1 + s % 2 for s in range(slots)], t_cohort) for _ in range(12)]
+    users += [_plan([2] * slots, {1: (4, 0.08)}, sure=()) for _ in range(2)]
+    users.append(_plan([1] * slots, {1: (1, 2.0), t: (1, 3.0)}))                # changes requirement at t*
+    users.append(_plan([None] * (t - 1) + [1] * (slots - t + 1), {t: (1, 2.0)}))  # joins at t*
+    return Scenario("steady", "target in force (w=1, E=2), reports at t*=3 of 4 slots; several cohorts, "
+                    "subsampling, a joiner and a requirement change at t*", 3, tuple(users), t, 2.0, (2.0, 1),
+                    frozenset(Family))
 
 
-def registered_factory(name: str) -> Callable[[AuditConfig], Steppable]:
-    """A factory building registered mechanism ``name`` for an audit (homogeneous ones at ``(E_i, w_i)``)."""
-    mechanism_class(name)  # fails early, naming the choices
-    return lambda config: mechanism_for(name.lower(), config, BINS)
+def changes_scenario() -> Scenario:
+    """Fixed personalized mechanisms: the target starts waiting at t* = 5 of 7; a leak there is charged nothing.
+
+    The target (w = 1, E = 4) declares (w = 3, E = 1) at slot 5, which takes
+    effect at slot 7: a window of the new requirement holds slot 5, so
+    ``E* = 1``, and a correct mechanism uses none of the target's report at
+    slot 5.  At slot 5 another user cancels a change declared at slot 4 (so
+    cohort sizes and the number of waiting users are what they were) and a
+    registered user with a small index reports nothing (the circumstances of
+    issue 12's finding 1).  User C alone has (w = 3, E = 3): slots
+    2-4 repeat the data so skip, slot 5 publishes with three of C's shares,
+    C starts waiting at slot 6 (a publication while C's cohort is empty) and
+    cancels at slot 7, when C's cohort may not publish for them again yet.
+    """
+    slots, t = 7, 5
+    big = {1: (1, 4.0)}
+    users = [_plan([0] * slots, {1: (1, 4.0), t: (3, 1.0)}, sure={1, 2, 3, 4})]   # the target
+    users += [_plan([0] * slots, big) for _ in range(3)]
+    movers = [1, 1, 1, 1, 2, 1, 2]
+    users.append(_plan(movers[:4] + [None] + movers[5:], big))  # reports nothing at t*, so the batch has a gap
+    users += [_plan(movers, big) for _ in range(15)]
+    users.append(_plan([2] * slots, {1: (1, 4.0), 4: (3, 4.0), t: (1, 4.0)}, sure={1, 2, 3, 5, 6, 7}))
+    users.append(_plan([2] * slots, {1: (1, 0.02)}, sure=()))                      # a subsampled cohort
+    users.append(_plan([None] * slots, {1: (3, 3.0), 6: (3, 2.0), 7: (3, 3.0)}, sure=()))  # user C
+    return Scenario("changes", "target (w=1, E=4) starts waiting for (w=3, E=1) at t*=5 of 7 while another user "
+                    "cancels; a lone cohort empties and refills around a 3-share publication", 3, tuple(users), t,
+                    1.0, (4.0, 1), frozenset({Family.FIXED}))
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {"steady": steady_scenario, "changes": changes_scenario}
+
+
+# ---------------------------------------------------------------------- observing a run
+@contextmanager
+def dissimilarity_probe() -> Iterator[list]:
+    """Record every noisy dissimilarity the core computes while the block runs.
+
+    A white-box view for auditing only: it wraps the function the mechanisms'
+    ``decide`` calls (in ``pwsm`` and ``homogeneous``), appends each value to
+    the list it yields and restores the modules on exit.  The dissimilarity is
+    charged as if it were published, so observing it is fair.
+    """
+    seen: list[int] = []
+    modules = (_pwsm_module, _homogeneous_module)
+    originals = [module.noisy_total_deviation for module in modules]
+
+    def recording(original):
+        def noisy_total_deviation(*args, **kwargs):
+            value = original(*args, **kwargs)
+            seen.append(value)
+            return value
+        return noisy_total_deviation
+
+    for module, original in zip(modules, originals):
+        module.noisy_total_deviation = recording(original)
+    try:
+        yield seen
+    finally:
+        for module, original in zip(modules, originals):
+            module.noisy_total_deviation = original
+
+
+STATISTICS = ("release", "dissimilarity", "weighted", "unweighted", "reuse", "decision")
+"""The candidate statistics, each positive when it points to the target's report at ``t*``."""
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """One run: the statistic S (budget units), user i's largest window usage ratio, ledger findings."""
+    """What one run of one stream showed."""
 
-    statistic: int
-    usage_ratio: float
+    statistics: np.ndarray        # one value per STATISTICS entry (nan: not defined in this run)
+    fresh_at_target: bool
+    dissimilarity_seen: bool
     ledger_violations: int
-    fresh_in_window: int
+    ledger_max_ratio: float
+    first_violation: str | None
 
 
-def run_once(mechanism: Steppable, batches: list[SlotBatch], neighbours: Neighbours, rng: Randomness,
-             config: AuditConfig) -> RunOutcome:
-    """Step one stream through ``mechanism``, checking every charge in a fresh ledger."""
-    ledger = PrivacyLedger(max_window=config.window)
-    first = int(neighbours.window_slots[0])
-    statistic, ratio, fresh = 0, 0.0, 0
+def _target_charges(release: Release) -> tuple[float, float]:
+    """The target's (dissimilarity, publication) charge at this slot, in epsilon."""
+    charges = release.charges
+    users = charges.users
+    at = int(np.searchsorted(users, TARGET))
+    if at >= users.size or users[at] != TARGET:
+        return 0.0, 0.0
+    return (float(charges.dc_units[at]) / UNITS_PER_EPSILON, float(charges.publication_units[at]) / UNITS_PER_EPSILON)
+
+
+def _llr_sign(value: float) -> float:
+    """Discrete Laplace log-likelihood ratio of a residual for a shift of 1, per unit of budget."""
+    return float(np.clip(2 * value - 1, -1.0, 1.0))
+
+
+def run_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Scenario, expected: np.ndarray, clean: np.ndarray,
+             rng: Randomness, seen: list) -> RunOutcome:
+    """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
+    ledger = PrivacyLedger(max_window=scenario.max_window)
+    t = scenario.target_slot
+    previous = np.zeros(scenario.bins, np.int64)
+    residuals, fresh_slots = {}, []
+    dis, weights, fresh, before = None, (0.0, 0.0), False, previous
     for batch in batches:
+        del seen[:]
         release = mechanism.step(batch, rng)
+        ledger.record(release.slot, release.charges)
         slot = release.slot
-        ledger.record(slot, release.charges)
-        spent = ledger.window_sum(TARGET, max(1, slot - config.window + 1), slot)
-        ratio = max(ratio, spent / config.epsilon_units)
-        if slot >= first and release.kind is ReleaseKind.FRESH:
-            fresh += 1
-            above = int(release.histogram[TARGET_BIN]) > int(neighbours.others_in_target_bin[slot - first])
-            statistic += release.epsilon_units if above else -release.epsilon_units
+        if release.kind is ReleaseKind.FRESH:
+            fresh_slots.append(slot)
+            residuals[slot] = float(release.histogram[TARGET_BIN]) - expected[slot - 1, TARGET_BIN]
+        if slot == t:
+            dis = seen[0] if len(seen) == 1 else None
+            weights, fresh, before = _target_charges(release), release.kind is ReleaseKind.FRESH, previous
+        previous = release.histogram
     ledger.close()
-    return RunOutcome(statistic, ratio, ledger.violation_count, fresh)
+    stats = np.full(len(STATISTICS), np.nan)
+    release_term = residuals.get(t)
+    if release_term is not None:
+        stats[0] = release_term - 0.5
+    if dis is not None:
+        base = expected[t - 1]
+        sign = 1.0 if before[TARGET_BIN] <= base[TARGET_BIN] else -1.0
+        dis_term = sign * (dis - float(np.abs(base - before).sum()))
+        stats[1] = dis_term - 0.5
+    dc_part = 0.0 if dis is None else _llr_sign(dis_term)
+    pub_part = 0.0 if release_term is None else _llr_sign(release_term)
+    stats[2] = weights[0] * dc_part + weights[1] * pub_part
+    stats[3] = dc_part + pub_part
+    others = [residuals[s] for s in fresh_slots if s != t and clean[s - 1]]
+    if release_term is not None and others:
+        stats[4] = release_term - float(np.mean(others)) - 0.5
+    stats[5] = 1.0 if fresh else -1.0
+    first = str(ledger.violations[0]) if ledger.violations else None
+    return RunOutcome(stats, fresh, dis is not None, ledger.violation_count, ledger.max_usage_ratio, first)
 
 
 # ---------------------------------------------------------------------- statistics
@@ -264,36 +430,42 @@ def clopper_pearson(successes, n: int, tail: float) -> tuple[np.ndarray, np.ndar
     return lower, upper
 
 
-class Direction(str, Enum):
-    """Which runs an event counts (S is large when user i reports, small when they do not)."""
 
-    AT_LEAST = ">="    # {S >= τ}: more likely with user i present
-    AT_MOST = "<="     # {S <= τ}: more likely with user i absent
-    MIRRORED = "<>"    # {S >= τ} on the present runs and {S <= -τ} on the absent runs, pooled
+
+class Direction(str, Enum):
+    """Which runs an event counts (a statistic is large when the target reports, small when not)."""
+
+    AT_LEAST = ">="    # {X >= τ}: more likely with the report
+    AT_MOST = "<="     # {X <= τ}: more likely without it
+    MIRRORED = "<>"    # {X >= τ} on the runs with the report and {X <= -τ} on the runs without, pooled
 
 
 @dataclass(frozen=True)
 class Event:
-    """A threshold event on S, and how to count it.
+    """A threshold event on one statistic, and how to count it.
 
     A mirrored event is an event of the mechanism M' that flips a fair coin b
     and runs M on the stream (b = 0) or on its neighbour (b = 1): M' is exactly
-    as private as M, and ``{b = 0 and S >= τ} or {b = 1 and S <= -τ}`` has
-    probability ``(P0(S >= τ) + P1(S <= -τ))/2`` with user i present and
-    ``(P1(S >= τ) + P0(S <= -τ))/2`` without.  Counting it over both streams'
+    as private as M, and ``{b = 0 and X >= τ} or {b = 1 and X <= -τ}`` has
+    probability ``(P0(X >= τ) + P1(X <= -τ))/2`` with the report and
+    ``(P1(X >= τ) + P0(X <= -τ))/2`` without.  Counting it over both streams'
     runs (a fixed half with each b) doubles the trials; the count is then
     Poisson-binomial, for which the binomial Clopper-Pearson bounds stay valid
     at these tail levels: a Poisson-binomial's tails beyond its mean are at most
     the binomial ones with the same mean (Hoeffding 1956, "On the distribution
     of the number of successes in independent trials"; checked in the tests).
+    A statistic that is not defined in a run (nan) is in no event.
     """
 
     direction: Direction
-    threshold: int
+    threshold: float
+    statistic: int = 0
 
     def counts(self, present: np.ndarray, absent: np.ndarray) -> tuple[int, int, int]:
         """(runs favouring a larger probability, runs of the other side, trials per side)."""
         t = self.threshold
+        if present.ndim == 2:
+            present, absent = present[self.statistic], absent[self.statistic]
         if self.direction is Direction.AT_LEAST:
             return int(np.sum(present >= t)), int(np.sum(absent >= t)), present.size
         if self.direction is Direction.AT_MOST:
@@ -302,25 +474,15 @@ class Event:
                 2 * present.size)
 
     def __str__(self) -> str:
-        value = f"{self.threshold / 10**12:g}"
+        name = STATISTICS[self.statistic]
         if self.direction is Direction.MIRRORED:
-            return f"S >= {value} mirrored"
-        return f"S {self.direction.value} {value}"
+            return f"{name} >= {self.threshold:g} mirrored"
+        return f"{name} {self.direction.value} {self.threshold:g}"
 
 
-def _bounds(events: list[Event], present: np.ndarray, absent: np.ndarray, tail: float,
-            scale: float = 1.0) -> np.ndarray:
-    """``ln(P_lower / Q_upper)`` per event (``-inf`` when P_lower is 0).
-
-    ``scale`` != 1 predicts the bound that ``scale`` times as many runs would
-    give, with hit counts ``(k + 1/2) * scale`` (the half keeps an event never
-    seen on one side from looking impossible there).
-    """
+def _bounds(events: list[Event], present: np.ndarray, absent: np.ndarray, tail: float) -> np.ndarray:
+    """``ln(P_lower / Q_upper)`` per event (``-inf`` when P_lower is 0)."""
     counts = np.array([e.counts(present, absent) for e in events], np.int64).reshape(-1, 3)
-    if scale != 1.0:
-        trials = np.rint(counts[:, 2] * scale)
-        hits = np.minimum(np.rint((counts[:, :2] + 0.5) * scale), trials[:, None])
-        counts = np.column_stack([hits, trials]).astype(np.int64)
     scores = np.full(len(events), -np.inf)
     for trials in np.unique(counts[:, 2]):
         pick = counts[:, 2] == trials
@@ -333,7 +495,7 @@ def _bounds(events: list[Event], present: np.ndarray, absent: np.ndarray, tail: 
 
 
 SELECTION_FRACTION = 0.25
-"""Share of each stream's runs that only chooses the event (the rest measures it)."""
+"""Share of each stream's runs that only chooses the statistic and event (the rest measures it)."""
 
 
 @dataclass(frozen=True)
@@ -342,102 +504,246 @@ class Estimate:
 
     lower_bound: float
     event: Event | None
-    selection_bound: float  # the bound the selection runs predicted for the chosen event (for diagnosis)
+    selection_bound: float  # the chosen event's bound on the selection runs (for diagnosis)
     favoured_hits: int      # on the evaluation runs: how often the event held on the side it favours
     other_hits: int         # ... and on the other side
     trials: int             # ... out of this many trials per side
     evaluation_runs: int
 
 
-def lower_bound(present: np.ndarray, absent: np.ndarray, confidence: float) -> Estimate:
-    """Choose the event on the first runs, bound its log-ratio on the others.
+def candidate_events(present: np.ndarray, absent: np.ndarray) -> list[Event]:
+    """Every threshold event on every statistic, thresholds at the values the runs took."""
+    present, absent = np.atleast_2d(present), np.atleast_2d(absent)
+    events = []
+    for k in range(present.shape[0]):
+        values = np.unique(np.concatenate([present[k], absent[k]]))
+        values = values[np.isfinite(values)]
+        events += [Event(d, float(t), k) for t in values for d in (Direction.AT_LEAST, Direction.AT_MOST)]
+        events += [Event(Direction.MIRRORED, float(t), k) for t in values if t > 0]
+    return events
 
-    The first ``SELECTION_FRACTION`` of each stream's runs choose the event whose
-    frequencies on them predict the largest bound on the remaining runs; those
-    remaining runs alone give the bound, which is
-    at most the true privacy loss with probability at least ``confidence``
-    (each Clopper-Pearson bound fails with probability at most
-    ``(1 - confidence)/2``).
+
+def lower_bound(present: np.ndarray, absent: np.ndarray, confidence: float) -> Estimate:
+    """Choose the statistic and event on the first runs, bound its log-ratio on the others.
+
+    ``present`` and ``absent`` hold one statistic per run (1-d) or one row per
+    statistic (2-d).  The first ``SELECTION_FRACTION`` of each stream's runs
+    choose the event with the largest bound on them (their own Clopper-Pearson
+    bounds, which keep a rare event seen by chance from winning); the
+    remaining runs alone give the bound, which is at most
+    the true privacy loss with probability at least ``confidence`` (each
+    Clopper-Pearson bound fails with probability at most ``(1 - confidence)/2``).
     """
-    present, absent = np.asarray(present), np.asarray(absent)
-    if present.size != absent.size or present.size < 4:
+    present, absent = np.atleast_2d(np.asarray(present, float)), np.atleast_2d(np.asarray(absent, float))
+    runs = present.shape[1]
+    if present.shape != absent.shape or runs < 4:
         raise ValueError("need the same number (>= 4) of runs for both streams")
-    selected = max(2, int(present.size * SELECTION_FRACTION))
+    selected = max(2, int(runs * SELECTION_FRACTION))
     tail = (1 - confidence) / 2
-    values = np.unique(np.concatenate([present[:selected], absent[:selected]]))
-    events = [Event(direction, int(t)) for t in values for direction in (Direction.AT_LEAST, Direction.AT_MOST)]
-    events += [Event(Direction.MIRRORED, int(t)) for t in values if t > 0]
-    evaluation = present.size - selected
-    scores = _bounds(events, present[:selected], absent[:selected], tail, evaluation / selected)
+    evaluation = runs - selected
+    events = candidate_events(present[:, :selected], absent[:, :selected])
+    scores = _bounds(events, present[:, :selected], absent[:, :selected], tail) if events else np.zeros(0)
     if not np.any(np.isfinite(scores)):
         return Estimate(0.0, None, 0.0, 0, 0, 0, evaluation)
     best = events[int(np.argmax(scores))]
-    bound = float(_bounds([best], present[selected:], absent[selected:], tail)[0])
-    favoured, other, trials = best.counts(present[selected:], absent[selected:])
+    bound = float(_bounds([best], present[:, selected:], absent[:, selected:], tail)[0])
+    favoured, other, trials = best.counts(present[:, selected:], absent[:, selected:])
     return Estimate(max(bound, 0.0), best, float(np.max(scores)), favoured, other, trials, evaluation)
+
+
+def power(epsilon: float, evaluation_runs: int, confidence: float) -> float:
+    """The largest bound the audit can reach with ``evaluation_runs`` runs per stream on a loss of exactly ``epsilon``.
+
+    The best case for the audit: an event of probability ``p`` with the report
+    and ``p·e^-ε`` without, counted over both streams (mirrored, twice the
+    trials) at its expected counts, for the best ``p``.  No statistic of a real
+    mechanism does better, so a bound far below this is a weak test and a
+    violation smaller than the gap cannot be seen at this run count.
+    """
+    trials = 2 * evaluation_runs
+    tail = (1 - confidence) / 2
+    p = np.linspace(0.01, 1.0, 100)
+    favoured = np.rint(p * trials).astype(np.int64)
+    other = np.rint(p * math.exp(-epsilon) * trials).astype(np.int64)
+    low, _ = clopper_pearson(favoured, trials, tail)
+    _, high = clopper_pearson(other, trials, tail)
+    with np.errstate(divide="ignore"):
+        return max(float(np.max(np.log(low) - np.log(high))), 0.0)
 
 
 # ---------------------------------------------------------------------- the audit
 @dataclass(frozen=True)
-class AuditResult:
-    """One audit: the bound, the ledger's findings and the raw statistics (present, absent)."""
+class AuditConfig:
+    """One audit's setting; validated at construction (``ValueError`` naming the field)."""
 
-    mechanism: str
-    config: AuditConfig
+    runs: int = 1000
+    confidence: float = 0.99
+    insecure_seed: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.runs, bool) or not isinstance(self.runs, (int, np.integer)) \
+                or not 8 <= self.runs <= MAX_RUNS:
+            raise ValueError(f"runs must be an integer in [8, {MAX_RUNS}], got {self.runs!r}")
+        if isinstance(self.confidence, bool) or not isinstance(self.confidence, (int, float)) \
+                or not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence!r}")
+        if self.insecure_seed is not None and (isinstance(self.insecure_seed, bool)
+                                               or not isinstance(self.insecure_seed, int)
+                                               or not 0 <= self.insecure_seed < 2**24):
+            raise ValueError(f"insecure_seed must be an integer in [0, 2**24), got {self.insecure_seed!r}")
+
+    @property
+    def noise(self) -> str:
+        if self.insecure_seed is None:
+            return "secure"
+        return f"INSECURE seeded (seed {self.insecure_seed}): offline audit only"
+
+
+def run_seed(seed: int, scenario: int, stream: int, run: int) -> int:
+    """The insecure seed of one run: distinct for every ``(seed, scenario, stream, run)`` by construction."""
+    return (seed << 40) | (scenario << 33) | (stream << 32) | run
+
+
+def _randomness(config: AuditConfig) -> Callable[[int, int, int], Randomness]:
+    """Per (scenario, stream, run) randomness: one shared secure stream, or a seeded generator per run."""
+    if config.insecure_seed is None:
+        shared = secure_randomness()
+        return lambda scenario, stream, run: shared
+    return lambda scenario, stream, run: insecure_seeded_randomness(
+        run_seed(config.insecure_seed, scenario, stream, run))
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One scenario of an audit: the bound beside ``E*`` and the power, and the ledger's findings."""
+
+    scenario: Scenario
     estimate: Estimate
-    ledger_max_window_usage_ratio: float
-    ledger_violations: int
-    fresh_in_window: float          # mean number of fresh releases in the window per run
-    seconds: float
+    power: float
+    fresh_at_target: float         # share of runs with a fresh release at t*
+    dissimilarity_seen: float      # share of runs in which the dissimilarity at t* was observed
+    ledger_violations: int         # over all runs and users
+    ledger_runs_flagged: int
+    ledger_max_ratio: float
+    first_violation: str | None
     statistics: tuple[np.ndarray, np.ndarray] = field(repr=False, compare=False)
 
     @property
-    def violation(self) -> bool:
-        return self.estimate.lower_bound > self.config.epsilon
+    def empirical_violation(self) -> bool:
+        return self.estimate.lower_bound > self.scenario.bound
 
     def to_json(self) -> dict:
-        e, c = self.estimate, self.config
-        return {"mechanism": self.mechanism, "epsilon": c.epsilon, "window": c.window,
-                "lower_bound": round(e.lower_bound, 6), "runs": c.runs, "violation": self.violation,
-                "confidence": c.confidence, "users": c.users, "warmup": c.warmup_slots, "noise": c.noise,
+        e = self.estimate
+        return {"scenario": self.scenario.name, "epsilon": self.scenario.bound,
+                "lower_bound": round(e.lower_bound, 6), "power": round(self.power, 6),
                 "event": None if e.event is None else str(e.event), "evaluation_runs": e.evaluation_runs,
                 "event_trials": e.trials, "favoured_hits": e.favoured_hits, "other_hits": e.other_hits,
-                "fresh_in_window": round(self.fresh_in_window, 4),
-                "ledger_max_window_usage_ratio": self.ledger_max_window_usage_ratio,
-                "ledger_violations": self.ledger_violations, "seconds": round(self.seconds, 3)}
+                "fresh_at_target_slot": round(self.fresh_at_target, 4),
+                "dissimilarity_observed": round(self.dissimilarity_seen, 4),
+                "ledger_violations": self.ledger_violations, "ledger_runs_flagged": self.ledger_runs_flagged,
+                "ledger_max_window_usage_ratio": round(self.ledger_max_ratio, 6),
+                "first_ledger_violation": self.first_violation}
 
 
-def run_seed(seed: int, stream: int, run: int) -> int:
-    """The insecure seed of one run: distinct for every ``(seed, stream, run)`` by construction."""
-    return (seed << 40) | (stream << 32) | run
+@dataclass(frozen=True)
+class AuditResult:
+    """An audit of one mechanism (or broken variant) over its scenarios."""
+
+    mechanism: str
+    broken: str | None
+    config: AuditConfig
+    scenarios: tuple[ScenarioResult, ...]
+    seconds: float
+
+    @property
+    def violation(self) -> bool:
+        return self.reason is not None
+
+    @property
+    def reason(self) -> str | None:
+        """Which check caught a violation (all of them that did), or None."""
+        found = []
+        for result in self.scenarios:
+            name, bound = result.scenario.name, result.scenario.bound
+            if result.empirical_violation:
+                found.append(f"empirical: {name}: lower bound {result.estimate.lower_bound:.3f} > E* {bound:g} "
+                             f"({result.estimate.event})")
+            if result.ledger_violations:
+                found.append(f"ledger: {name}: {result.ledger_runs_flagged} of {2 * self.config.runs} runs "
+                             f"overspend, first: {result.first_violation}")
+        return "; ".join(found) or None
+
+    def to_json(self) -> dict:
+        c = self.config
+        return {"mechanism": self.mechanism, "broken": self.broken, "violation": self.violation,
+                "reason": self.reason, "runs": c.runs, "confidence": c.confidence, "noise": c.noise,
+                "scenarios": [result.to_json() for result in self.scenarios], "seconds": round(self.seconds, 3)}
 
 
-def _randomness(config: AuditConfig) -> Callable[[int, int], Randomness]:
-    """Per (stream, run) randomness: one shared secure stream, or a seeded generator per run."""
-    if config.insecure_seed is None:
-        shared = secure_randomness()
-        return lambda stream, run: shared
-    return lambda stream, run: insecure_seeded_randomness(run_seed(config.insecure_seed, stream, run))
+def build(cls: type[Mechanism], scenario: Scenario) -> Mechanism:
+    """A fresh mechanism of class ``cls`` (registered or broken) for ``scenario``."""
+    return cls(cls.params_type(**scenario.mechanism_kwargs(Family.of(cls))))
 
 
-def audit(name: str, factory: Callable[[AuditConfig], Steppable], config: AuditConfig) -> AuditResult:
-    """Run the audit of the mechanisms ``factory(config)`` builds (a fresh one per run)."""
-    start = time.perf_counter()
-    dynamic = factory(config).requirement_kind is DynamicRequirements
-    neighbours = neighbouring_streams(config, dynamic)
-    randomness = _randomness(config)
-    statistics = np.zeros((2, config.runs), np.int64)
-    ratio, violations, fresh = 0.0, 0, 0
-    for stream, batches in enumerate((neighbours.present, neighbours.absent)):
-        for run in range(config.runs):
-            outcome = run_once(factory(config), batches, neighbours, randomness(stream, run), config)
-            statistics[stream, run] = outcome.statistic
-            ratio = max(ratio, outcome.usage_ratio)
-            violations += outcome.ledger_violations
-            fresh += outcome.fresh_in_window
+def scenarios_for(cls: type[Mechanism]) -> list[Scenario]:
+    """The scenarios a mechanism of this class is audited on."""
+    family = Family.of(cls)
+    return [s for s in (make() for make in SCENARIOS.values()) if family in s.families]
+
+
+def audit_scenario(cls: type[Mechanism], scenario: Scenario, index: int, config: AuditConfig,
+                   randomness: Callable[[int, int, int], Randomness]) -> ScenarioResult:
+    """Run both streams of ``scenario`` ``config.runs`` times each with fresh mechanisms, and bound the leak."""
+    family = Family.of(cls)
+    streams = scenario.streams(family)
+    expected, clean = scenario.expected_counts(family)
+    statistics = np.zeros((2, len(STATISTICS), config.runs))
+    fresh = seen_dis = violations = flagged = 0
+    ratio, first = 0.0, None
+    with dissimilarity_probe() as seen:
+        for stream, batches in enumerate(streams):
+            for run in range(config.runs):
+                outcome = run_once(build(cls, scenario), batches, scenario, expected, clean,
+                                   randomness(index, stream, run), seen)
+                statistics[stream, :, run] = outcome.statistics
+                fresh += outcome.fresh_at_target
+                seen_dis += outcome.dissimilarity_seen
+                violations += outcome.ledger_violations
+                flagged += outcome.ledger_violations > 0
+                ratio = max(ratio, outcome.ledger_max_ratio)
+                first = first or outcome.first_violation
     estimate = lower_bound(statistics[0], statistics[1], config.confidence)
-    return AuditResult(name, config, estimate, ratio, violations, fresh / (2 * config.runs),
-                       time.perf_counter() - start, (statistics[0], statistics[1]))
+    runs = 2 * config.runs
+    return ScenarioResult(scenario, estimate, power(scenario.bound, estimate.evaluation_runs, config.confidence),
+                          fresh / runs, seen_dis / runs, violations, flagged, ratio, first,
+                          (statistics[0], statistics[1]))
+
+
+def audit(name: str, cls: type[Mechanism], config: AuditConfig, broken: str | None = None,
+          only: str | None = None) -> AuditResult:
+    """Audit mechanism class ``cls`` (reported as ``name``, and ``broken`` for a broken variant).
+
+    ``only`` names the one scenario to run (tests use it to spend runs where a check can fire).
+    """
+    start = time.perf_counter()
+    randomness = _randomness(config)
+    results = tuple(audit_scenario(cls, scenario, index, config, randomness)
+                    for index, scenario in enumerate(scenarios_for(cls)) if only in (None, scenario.name))
+    return AuditResult(name, broken, config, results, time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------- broken variants (tests only)
+def load_broken_variants():
+    """The module of deliberately broken variants, from a source checkout (it is test code, never shipped)."""
+    if not BROKEN_MODULE.is_file():
+        raise ArgumentError(f"--broken needs a source checkout: {BROKEN_MODULE} not found")
+    name = "wevent_audit_broken_variants"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, BROKEN_MODULE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 # ---------------------------------------------------------------------- command line
@@ -450,53 +756,70 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentError(message)
 
 
-def parse_args(argv=None) -> tuple[list[str], AuditConfig, bool]:
-    """Mechanism names, the validated config and whether to print JSON."""
+@dataclass(frozen=True)
+class Plan:
+    """What the command line asked for: (reported name, class) per audit, the config, JSON or not."""
+
+    audits: list[tuple[str, type[Mechanism]]]
+    broken: str | None
+    config: AuditConfig
+    as_json: bool
+
+
+def parse_args(argv=None) -> Plan:
     parser = _Parser(prog="python -m pipelines.audit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mechanism", required=True, help=f"one of {', '.join(MECHANISMS)}, or all")
-    parser.add_argument("--runs", type=int, default=AuditConfig.runs, help="runs per neighbouring stream")
-    parser.add_argument("--epsilon", type=float, default=AuditConfig.epsilon, help="E_i of user i")
-    parser.add_argument("--window", type=int, default=AuditConfig.window, help="w_i of user i")
-    parser.add_argument("--users", type=int, default=AuditConfig.users, help="population, user i included")
+    parser.add_argument("--broken", default=None,
+                        help="audit a deliberately broken variant of the mechanism (test code, source checkout)")
+    parser.add_argument("--runs", type=int, default=AuditConfig.runs, help="runs per neighbouring stream and scenario")
     parser.add_argument("--confidence", type=float, default=AuditConfig.confidence)
-    parser.add_argument("--warmup", type=int, default=None, help="slots before the window (default w_i - 1)")
     parser.add_argument("--insecure-seed", type=int, default=None,
                         help="seeded, NOT secure noise (reproducible, faster); default: secure noise")
-    parser.add_argument("--json", action="store_true", help="one JSON object per mechanism and line")
+    parser.add_argument("--json", action="store_true", help="one JSON object per audit and line")
     args = parser.parse_args(argv)
-    names = list(MECHANISMS) if args.mechanism.lower() == "all" else [args.mechanism.lower()]
-    if names[0] not in MECHANISMS:
-        raise ArgumentError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)} or all")
     try:
-        config = AuditConfig(epsilon=args.epsilon, window=args.window, users=args.users, runs=args.runs,
-                             confidence=args.confidence, warmup=args.warmup, insecure_seed=args.insecure_seed)
-        for name in names:  # e.g. a window beyond a mechanism's own bounds
-            registered_factory(name)(config)
+        config = AuditConfig(runs=args.runs, confidence=args.confidence, insecure_seed=args.insecure_seed)
     except ValueError as error:
         raise ArgumentError(str(error)) from None
-    return names, config, args.json
+    if args.mechanism.lower() == "all":
+        if args.broken is not None:
+            raise ArgumentError("--broken takes one --mechanism, not all")
+        names = list(MECHANISMS)
+    else:
+        try:
+            names = [mechanism_class(args.mechanism).name]
+        except ValueError as error:
+            raise ArgumentError(f"{error} or all") from None
+    if args.broken is None:
+        return Plan([(name, MECHANISMS[name]) for name in names], None, config, args.json)
+    variants = load_broken_variants()
+    try:
+        cls = variants.broken_class(args.broken, names[0])
+    except ValueError as error:
+        raise ArgumentError(str(error)) from None
+    return Plan([(names[0], cls)], args.broken, config, args.json)
 
 
 def _line(result: AuditResult) -> str:
-    verdict = "VIOLATION" if result.violation else "pass"
-    e = result.estimate
-    return (f"{result.mechanism:8s} E={result.config.epsilon:g} w={result.config.window} "
-            f"lower bound {e.lower_bound:.3f} ({result.config.confidence:.0%}, {result.config.runs} runs per "
-            f"stream, event {e.event or '-'}) ledger max {result.ledger_max_window_usage_ratio:.3f}: {verdict}")
+    name = result.mechanism + (f" ({result.broken})" if result.broken else "")
+    parts = [f"{r.scenario.name}: bound {r.estimate.lower_bound:.3f} of E* {r.scenario.bound:g} "
+             f"(power {r.power:.2f}), ledger {r.ledger_max_ratio:.3f}" for r in result.scenarios]
+    verdict = f"VIOLATION ({result.reason})" if result.violation else "pass"
+    return f"{name}: {'; '.join(parts)}: {verdict}"
 
 
 def run(argv=None) -> int:
     """Entry point: returns the process exit code."""
     try:
-        names, config, as_json = parse_args(argv)
+        plan = parse_args(argv)
     except ArgumentError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     flagged = False
-    for name in names:
-        result = audit(name, registered_factory(name), config)
-        flagged |= result.violation or result.ledger_violations > 0
-        print(json.dumps(result.to_json()) if as_json else _line(result), flush=True)
+    for name, cls in plan.audits:
+        result = audit(name, cls, plan.config, plan.broken)
+        flagged |= result.violation
+        print(json.dumps(result.to_json()) if plan.as_json else _line(result), flush=True)
     return 1 if flagged else 0
 
 

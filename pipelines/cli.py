@@ -395,10 +395,10 @@ def fail(message: str, code: int = EXIT_CONFIG) -> int:
 def check_config(config, transform) -> None:
     """Before a replay starts: the configured requirements are usable and every input's first records are."""
     mechanism = transform.config.build()
-    used = [name for name, _ in config.level_shares] if config.level_shares else None
+    used = [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None
     translator = check_requirements_usable(mechanism, config.policy, used)
     # users without a declaration get a level or a declaration from a file: only a record's own can be judged
-    judge = None if config.level_shares or config.requirements_files else translator
+    judge = None if config.policy.level_shares or config.requirements_files else translator
     check_first_records("--input", config.input_format, config.inputs, config.parse, judge, config.poi)
     if config.requirements_files:
         check_first_records("--requirements-file", "csv" if config.requirements_csv else "jsonl",
@@ -452,7 +452,7 @@ def finish_replay(config, report: dict) -> int:
 
     ext = config.output_format
     needs = fresh_threshold(histogram(config).config.build(), config.policy,
-                            [name for name, _ in config.level_shares] if config.level_shares else None)
+                            [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
     return finish("replay", report, config.output, config.max_rejected_fraction,
                   os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs)
 
@@ -523,7 +523,7 @@ def busiest_slot_users(records: Iterable, parse, slot_seconds: float, origin: fl
 def predict_fresh(config, transform, logger) -> None:
     """Before a replay: say how many users a fresh slot needs; warn when the input's first slots have fewer."""
     needed = fresh_threshold(transform.config.build(), config.policy,
-                             [name for name, _ in config.level_shares] if config.level_shares else None)
+                             [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
     if needed is None:
         return
     logger.info("error model: a slot needs about %d users reporting for a fresh release (%d bins)", needed,

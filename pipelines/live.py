@@ -45,13 +45,16 @@ import time
 import numpy as np
 
 from pipelines.logs import add_counts
+from pipelines.report import run_warnings
 from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
 from transforms.release import _StreamRun
+from transforms.release_range import range_report
 from transforms.slotting import close_slots
+from transforms.user_state import SEP
 
 _LOGGER = logging.getLogger(__name__)
 OUTPUTS = ("releases", "dead_letters", "violations")
@@ -177,10 +180,15 @@ class LiveRelease:
             self.counts["duplicates"] += outcome.duplicates
             by_stream.setdefault(key[0], []).extend(outcome.contributions)
         released = 0
+        release_range = self.config.release_range
+        if release_range is not None:  # every closed slot of the range, also in streams with no new data
+            by_stream = {**{stream: [] for stream in self.runs}, **by_stream}
         for stream, contributions in by_stream.items():
             run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
             rows = [tuple(c) for c in contributions]
-            for kind, payload in run.release_until(max(c.slot for c in contributions), rows, final=False):
+            last = (max(c.slot for c in contributions) if release_range is None
+                    else release_range.last_due(self.clock, now * 1_000_000))
+            for kind, payload in run.release_until(last, rows, final=False):
                 released += self._output(stream, kind, payload)
             for kind, payload in run._flush(final=False):
                 self._output(stream, kind, payload)
@@ -248,6 +256,7 @@ class LiveRelease:
                   "ledger.keep": np.array([t.get("keep", 0) for t in tails], np.int64),
                   "ledger.slots": np.concatenate([t["slots"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.spent": np.concatenate([t["spent"] for t in tails] or [np.zeros(0, np.int64)]),
+                  "ledger.dc": np.concatenate([t["dc"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.open": np.array(opened, np.int64).reshape(-1, 4)}
         live = {"consumed": sorted(self.seen), "counts": self.counts, "ledger_keys": keys,
                 "pending": [list(e) for key in sorted(self.pending) for e in self.pending[key]],
@@ -276,6 +285,8 @@ class LiveRelease:
             start = ends[i] - arrays["ledger.sizes"][i]
             tail = {"slots": arrays["ledger.slots"][start:ends[i]].copy(),
                     "spent": arrays["ledger.spent"][start:ends[i]].copy(),
+                    "dc": arrays["ledger.dc"][start:ends[i]].copy() if "ledger.dc" in arrays
+                    else np.zeros(ends[i] - start, np.int64),
                     "open": [tuple(int(v) for v in row[1:]) for row in opened[opened[:, 0] == i]]}
             if arrays["ledger.keep"][i]:
                 tail["keep"] = int(arrays["ledger.keep"][i])
@@ -316,5 +327,7 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
     finally:
         live.close(commit=not (interrupted and checkpoint))  # the checkpoint holds an interrupted round
     with open(os.path.join(output, "report.json"), "w") as f:
-        json.dump(live.counts, f, indent=2)
+        json.dump({**live.counts, **range_report(transform.config.release_range),
+                   "warnings": run_warnings(transform.config.release_range, (k.split(SEP, 1) for k in live.tails))},
+                  f, indent=2)
     return live.counts

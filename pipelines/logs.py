@@ -6,7 +6,7 @@ first gives the root logger a stderr handler (warnings and up) that drops
 Beam's import-time notices, so they never print and the project's own
 loggers keep their configuration.  ``configure(quiet)`` sets the project's
 loggers (``pipelines``, ``transforms``, ``benchmarks``): INFO lines on stderr,
-or nothing below errors with ``--quiet``.
+only warnings and errors with ``--quiet`` (Beam's own loggers and SDK workers: only errors).
 
 ``Progress`` prints one line on stderr every 5 s (``WEVENT_PROGRESS_SECONDS``) while a job runs
 (records read, records/s, slots released, fresh so far); the graph feeds it
@@ -52,9 +52,9 @@ _install_root_handler()
 
 
 def configure(quiet: bool = False) -> None:
-    """The project's loggers print INFO lines on stderr (only errors with ``quiet``); Beam's only warnings
-    (only errors with ``quiet``)."""
-    level = logging.ERROR if quiet else logging.INFO
+    """The project's loggers print INFO lines on stderr (only warnings and errors with ``quiet``: a warning is
+    about the configuration or the data, not progress); Beam's only warnings (only errors with ``quiet``)."""
+    level = logging.WARNING if quiet else logging.INFO
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     for name in PROJECT_LOGGERS:

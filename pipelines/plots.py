@@ -1,14 +1,15 @@
-"""``--plot``: released against true counts of the busiest bins, on a wall-clock time axis."""
+"""``--evaluate --plot``: released against true counts of the busiest bins, on a wall-clock time axis (NOT private:
+it draws true counts; ``pipelines.report`` writes it into ``OUTPUT/evaluation/``)."""
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timezone
 
 import numpy as np
 
 
-def plot_released_vs_true(utility: dict, path: str, slot_seconds: float, origin: float, mechanism: str,
-                          count: int = 4) -> None:
+def plot_released_vs_true(utility: dict, slot_seconds: float, origin: float, mechanism: str, count: int = 4) -> bytes:
     """A PNG with one panel per busiest bin: counts per slot (users), true and released, against UTC time."""
     import matplotlib
 
@@ -30,5 +31,7 @@ def plot_released_vs_true(utility: dict, path: str, slot_seconds: float, origin:
     axes[-1, 0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(axes[-1, 0].xaxis.get_major_locator()))
     fig.suptitle(f"Released vs true counts of the {len(busiest)} busiest bins ({mechanism})")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
+    return buffer.getvalue()

@@ -8,9 +8,12 @@ directory or .tar/.tar.xz) or check-in logs, maps values to bins, runs
 ``PrivateStreamHistogram`` and writes into ``--output``: releases, the
 per-user ledger summary (usage), violations, dead letters (``--format``
 jsonl/avro/parquet), with ``--ledger-detail`` every charge, and
-``report.json`` with where every record went and the utility of the
-releases against the true histograms (computed in the pipeline, never
-written out).  ``--checkpoint-dir`` keeps the release state at the end (and
+``report.json`` with where every record went, the slots by kind and the
+ledger's verdict (``pipelines.report``); with ``--evaluate``, and only then,
+the utility against the true histograms goes to ``OUTPUT/evaluation/`` (NOT
+private).  ``--start``/``--end`` fix the released slots
+(``transforms.release_range``); without them they follow the data, and the
+job warns.  ``--checkpoint-dir`` keeps the release state at the end (and
 every ``--checkpoint-every`` slots); a later replay continues it with
 ``--resume-from`` (docs/operations.md).  A bad configuration stops before the pipeline starts with one
 line naming the problem and exit code 2.  Extra arguments go to Beam
@@ -21,21 +24,19 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import logging
 import os
-import tempfile
 import sys
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import cli, logs
 from pipelines.cli import ConfigError
 
+from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
@@ -44,9 +45,9 @@ from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
                                    HomogeneousParams,
                                    mechanism_class)
-from transforms.mechanisms.metrics import utility_report
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
+from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
 from transforms.sinks import FORMATS, WriteRecords, read_records
 
 _LOGGER = logging.getLogger("pipelines.replay")
@@ -77,15 +78,11 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
         mapping[name.strip()] = parse_requirement(requirement.strip())
     shares = []
     for item in filter(None, (ratios or "").split(",")):
-        name, _, share = item.partition("=")
-        if name not in mapping:
-            raise ConfigError(f"level ratio names unknown level {name!r}")
+        name, _, share = item.partition("=")  # RequirementPolicy checks the names and the sum
         try:
             shares.append((name, float(share)))
         except ValueError:
             raise ConfigError(f"level ratio {item!r} is not NAME=FRACTION") from None
-    if shares and (any(s < 0 for _, s in shares) or abs(sum(s for _, s in shares) - 1) > 1e-9):
-        raise ConfigError("level ratios must be non-negative and sum to 1")
     return mapping, shares
 
 
@@ -106,24 +103,6 @@ def mechanism_params(args) -> tuple[str, dict]:
 
 
 @dataclass(frozen=True)
-class LevelAssignment:
-    """Assigns each user a named level by ratio, deterministically (a hash of the user id)."""
-
-    shares: tuple
-
-    def __call__(self, event):
-        if event.requirement is not None:
-            return event
-        draw = int.from_bytes(hashlib.sha256(event.user.encode("utf-8", "surrogatepass")).digest()[:8], "big") / 2**64
-        cumulative = 0.0
-        for name, share in self.shares:
-            cumulative += share
-            if draw < cumulative:
-                return event._replace(requirement=("level", name))
-        return event._replace(requirement=("level", self.shares[-1][0]))
-
-
-@dataclass(frozen=True)
 class ReplayConfig:
     """Everything a replay needs, validated before the pipeline is built."""
 
@@ -137,13 +116,14 @@ class ReplayConfig:
     allowed_lateness: float
     parse: ParseConfig
     policy: RequirementPolicy
-    level_shares: tuple = ()
     requirements_files: tuple = ()
     poi: str | None = None
     output_format: str = "jsonl"
     ledger_detail: bool = False
     insecure_seed: int | None = None
+    evaluate: bool = False  # utility against the TRUE histograms into OUTPUT/evaluation/: NOT private
     plot: bool = False
+    release_range: tuple | None = None  # (start, end) epoch seconds: the released slots; None: the data's
     resume_from: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
@@ -184,6 +164,8 @@ def build_config(argv=None) -> ReplayConfig:
     cli.check_requirement_source(args, "--requirements-file")
     if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
         raise ConfigError(f"output {args.output!r} exists and is not empty (use --overwrite)")
+    if args.plot and not args.evaluate:
+        raise ConfigError("--plot draws the true counts: it needs --evaluate (whose outputs are not private)")
     fields = cli.parse_fields(args.field)
     file_format = {"jsonl": "jsonl", "csv": "csv"}.get(args.input_format, "record")
     to_bin = None if args.binning.startswith("int:") and args.input_format in ("jsonl", "csv", "avro", "parquet") \
@@ -204,11 +186,14 @@ def build_config(argv=None) -> ReplayConfig:
             inputs=inputs, input_format=args.input_format, output=args.output, mechanism=name,
             mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
             allowed_lateness=args.allowed_lateness, parse=parse,
-            policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window),
-            level_shares=tuple(shares), requirements_files=requirements_files, poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
-            insecure_seed=args.insecure_seed, plot=args.plot, resume_from=args.resume_from,
+            policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window,
+                                     level_shares=tuple(shares)),  # a default only: a user's declaration wins
+            requirements_files=requirements_files, poi=args.poi, output_format=args.format,
+            ledger_detail=args.ledger_detail, insecure_seed=args.insecure_seed, evaluate=args.evaluate,
+            plot=args.plot, release_range=parse_range(args.start, args.end), resume_from=args.resume_from,
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
-            requirements_parse=requirements_parse, requirements_csv=req_columns or (), csv_header=columns if columns and not args.csv_columns else (),
+            requirements_parse=requirements_parse, requirements_csv=req_columns or (),
+            csv_header=columns if columns and not args.csv_columns else (),
             max_rejected_fraction=args.max_rejected_fraction)
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:
@@ -252,12 +237,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--ledger-detail", action="store_true", help="also write every per-user charge")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (tests/replays only)")
-    p.add_argument("--plot", action="store_true", help="PNG of released vs true counts (needs the plot extra)")
+    p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
+                   "naive is UTC): every slot meeting [--start, --end) is released, and no other")
+    p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
+    p.add_argument("--evaluate", action="store_true", help="also measure utility against the TRUE histograms "
+                   f"into OUTPUT/{EVALUATION_DIR}/ (NOT private: never publish it)")
+    p.add_argument("--plot", action="store_true", help="with --evaluate: PNG of released vs true counts "
+                   "(needs the plot extra)")
     p.add_argument("--resume-from", help="continue the release state of a checkpoint file or directory")
     p.add_argument("--checkpoint-dir", help="write each stream's release state into this directory")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
                    "checkpoints (the state at the end is always written)")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors (workers too)")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing from Beam or its workers")
     cli.add_run_flags(p)
     return p
 
@@ -267,8 +258,8 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram:
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
                                   policy=config.policy, insecure_seed=config.insecure_seed,
-                                  ledger_detail=config.ledger_detail, bounded=True, evaluate=True,
-                                  resume_from=config.resume_from,
+                                  ledger_detail=config.ledger_detail, bounded=True, evaluate=config.evaluate,
+                                  release_range=config.release_range, resume_from=config.resume_from,
                                   checkpoint_every=config.checkpoint_every if config.checkpoint_dir else None)
 
 
@@ -290,30 +281,6 @@ def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_
     return sources[0] if len(sources) == 1 else tuple(sources) | f"{label}All" >> beam.Flatten()
 
 
-class _Utility(beam.CombineFn):
-    """Released vs true histograms of every slot -> the utility metrics (only aggregates leave)."""
-
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, accumulator, row):
-        accumulator.append(row)
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        return [row for accumulator in accumulators for row in accumulator]
-
-    def extract_output(self, rows):
-        if not rows:
-            return {}
-        rows = sorted(rows)
-        released = np.array([r[2] for r in rows], float)
-        true = np.array([r[3] for r in rows], float)
-        report = utility_report(released, true)
-        return {"metrics": {"amre": report.amre, "ajsd": report.ajsd, "mre": report.mre, "mae": report.mae},
-                "released": released.tolist(), "true": true.tolist(), "slots": [r[1] for r in rows]}
-
-
 def build(pipeline, config: ReplayConfig) -> None:
     raw = read_raw(pipeline, config, "Read", config.inputs, config.input_format) | "Progress" >> beam.Map(
         logs.count_read)
@@ -330,8 +297,6 @@ def build(pipeline, config: ReplayConfig) -> None:
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
     else:
         parsed_dead = parsed.dead_letters
-    if config.level_shares:
-        events = events | "AssignLevels" >> beam.Map(LevelAssignment(config.level_shares))
     outputs = events | "Private" >> histogram(config)
     out = lambda name: os.path.join(config.output, name)  # noqa: E731
     (outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release)
@@ -345,26 +310,16 @@ def build(pipeline, config: ReplayConfig) -> None:
         outputs["ledger_entries"] | "WriteLedger" >> WriteRecords(out("ledger"), "ledger_entry", config.output_format)
     if config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
-    (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(_Utility())
-     | "WriteUtility" >> beam.Map(_write_json_to, utility_path(config)))
+    if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
+        (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility())
+         | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output),
+                                         {"slot_seconds": config.slot_seconds, "origin": config.origin,
+                                          "mechanism": config.mechanism} if config.plot else None))
 
 
 def _write_json(path: str, payload) -> None:
     with open(path, "w") as f:
         json.dump(payload, f)
-
-
-def _write_json_to(payload, path: str) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.create(path) as f:
-        f.write(json.dumps(payload).encode())
-
-
-def utility_path(config: ReplayConfig) -> str:
-    """Where the pipeline leaves the released and TRUE histograms for the report; deleted after reading."""
-    key = hashlib.sha256(os.path.abspath(config.output).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"wevent-utility-{key}.json")
 
 
 def run(argv=None) -> int:
@@ -382,6 +337,8 @@ def run(argv=None) -> int:
     runner = options.view_as(StandardOptions).runner
     pipeline = beam.Pipeline(runner=runner or _fn_api_runner(), options=options)
     build(pipeline, config)
+    if config.release_range is None:
+        _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
     _LOGGER.info("replaying %s with %s into %s", ", ".join(config.inputs), config.mechanism, config.output)
     with logs.Progress("replay") as progress, logs.quiet_workers(quiet):
         result = pipeline.run()
@@ -391,7 +348,7 @@ def run(argv=None) -> int:
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
-                   "released_vs_true.png")
+                   "released_vs_true.png", *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
 
 
 def remove_previous_outputs(directory: str) -> None:
@@ -408,32 +365,27 @@ def _fn_api_runner():
 
 
 def write_report(config: ReplayConfig, result, seconds: float) -> dict:
-    """``report.json``: where every record went, the slots, the ledger, the utility."""
+    """``report.json``: records by fate, slots by kind, the ledger's verdict, the release range, warnings.
+
+    Nothing in it is computed from the true histograms (``--evaluate`` writes those into its own folder)."""
     counts = account(result)
     ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
     usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
         if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
-    scratch = utility_path(config)
-    utility = {}
-    if os.path.exists(scratch):
-        with open(scratch) as f:
-            utility = json.load(f)
-        os.remove(scratch)  # the true histograms never stay on disk
-    report = {**{k: v for k, v in counts.as_dict().items() if k != "ledger_violations"},
+    release_range = histogram(config).config.release_range
+    report = {"records_read": counts.records_read, "records_used": counts.records_used,
+              "duplicates": counts.duplicates, "late": counts.late, "dead_letters": counts.dead_letters,
+              "reconciles": counts.reconciles,
               "slots": counts.slots_fresh + counts.slots_skipped + counts.slots_nullified,
               "fresh": counts.slots_fresh, "skipped": counts.slots_skipped, "nullified": counts.slots_nullified,
+              "ledger_violations": counts.ledger_violations,
               "max_window_usage_ratio": max((u["max_window_usage_ratio"] for u in usage), default=0.0),
-              "ledger_violations": counts.ledger_violations, "reconciles": counts.reconciles,
-              "users": len(usage), "mechanism": config.mechanism, "wall_seconds": seconds,
-              **utility.get("metrics", {})}
-    for key in ("slots_fresh", "slots_skipped", "slots_nullified"):
-        report.pop(key)
+              **range_report(release_range),
+              "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)),
+              "mechanism": config.mechanism, "wall_seconds": seconds}
+    if config.evaluate:
+        report["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
     _write_json(os.path.join(config.output, "report.json"), report)
-    if config.plot and utility:
-        from pipelines.plots import plot_released_vs_true
-
-        plot_released_vs_true(utility, os.path.join(config.output, "released_vs_true.png"), config.slot_seconds,
-                              config.origin, config.mechanism)
     return report
 
 

@@ -50,8 +50,9 @@ from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
-from transforms.parse import ParseConfig, ParseEvents
+from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.private_histogram import PrivateStreamHistogram
+from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
 from transforms.sinks import WriteRecords
 
 _LOGGER = logging.getLogger("pipelines.streaming")
@@ -88,8 +89,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
                    "checkpoints (one is also written after every firing)")
+    p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
+                   "naive is UTC): every slot meeting [--start, --end) is released, and no other")
+    p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--demo-taxis", type=int, default=50)
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors (workers too)")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing from Beam or its workers")
     cli.add_run_flags(p)
     return p
 
@@ -111,9 +115,10 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:
+        release_range = parse_range(args.start, args.end)
         transform = PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
                                       allowed_lateness=args.allowed_lateness, policy=policy,
-                                      insecure_seed=args.insecure_seed, bounded=False,
+                                      insecure_seed=args.insecure_seed, bounded=False, release_range=release_range,
                                       resume_from=args.resume_from if beam_job else None,
                                       checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
                                       else None)
@@ -121,6 +126,12 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
         raise ConfigError(cli.flag_names(str(error))) from None
     cli.check_requirements_usable(transform.config.build(), policy)
     return transform
+
+
+def warn_without_range(args) -> None:
+    """Once the configuration is good (so that an error stays one line): say the released slots follow the data."""
+    if args.start is None and args.end is None:
+        _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
 
 
 def binner(args):
@@ -156,7 +167,12 @@ def demo_source(pipeline, args, binner):
         start = slot * args.slot_seconds
         stream = stream.add_elements([TimestampedValue(line, start) for line in by_slot[slot]])
         stream = stream.advance_watermark_to(start + args.slot_seconds + args.allowed_lateness + 1)
-    stream = stream.advance_watermark_to((slots[-1] + 3) * args.slot_seconds + args.allowed_lateness)
+    watermark = (slots[-1] + 1) * args.slot_seconds + args.allowed_lateness + 1
+    range_closed = time_seconds(args.end) + args.allowed_lateness + 1 if args.end else watermark
+    if range_closed > watermark:  # the range's trailing empty slots are released while their window is open
+        stream = stream.advance_watermark_to(range_closed)
+    stream = stream.advance_watermark_to(max(range_closed + args.slot_seconds,
+                                             (slots[-1] + 3) * args.slot_seconds + args.allowed_lateness))
     return pipeline | "Demo" >> stream.advance_watermark_to_infinity()
 
 
@@ -208,6 +224,7 @@ def run_watch(args) -> int:
             transform.config.check_checkpoint(load_checkpoint(args.checkpoint), args.checkpoint)
     except (ConfigError, ValueError) as error:
         return cli.fail(str(error))
+    warn_without_range(args)
     _LOGGER.info("watching %s, releasing into %s/releases-live.jsonl (Ctrl-C stops)", args.watch, args.output)
     with logs.Progress("watch") as progress:
         counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
@@ -238,6 +255,7 @@ def run(argv=None) -> int:
         os.makedirs(args.output, exist_ok=True)
     except ConfigError as error:
         return cli.fail(str(error))
+    warn_without_range(args)
     _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
     with logs.Progress("stream") as progress, logs.quiet_workers(args.quiet):
         try:

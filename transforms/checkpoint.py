@@ -53,6 +53,7 @@ class StreamState:
     declared: dict                   # user -> the declaration last seen (a tuple), for users who declared
     next_slot: int | None            # the next slot to release (None: nothing released yet)
     randomness: bytes | None = None  # pickled seeded generator; only with an insecure seed
+    requirements: bytes | None = None  # DeclaredRequirements.to_bytes(): what users declared, for the ledger
 
 
 @dataclass
@@ -104,8 +105,10 @@ def encode(checkpoint: Checkpoint) -> bytes:
     for i, (name, state) in enumerate(sorted(checkpoint.streams.items())):
         streams.append({"stream": name, "next_slot": state.next_slot, "users": list(state.user_ids),
                         "declared": sorted([user, list(d)] for user, d in state.declared.items()),
-                        "randomness": state.randomness is not None})
+                        "randomness": state.randomness is not None, "requirements": state.requirements is not None})
         arrays[f"stream{i}.mechanism"] = _blob(state.mechanism)
+        if state.requirements is not None:
+            arrays[f"stream{i}.requirements"] = _blob(state.requirements)
         if state.randomness is not None:
             arrays[f"stream{i}.randomness"] = _blob(state.randomness)
     header = {"format": "wevent-checkpoint", "version": VERSION, "mechanism": checkpoint.mechanism,
@@ -139,7 +142,8 @@ def decode(payload: bytes, source: str) -> Checkpoint:
             streams[s["stream"]] = StreamState(
                 arrays.pop(f"stream{i}.mechanism").tobytes(), list(s["users"]),
                 {user: _declaration(d) for user, d in s["declared"]}, s["next_slot"],
-                arrays.pop(f"stream{i}.randomness").tobytes() if s["randomness"] else None)
+                arrays.pop(f"stream{i}.randomness").tobytes() if s["randomness"] else None,
+                arrays.pop(f"stream{i}.requirements").tobytes() if s.get("requirements") else None)
         return Checkpoint(header["mechanism"], header["params"], header["slot_seconds"], header["origin"],
                           header["insecure_seed"], streams, header["live"],
                           {k[5:]: v for k, v in arrays.items() if k.startswith("live.")})

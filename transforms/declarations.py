@@ -5,12 +5,22 @@ A declaration is ``("fixed", w, ε)``, ``("dynamic", w_B, ε_B, w_F, ε_F)`` or
 A fixed ``(w, E)`` given to a dynamic mechanism means the same constraint in
 both directions, ``(w, E, w, E)``; a dynamic declaration cannot be honoured
 by a fixed-requirement mechanism.  A user with no declaration gets the
-configured default.  Refusals are reasons for a dead letter, never
-exceptions: one bad declaration must not stop the stream.
+configured default, or with ``level_shares`` a named level assigned by a
+hash of their id.
+
+A user's own declaration always wins over the operator's assignment: the
+assignment is only a default for users who declared nothing, never a
+replacement (the operator must not weaken, or silently change, what a user
+asked for; the operator's bounds ``min_epsilon``/``max_epsilon``/``max_window``
+still refuse a declaration outright, as a dead letter with its reason).  The
+ledger then checks each user against the requirement the mechanism used,
+which is their own declaration when they made one.  Refusals are reasons for
+a dead letter, never exceptions: one bad declaration must not stop the stream.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,14 +31,16 @@ from transforms.mechanisms import (NO_VALUE, DynamicRequirement, DynamicRequirem
 
 @dataclass(frozen=True)
 class RequirementPolicy:
-    """How declarations are read: named levels, the default for users who declare nothing, and the
-    operator's bounds (every budget in ``[min_epsilon, max_epsilon]``, every window ``<= max_window``)."""
+    """How declarations are read: named levels, the default for users who declare nothing (one ``default`` for
+    all, or a level assigned by ``level_shares``, ``((name, fraction), ...)``), and the operator's bounds (every
+    budget in ``[min_epsilon, max_epsilon]``, every window ``<= max_window``)."""
 
     levels: dict = field(default_factory=dict)
     default: FixedRequirement | DynamicRequirement | None = None
     min_epsilon: float | None = None
     max_epsilon: float | None = None
     max_window: int | None = None
+    level_shares: tuple = ()
 
     def __post_init__(self):
         for name in ("min_epsilon", "max_epsilon"):
@@ -44,6 +56,28 @@ class RequirementPolicy:
                 raise ValueError(f"level {name!r} must map to a FixedRequirement or DynamicRequirement")
         if self.default is not None and not isinstance(self.default, (FixedRequirement, DynamicRequirement)):
             raise ValueError("default must be a FixedRequirement or DynamicRequirement")
+        if self.level_shares:
+            if self.default is not None:
+                raise ValueError("give either a default requirement for all or level shares, not both")
+            unknown = [name for name, _ in self.level_shares if name not in self.levels]
+            if unknown:
+                raise ValueError(f"level shares name unknown level {unknown[0]!r}")
+            shares = [share for _, share in self.level_shares]
+            if any(not 0 <= share <= 1 for share in shares) or abs(sum(shares) - 1) > 1e-9:
+                raise ValueError("level ratios must be non-negative and sum to 1")
+
+    def assigned(self, user: str) -> tuple | None:
+        """The ``("level", name)`` the operator assigns ``user`` when they declare nothing (a hash of the id, so
+        the same user always gets the same level); None without ``level_shares``."""
+        if not self.level_shares:
+            return None
+        draw = int.from_bytes(hashlib.sha256(user.encode("utf-8", "surrogatepass")).digest()[:8], "big") / 2**64
+        cumulative = 0.0
+        for name, share in self.level_shares:
+            cumulative += share
+            if draw < cumulative:
+                return ("level", name)
+        return ("level", self.level_shares[-1][0])
 
 
 def _as_requirement(declaration):

@@ -2,7 +2,9 @@
 
 ``PrivacyLedger`` is a stateful DoFn keyed by ``stream + SEP + user``.  It is
 fed each user's charges in chunks of consecutive slots (from the release
-stage) and checks, with exact integer budget units, every window the user's
+stage), each with the least charge the release's evidence implies (what the
+statistics were computed from, not the mechanism's bookkeeping), checks that
+every charge covers it, and checks, with exact integer budget units, every window the user's
 requirement covers: ``(w, E)`` for fixed requirements, and the backward and
 forward windows of every dynamic declaration (forward windows when they
 close, or at the end of a bounded input).  State keeps only the last
@@ -21,6 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.ledger import usage_ratios
 from transforms.user_state import NAMESPACE, SEP
 
 VIOLATIONS = "violations"
@@ -34,9 +37,11 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
     """
     slots = np.concatenate([tail["slots"], chunk["slots"]])
     spent = np.concatenate([tail["spent"], chunk["dc"] + chunk["publication"]])
+    dc = np.concatenate([tail.get("dc", np.zeros(tail["slots"].size, np.int64)), chunk["dc"]])
     if slots.size > 1 and np.any(np.diff(slots) <= 0):
         raise ValueError("a user's charges must come in increasing slot order")
     totals = np.concatenate([[0], np.cumsum(spent)])  # totals[k]: sum of the first k entries
+    dc_totals = np.concatenate([[0], np.cumsum(dc)])
     rows = np.arange(tail["slots"].size, slots.size)
     reqs = chunk["requirements"]
     checks = []  # (slot, kind, window sum, bound)
@@ -50,7 +55,11 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
         checks.append((ends, kind, window_sum(ends - windows + 1, ends), bounds))
 
     if chunk["dynamic"]:
-        backward(reqs[:, 0], reqs[:, 1], "backward")
+        # §1.6: a declared E_B the window had already passed is projected, from this ledger's own sums
+        ends, firsts = slots[rows], slots[rows] - reqs[:, 0] + 1
+        past = window_sum(firsts, ends - 1)
+        past_dc = dc_totals[np.searchsorted(slots, ends - 1, "right")] - dc_totals[np.searchsorted(slots, firsts, "left")]
+        backward(reqs[:, 0], np.maximum.reduce([reqs[:, 1], 2 * past_dc, 2 * (past - past_dc)]), "backward")
         opened = [(int(s), int(w), int(e)) for s, w, e in zip(slots[rows], reqs[:, 2], reqs[:, 3])]
     else:
         backward(reqs[:, 0], reqs[:, 1], "fixed")
@@ -66,31 +75,37 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
         else:
             still_open.append((start, window, bound))
     worst, violations = 0.0, []
+    charged = chunk["dc"] + chunk["publication"]
+    for i in np.flatnonzero(chunk["least"] > charged):
+        violations.append({"slot": int(chunk["slots"][i]), "kind": "undercharged",
+                           "window_units": int(chunk["least"][i]), "bound_units": int(charged[i])})
     for at, kind, sums, bounds in checks:
         if sums.size:
-            worst = max(worst, float((sums / bounds).max()))
+            worst = max(worst, float(usage_ratios(sums, bounds).max()))
             for i in np.flatnonzero(sums > bounds):
                 violations.append({"slot": int(at[i]), "kind": kind, "window_units": int(sums[i]),
                                    "bound_units": int(bounds[i])})
     widest = int(reqs[:, 0::2].max()) if reqs.size else 1
     keep = max(max_window, widest, tail.get("keep", 1))
     recent = slots > last - keep  # only slots some later window can still reach
-    new_tail = {"slots": slots[recent], "spent": spent[recent], "open": still_open, "keep": keep}
+    new_tail = {"slots": slots[recent], "spent": spent[recent], "dc": dc[recent], "open": still_open, "keep": keep}
     return new_tail, worst, violations
 
 
 def charge_chunk(table: np.ndarray, dynamic: bool, final: bool, complete: bool) -> dict:
     """The chunk :func:`check_windows` reads, from the form the release stage sends: one int64 row per slot
-    (slot, dc, publication, then the requirement in force: (w, E), or (w_B, E_B, w_F, E_F) when ``dynamic``).
+    (slot, dc, publication, the least charge the evidence implies, then the requirement the user declared in
+    force: (w, E), or (w_B, E_B, w_F, E_F) when ``dynamic``, E_B as declared: the ledger projects it itself).
 
     One array per user and chunk crosses the stages instead of four: Beam pickles each array (~15 µs apiece).
     """
-    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "requirements": table[:, 3:],
+    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "least": table[:, 3],
+            "requirements": table[:, 4:],
             "dynamic": dynamic, "final": final, "complete": complete}
 
 
 def empty_tail() -> dict:
-    return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "open": []}
+    return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "dc": np.zeros(0, np.int64), "open": []}
 
 
 class PrivacyLedger(beam.DoFn):
@@ -127,11 +142,12 @@ class PrivacyLedger(beam.DoFn):
             self.violation_counter.inc()
             yield beam.pvalue.TaggedOutput(VIOLATIONS, {"stream": stream, "user": user, **violation})
         if self.detail:
-            for slot, dc, publication in zip(chunk["slots"], chunk["dc"], chunk["publication"]):
+            for slot, dc, publication, least in zip(chunk["slots"], chunk["dc"], chunk["publication"], chunk["least"]):
                 yield beam.pvalue.TaggedOutput(ENTRIES, {
                     "stream": stream, "user": user, "slot": int(slot),
                     "charge": units_to_decimal_string(int(dc + publication)),
-                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication))})
+                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication)),
+                    "least": units_to_decimal_string(int(least))})
         yield {"stream": stream, "user": user, "slots": usage[0], "max_window_usage_ratio": usage[1],
                    "violations": usage[2]}
 

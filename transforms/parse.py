@@ -407,6 +407,17 @@ def _read_time(record: Mapping, fields: FieldMapping) -> float:
     return float(seconds)
 
 
+def time_seconds(text: str, name: str = "time") -> float:
+    """Epoch seconds of ``text``: a number, or ISO 8601 (naive times are UTC); ValueError naming ``name``."""
+    try:
+        seconds = float(_text_seconds(text))
+    except _Rejected as error:
+        raise ValueError(f"{name}: {error}") from None
+    if not (_is_finite(seconds) and 0 <= seconds <= MAX_TIME):
+        raise ValueError(f"{name}: time {text!r} out of range")
+    return seconds
+
+
 def _text_seconds(text: str) -> int | float | Decimal:
     stripped = text.strip()
     if _NUMBER.fullmatch(stripped):

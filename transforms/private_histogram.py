@@ -12,6 +12,9 @@
     outputs["evaluation"]    # with evaluate=True: (stream, slot, released, TRUE histogram) -- not private
     outputs["checkpoints"]   # with checkpoint_every=K: (stream, next_slot, checkpoint bytes), see transforms.checkpoint
 
+``release_range=(start, end)`` (epoch seconds) fixes the released slots: every slot meeting
+``[start, end)`` and no other (``transforms.release_range``); without it they follow the data.
+
 Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
 Bounded or streaming is read from the pipeline's ``--streaming`` option.
 
@@ -33,6 +36,7 @@ from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedger, PrivacyLedger
 from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
+from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, UserSlotState
 
@@ -68,7 +72,8 @@ class PrivateStreamHistogram(beam.PTransform):
                  origin: float = 0.0, allowed_lateness: float = 0.0, policy: RequirementPolicy | None = None,
                  insecure_seed: int | None = None, ledger_detail: bool = False, ledger_flush_slots: int = 100,
                  ledger_max_window: int = 1000, bounded: bool | None = None, evaluate: bool = False,
-                 resume_from: str | None = None, checkpoint_every: int | None = None):
+                 resume_from: str | None = None, checkpoint_every: int | None = None,
+                 release_range: tuple[float, float] | None = None):
         super().__init__()
         if policy is None:
             raise ValueError("PrivateStreamHistogram needs policy=RequirementPolicy(default=..., levels=...): without "
@@ -79,7 +84,9 @@ class PrivateStreamHistogram(beam.PTransform):
         self.clock = SlotClock(slot_seconds, origin, allowed_lateness)
         self.config = ReleaseConfig(mechanism.lower(), {"bins": bins, **(mechanism_params or {})}, self.clock,
                                     policy, insecure_seed, ledger_flush_slots, evaluate,
-                                    resume_from=resume_from, checkpoint_every=checkpoint_every)
+                                    resume_from=resume_from, checkpoint_every=checkpoint_every,
+                                    release_range=None if release_range is None
+                                    else ReleaseRange.of(self.clock, *release_range))
         if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
             ledger_max_window = max(ledger_max_window, getattr(self.config.build().params, "max_window"))
         if not isinstance(ledger_max_window, int) or ledger_max_window < 1:

@@ -44,10 +44,13 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, encode, load_for_resume, load_randomness
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
-from transforms.mechanisms import DynamicRequirements, Mechanism, SlotBatch, mechanism_class, make_mechanism
+from transforms.mechanisms import Mechanism, SlotBatch, mechanism_class, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.declared import DeclaredRequirements
+from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import Contribution, dead_letter, pack_contributions, unpack_contributions
+from transforms.release_range import ReleaseRange
 from transforms.slot_batch import SlotColumns
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, NAMESPACE, SEP
@@ -74,6 +77,7 @@ class ReleaseConfig:
     max_empty_slots: int = 10_000  # longest run of empty slots released one by one (see release_until)
     resume_from: str | None = None  # checkpoint file, or directory of them, that the streams continue from
     checkpoint_every: int | None = None  # emit each stream's state every this many slots and after each firing
+    release_range: ReleaseRange | None = None  # the public slots to release; None: the data's (see release_until)
 
     def __post_init__(self):
         mechanism_class(self.mechanism)
@@ -87,6 +91,8 @@ class ReleaseConfig:
         if self.checkpoint_every is not None and (isinstance(self.checkpoint_every, bool) or not isinstance(
                 self.checkpoint_every, int) or self.checkpoint_every < 1):
             raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
+        if self.release_range is not None and not isinstance(self.release_range, ReleaseRange):
+            raise ValueError(f"release_range must be a ReleaseRange, got {self.release_range!r}")
         if self.resume_from is not None:
             self.resume_state()  # a missing, damaged or mismatched checkpoint fails now
 
@@ -176,7 +182,8 @@ class ReleaseController(beam.DoFn):
             earliest = clock.release_micros(min(held_slots - due_slots))
             armed.write(earliest)
             release.set(Timestamp(micros=earliest))
-        if not due:
+        release_range = self.config.release_range
+        if not due and release_range is None:
             return
         mechanism_bytes = mechanism_state.read()
         if mechanism_bytes is None:  # the stream's first firing in this job: maybe a resumed one
@@ -185,7 +192,11 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = pickle.loads(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
         run = _StreamRun.load(self.config, key, state)
-        for output in run.release_until(max(due_slots), due, final=self.bounded):
+        if release_range is None:
+            last = max(due_slots)
+        else:  # every slot of the range that has closed, with data or not
+            last = release_range.last_slot if self.bounded else release_range.last_due(clock, fired.micros - 1000)
+        for output in run.release_until(last, due, final=self.bounded):
             kind, payload = output
             if kind == "release":
                 self.kinds[payload["kind"]].inc()
@@ -210,6 +221,12 @@ class ReleaseController(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(CHECKPOINTS, payload)
             else:
                 yield beam.pvalue.TaggedOutput(CHARGES, payload)
+        if release_range is not None and not self.bounded and not later and run.next_slot <= release_range.last_slot:
+            # no data is held, but the range's remaining slots are released when they close, data or not
+            at = min(clock.release_micros(release_range.last_slot), GlobalWindow().max_timestamp().micros)
+            if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
+                armed.write(at)
+                release.set(Timestamp(micros=at))
         state = run.state()
         mechanism_state.write(state.mechanism)
         users_state.write(pickle.dumps((state.user_ids, state.declared), protocol=pickle.HIGHEST_PROTOCOL))
@@ -222,8 +239,10 @@ class _StreamRun:
     """One firing's work for a stream: the mechanism and its user index, outside Beam."""
 
     def __init__(self, config: ReleaseConfig, stream: str, mechanism: Mechanism, user_ids: list,
-                 next_slot: int | None, randomness, declared: dict | None = None):
+                 next_slot: int | None, randomness, declared: dict | None = None,
+                 requirements: DeclaredRequirements | None = None):
         self.config, self.stream, self.mechanism = config, stream, mechanism
+        self.requirements = requirements or DeclaredRequirements(mechanism.requirement_kind)
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
         self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
@@ -236,6 +255,8 @@ class _StreamRun:
         self.next_slot = next_slot
         self.randomness = randomness
         self.translator = DeclarationTranslator(mechanism, config.policy)
+        if requirements is None and user_ids:  # a checkpoint written before the stage kept its own register
+            self._rebuild_requirements(next_slot or 1)
         self.pending_charges: list = []
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
         self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
@@ -254,14 +275,24 @@ class _StreamRun:
             randomness = load_randomness(state.randomness)
         else:
             randomness = insecure_seeded_randomness(config.insecure_seed)
-        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared)
+        requirements = None if state.requirements is None else DeclaredRequirements.from_bytes(state.requirements)
+        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared,
+                   requirements)
 
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
         if self._firing is not None:
             self._firing.save_declared()
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
-                           None if self.config.insecure_seed is None else dump_randomness(self.randomness))
+                           None if self.config.insecure_seed is None else dump_randomness(self.randomness),
+                           self.requirements.to_bytes())
+
+    def _rebuild_requirements(self, slot: int) -> None:
+        """Every known user's last declaration (or the default) in force, as an older checkpoint allows."""
+        rows = [self.translator.row(self.declared.get(user))[0] for user in self.user_ids]
+        known = [i for i, row in enumerate(rows) if row is not None]
+        if known:
+            self.requirements.declare(slot, np.array(known), self.translator.columns([rows[i] for i in known]), None)
 
     def declaration_id(self, declaration: tuple) -> int:
         """The position of ``declaration`` in ``declarations`` (appended when new)."""
@@ -278,11 +309,21 @@ class _StreamRun:
     def release_until(self, last_slot: int, contributions: list, final: bool):
         """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
 
-        ``contributions`` are ``Contribution`` tuples of slots up to ``last_slot``.  Empty slots are
-        released too, but at most ``max_empty_slots`` in a row: a longer gap (a far-off timestamp, a
-        stream that paused) resumes at the next slot with data.  Releasing fewer slots never costs
-        privacy: any w consecutive slots then hold at most w mechanism steps.
+        ``contributions`` are ``Contribution`` tuples of slots up to ``last_slot``.  With the config's
+        ``release_range`` the stream starts at the range's first slot, every slot of the range up to
+        ``last_slot`` is released (empty ones as the mechanism's cheap skips) and contributions outside
+        the range are dead letters.  Without one, the stream starts at its first slot with data and
+        empty slots are released at most ``max_empty_slots`` in a row: a longer gap (a far-off
+        timestamp, a stream that paused) resumes at the next slot with data.  Releasing fewer slots
+        never costs privacy (any w consecutive slots then hold at most w mechanism steps), but which
+        slots are released then depends on the data.
         """
+        release_range = self.config.release_range
+        if release_range is not None:
+            contributions = yield from self._outside_range(release_range, contributions)
+            last_slot = min(last_slot, release_range.last_slot)
+            if self.next_slot is None or self.next_slot < release_range.first_slot:
+                self.next_slot = release_range.first_slot  # a resumed stream never goes back
         columns = SlotColumns.of(contributions)
         if self.next_slot is None:
             self.next_slot = int(columns.slots[0])
@@ -297,7 +338,7 @@ class _StreamRun:
         self._firing = _Firing(self, columns)
         slot = self.next_slot
         for upcoming, start, end in [*columns.slot_rows(), (last_slot + 1, 0, 0)]:
-            if upcoming - slot > self.config.max_empty_slots:
+            if release_range is None and upcoming - slot > self.config.max_empty_slots:
                 _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", self.stream,
                                 upcoming - slot - self.config.max_empty_slots, slot - 1)
                 empty_until = slot + self.config.max_empty_slots
@@ -313,6 +354,18 @@ class _StreamRun:
         if self.config.checkpoint_every and self.next_slot != self._saved_at:
             yield from self._checkpoint()  # the latest state: a resumed job must never release these slots again
         yield from self._flush(final=final)
+
+    def _outside_range(self, release_range: ReleaseRange, contributions: list):
+        """Dead letters for the records of contributions outside the range; returns the contributions inside."""
+        if not contributions or (release_range.first_slot <= min(map(_SLOT, contributions))
+                                 and max(map(_SLOT, contributions)) <= release_range.last_slot):
+            return contributions
+        inside, outside = release_range.split(contributions)
+        for c in map(Contribution._make, sorted(outside, key=_SLOT)):
+            reason = release_range.outside(c.slot)
+            for raw in c.raws:
+                yield "dead", dead_letter(reason, raw, "release", self.stream, c.user)
+        return inside
 
     def _release_one(self, slot: int, start: int, end: int, final: bool):
         yield from self._release(slot, start, end)
@@ -358,11 +411,11 @@ class _StreamRun:
             yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
-        requirements = charges.requirements
-        in_force = ([requirements.as_matrix()] if isinstance(requirements, DynamicRequirements)
-                    else [requirements.window, requirements.epsilon_units])
+        declared = charges.declarations  # the ledger checks what users declared, kept here, not the mechanism's view
+        self.requirements.declare(release.slot, declared.users, declared.requirements, charges.default_requirement)
         self.pending_charges.append((charges.users, np.column_stack(
-            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units, *in_force])))
+            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
+             least_charges_of_registered(charges), self.requirements.matrix_of(charges.users)])))
 
     def _flush(self, final: bool):
         """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,
@@ -407,8 +460,11 @@ class _Firing:
         self.own = np.array(run_ids + [-1], np.int64)[columns.requirements]
         users = columns.user_ids
         self.dense = np.fromiter((run.index.get(u, -1) for u in users), np.int64, len(users))
-        self.declared_ids = np.fromiter((run.declaration_id(run.declared[u]) if u in run.declared else -1
-                                         for u in users), np.int64, len(users))
+        # a user's own declaration in force, else the operator's assigned level (never the other way round)
+        assigned = run.config.policy.assigned
+        self.declared_ids = np.fromiter((-1 if d is None else run.declaration_id(d)
+                                         for d in (run.declared.get(u) or assigned(u) for u in users)),
+                                        np.int64, len(users))
         self.saved_ids = self.declared_ids.copy()
         # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
         verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]

@@ -29,6 +29,11 @@ def events(path, n: int = 200, users: int = 20, values: int = 2) -> str:
     return str(path)
 
 
+def only_warnings(stderr: str) -> bool:
+    """``--quiet`` output: nothing but the job's warnings (about the configuration or the data)."""
+    return all(line.startswith("warning: ") for line in stderr.splitlines())
+
+
 def one_error_line(result: subprocess.CompletedProcess, code: int, fragment: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert result.returncode == code, result.stderr
@@ -114,7 +119,7 @@ def test_csv_inputs_and_requirement_files_use_their_header_rows(tmp_path):
     requirements.write_text("user,time,w,epsilon\n" + "".join(f"u{i},1000,5,1.0\n" for i in range(10)))
     result = job("pipelines.replay", "--input", str(csv), "--input-format", "csv", "--binning", "int:2",
                  "--requirements-file", str(requirements), "--output", str(tmp_path / "out"), "--quiet")
-    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.returncode == 0 and only_warnings(result.stderr), result.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (report["records_read"], report["records_used"], report["dead_letters"]) == (110, 110, 0)
     bad = tmp_path / "bad.csv"
@@ -143,14 +148,15 @@ def test_progress_lines_and_a_one_line_summary_on_stderr_and_nothing_with_quiet(
     result = job(*common, "--output", str(tmp_path / "out"), env={"WEVENT_PROGRESS_SECONDS": "0.05"})
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert lines[0].startswith("replaying ") and lines[-1].startswith("replay done in ")
+    assert any(line.startswith("replaying ") for line in lines) and lines[-1].startswith("replay done in ")
     assert "2,000 records read = 2,000 used + 0 duplicates + 0 late + 0 dead letters" in lines[-1]
     progress = [line for line in lines if line.startswith("replay: ")]
     assert progress and all("records read (" in line or "s elapsed" in line for line in progress), lines
     assert "apitools" not in result.stderr and result.stdout == ""
     quiet = job(*common, "--output", str(tmp_path / "quiet"), "--quiet", "--direct_num_workers", "2",
                 "--direct_running_mode", "multi_processing", env={"WEVENT_PROGRESS_SECONDS": "0.05"})
-    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == "", quiet.stderr[-2000:]
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr[-2000:]
+    assert only_warnings(quiet.stderr) and "no --start/--end" in quiet.stderr  # no progress, no worker lines
 
 
 def test_streaming_demo_files_are_named_by_slot_start_and_hold_their_own_slot(tmp_path):
@@ -251,7 +257,7 @@ def test_the_error_model_warns_before_a_run_that_cannot_publish_fresh_and_the_ru
     busy = events(tmp_path / "busy.jsonl", n=2000, users=200)
     ok = job("pipelines.replay", "--input", busy, "--binning", "int:2", "--requirement", "fixed:10,1.0",
              "--insecure-seed", "2", "--output", str(tmp_path / "busy"))
-    assert ok.returncode == 0 and "warning" not in ok.stderr, ok.stderr
+    assert ok.returncode == 0 and "predicts no fresh" not in ok.stderr and "was fresh" not in ok.stderr, ok.stderr
     assert json.loads((tmp_path / "busy" / "report.json").read_text())["fresh"] > 0
 
 
@@ -264,10 +270,10 @@ def test_the_plot_has_a_title_a_wall_clock_axis_units_and_a_legend(tmp_path, mon
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
     utility = {"released": [[1, 2], [3, 1], [2, 2]], "true": [[1, 3], [2, 2], [2, 1]], "slots": [0, 1, 2]}
-    plot_released_vs_true(utility, str(tmp_path / "plot.png"), 600, 1_201_910_400, "pbd")
+    png = plot_released_vs_true(utility, 600, 1_201_910_400, "pbd")
     (fig,) = figures
     axes = fig.axes
-    assert (tmp_path / "plot.png").stat().st_size > 0
+    assert png.startswith(b"\x89PNG")
     assert "busiest bins (pbd)" in fig._suptitle.get_text()
     assert all("users per slot" in ax.get_ylabel() for ax in axes) and "UTC" in axes[-1].get_xlabel()
     assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["true (not published)", "released (pbd)"]

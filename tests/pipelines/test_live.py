@@ -152,7 +152,7 @@ def whole_run_violations(spent: list, max_window: int = 1000) -> list:
     found = []
     for key, chunks in by_user.items():
         whole = {name: np.concatenate([c[name] for c in chunks])
-                 for name in ("slots", "dc", "publication", "requirements")}
+                 for name in ("slots", "dc", "publication", "least", "requirements")}
         order = np.argsort(whole["slots"], kind="stable")
         whole = {name: values[order] for name, values in whole.items()}
         whole.update(dynamic=chunks[0]["dynamic"], final=True)

@@ -33,7 +33,7 @@ def outputs(directory) -> dict:
                                                                           "jsonl"))
     report = json.loads((directory / "report.json").read_text())
     counts = {k: report[k] for k in ("records_read", "records_used", "duplicates", "late", "dead_letters", "slots",
-                                     "fresh", "users", "ledger_violations")}
+                                     "fresh", "ledger_violations")}
     return {"releases": rows("releases"), "usage": rows("usage"), "dead": rows("dead_letters"), "counts": counts}
 
 

@@ -47,7 +47,21 @@ def test_homogeneous_baselines_refuse_stricter_requirements():
     ({"min_epsilon": 0}, "min_epsilon"), ({"max_epsilon": float("inf")}, "max_epsilon"),
     ({"min_epsilon": 2.0, "max_epsilon": 1.0}, "must not exceed"), ({"max_window": 0}, "max_window"),
     ({"default": (20, 1.0)}, "default"), ({"levels": {"x": 3}}, "level 'x'"),
+    ({"levels": {"a": FixedRequirement(4, 1.0)}, "level_shares": (("a", 0.4),)}, "sum to 1"),
+    ({"levels": {"a": FixedRequirement(4, 1.0)}, "level_shares": (("b", 1.0),)}, "unknown level 'b'"),
+    ({"levels": {"a": FixedRequirement(4, 1.0)}, "level_shares": (("a", 1.0),),
+      "default": FixedRequirement(4, 1.0)}, "not both"),
 ])
 def test_bad_policies_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RequirementPolicy(**kwargs)
+
+
+def test_assigned_levels_are_a_deterministic_default_by_user():
+    policy = RequirementPolicy(levels={"a": FixedRequirement(4, 1.0), "b": FixedRequirement(8, 1.0)},
+                               level_shares=(("a", 0.5), ("b", 0.5)))
+    assigned = [policy.assigned(f"user{i}") for i in range(400)]
+    assert assigned == [policy.assigned(f"user{i}") for i in range(400)]
+    share_a = assigned.count(("level", "a")) / 400
+    assert set(assigned) == {("level", "a"), ("level", "b")} and 0.4 < share_a < 0.6  # binomial: P(fail) < 1e-4
+    assert RequirementPolicy(default=FixedRequirement(4, 1.0)).assigned("user0") is None

@@ -65,14 +65,15 @@ def whole_run_violations(entries: list, users: int) -> list:
     by_user: dict = {}
     for e in entries:
         charges = by_user.setdefault(e["user"], {})
-        charges[e["slot"]] = charges.get(e["slot"], 0) + to_units(Decimal(e["charge"]))
+        spent, least = charges.get(e["slot"], (0, 0))
+        charges[e["slot"]] = (spent + to_units(Decimal(e["charge"])), least + to_units(Decimal(e["least"])))
     found = []
     for user, charges in by_user.items():
         window, epsilon = FIXED_CHOICES[int(user[4:]) % len(FIXED_CHOICES)]
         slots = np.array(sorted(charges), np.int64)
-        spent = np.array([charges[s] for s in sorted(charges)], np.int64)
-        chunk = {"slots": slots, "dc": spent, "publication": np.zeros_like(spent), "dynamic": False, "final": True,
-                 "requirements": np.tile([window, to_units(epsilon)], (slots.size, 1))}
+        spent, least = np.array([charges[s] for s in sorted(charges)], np.int64).T
+        chunk = {"slots": slots, "dc": spent, "publication": np.zeros_like(spent), "least": least, "dynamic": False,
+                 "final": True, "requirements": np.tile([window, to_units(epsilon)], (slots.size, 1))}
         found += check_windows(empty_tail(), chunk, 1000)[2]
     assert len(by_user) == users
     return found

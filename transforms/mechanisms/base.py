@@ -30,6 +30,7 @@ import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import to_epsilon, to_units
+from transforms.mechanisms.evidence import Evidence, Statistic
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
 from transforms.mechanisms.population import UNREGISTERED, Column, Population, SlotData, read_only_copy
@@ -59,6 +60,9 @@ class UserCharges:
     cohort_requirements: Requirements   # requirement in force per cohort row
     waiting_users: np.ndarray           # users waiting for a changed fixed requirement (charged 0)
     waiting_requirements: FixedRequirements | None
+    evidence: Evidence                  # what the slot's statistics were computed from: the ledger's check
+    declarations: SlotBatch             # the slot's input rows: the ledger keeps what users declared itself
+    default_requirement: Requirements | None = None  # the public default a new user without a declaration gets
 
     @cached_property
     def users(self) -> np.ndarray:
@@ -193,6 +197,7 @@ class Decision:
     predicted_error: float
     dc_units: np.ndarray
     publication_units: np.ndarray
+    statistics: tuple[Statistic, ...] = ()  # every noisy statistic computed from the data (evidence)
 
 
 class Mechanism(abc.ABC):
@@ -261,7 +266,9 @@ class Mechanism(abc.ABC):
             cohort_of=memberships.cohort_of, cohort_dc_units=decision.dc_units,
             cohort_publication_units=decision.publication_units,
             cohort_requirements=self.in_force_requirements(), waiting_users=memberships.waiting_users,
-            waiting_requirements=memberships.waiting_requirements)
+            waiting_requirements=memberships.waiting_requirements,
+            evidence=Evidence(data.groups, decision.statistics), declarations=batch,
+            default_requirement=self.population.default_requirement)
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
                        decision.predicted_error, charges)
 

@@ -23,7 +23,8 @@ from transforms.mechanisms.budget import UNITS_PER_EPSILON, units_to_decimal_str
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.population import SlotData
 from transforms.mechanisms.requirements import FixedRequirement, FixedRequirements
-from transforms.mechanisms.sampling import disturb, noisy_total_deviation
+from transforms.mechanisms.evidence import Statistic
+from transforms.mechanisms.sampling import certain_statistic, disturb, noisy_total_deviation
 
 
 class HomogeneousMechanism(Mechanism):
@@ -58,6 +59,10 @@ class HomogeneousMechanism(Mechanism):
     def variance(self, units: int) -> float:
         return _noise_variance(units, self.params.sensitivity, self.params.error_model)
 
+    def statistic(self, name: str, units: int) -> Statistic:
+        """A statistic every registered user enters, with noise of scale ``Δ/ε``."""
+        return certain_statistic(name, self.population.table.rows, units, self.params.sensitivity)
+
 
 @functools.lru_cache(maxsize=1024)
 def _noise_variance(units: int, sensitivity: int, model) -> float:
@@ -87,7 +92,8 @@ class BD(HomogeneousMechanism):
         p = self.params
         dc = p.epsilon_units // (2 * p.window)
         truth = data.cells.histogram(p.bins)
-        scaled_dis = noisy_total_deviation(truth, self.last_release, dc, p.sensitivity, rng)
+        dissimilarity = self.statistic("dissimilarity", dc)
+        scaled_dis = noisy_total_deviation(truth, self.last_release, dissimilarity, rng)
         publication = max(p.epsilon_units // 2 - self.history_total, 0) // 2
         error = self.variance(publication)
         fresh = publication > 0 and is_fresh_publication(
@@ -99,9 +105,11 @@ class BD(HomogeneousMechanism):
             history.appendleft(spent)
         dc_units, pub_units = self.charges(data, dc, spent)
         if fresh:
-            noisy = disturb(truth, publication, p.sensitivity, rng)
-            return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units)
-        return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
+            published = self.statistic("publication", publication)
+            noisy = disturb(truth, published, rng)
+            return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units,
+                            (dissimilarity, published))
+        return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units, (dissimilarity,))
 
 
 class BA(HomogeneousMechanism):
@@ -130,12 +138,13 @@ class BA(HomogeneousMechanism):
         p = self.params
         share = p.epsilon_units // (2 * p.window)
         truth = data.cells.histogram(p.bins)
-        scaled_dis = noisy_total_deviation(truth, self.last_release, share, p.sensitivity, rng)
+        dissimilarity = self.statistic("dissimilarity", share)
+        scaled_dis = noisy_total_deviation(truth, self.last_release, dissimilarity, rng)
         nullified_after = self.shares_at_last_publication - 1
         since = self.slot - self.last_publication
         if since <= nullified_after:
             dc_units, pub_units = self.charges(data, share, 0)
-            return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc_units, pub_units)
+            return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc_units, pub_units, (dissimilarity,))
         shares = min(since - nullified_after, p.window)
         publication = share * shares
         error = self.variance(publication)
@@ -143,10 +152,12 @@ class BA(HomogeneousMechanism):
             scaled_dis, p.bins, p.sensitivity * UNITS_PER_EPSILON / publication)
         dc_units, pub_units = self.charges(data, share, publication if fresh else 0)
         if not fresh:
-            return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
+            return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units, (dissimilarity,))
         self.last_publication, self.shares_at_last_publication = self.slot, shares
-        noisy = disturb(truth, publication, p.sensitivity, rng)
-        return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units)
+        published = self.statistic("publication", publication)
+        noisy = disturb(truth, published, rng)
+        return Decision(ReleaseKind.FRESH, noisy, publication, error, dc_units, pub_units,
+                        (dissimilarity, published))
 
 
 class Uniform(HomogeneousMechanism):
@@ -157,9 +168,10 @@ class Uniform(HomogeneousMechanism):
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         p = self.params
         budget = p.epsilon_units // p.window
-        noisy = disturb(data.cells.histogram(p.bins), budget, p.sensitivity, rng)
+        published = self.statistic("publication", budget)
+        noisy = disturb(data.cells.histogram(p.bins), published, rng)
         dc_units, pub_units = self.charges(data, 0, budget)
-        return Decision(ReleaseKind.FRESH, noisy, budget, self.variance(budget), dc_units, pub_units)
+        return Decision(ReleaseKind.FRESH, noisy, budget, self.variance(budget), dc_units, pub_units, (published,))
 
 
 class Sample(HomogeneousMechanism):
@@ -173,9 +185,10 @@ class Sample(HomogeneousMechanism):
         if (self.slot - 1) % p.window:
             dc_units, pub_units = self.charges(data, 0, 0)
             return Decision(ReleaseKind.SKIPPED, None, 0, error, dc_units, pub_units)
-        noisy = disturb(data.cells.histogram(p.bins), p.epsilon_units, p.sensitivity, rng)
+        published = self.statistic("publication", p.epsilon_units)
+        noisy = disturb(data.cells.histogram(p.bins), published, rng)
         dc_units, pub_units = self.charges(data, 0, p.epsilon_units)
-        return Decision(ReleaseKind.FRESH, noisy, p.epsilon_units, error, dc_units, pub_units)
+        return Decision(ReleaseKind.FRESH, noisy, p.epsilon_units, error, dc_units, pub_units, (published,))
 
 
 HOMOGENEOUS = {m.name: m for m in (BD, BA, Uniform, Sample)}

@@ -37,6 +37,7 @@ import numpy as np
 
 from transforms.mechanisms.base import UserCharges
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.declared import NOTHING_ALLOWED, DeclaredRequirements
 from transforms.mechanisms.population import UNREGISTERED
 from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
 
@@ -50,11 +51,14 @@ class Violation:
 
     user: int
     slot: int           # the slot the window ends at (or the last slot seen, for open windows)
-    kind: str           # "fixed", "backward" or "forward"
-    window_units: int
-    bound_units: int
+    kind: str           # "fixed", "backward", "forward", or "undercharged" (a charge below the evidence's least)
+    window_units: int   # undercharged: the least charge the evidence implies
+    bound_units: int    # undercharged: what the mechanism charged
 
     def __str__(self) -> str:
+        if self.kind == "undercharged":
+            return (f"user {self.user} at slot {self.slot}: the statistics they could enter cost at least "
+                    f"{units_to_decimal_string(self.window_units)}, charged {units_to_decimal_string(self.bound_units)}")
         return (f"user {self.user}, {self.kind} window ending at slot {self.slot}: spent "
                 f"{units_to_decimal_string(self.window_units)} > {units_to_decimal_string(self.bound_units)}")
 
@@ -74,7 +78,11 @@ class PrivacyLedger:
         # totals[s % (W+1), c]: class c's running total after slot s; slot-major so one slot is contiguous
         self._totals = np.zeros((max_window + 1, 0), np.uint64)
         self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (classes, start, bounds)
-        self._rows_seen: np.ndarray | None = None  # the last slot's cohort_of, when nobody was waiting
+        self._dc_totals = np.zeros((max_window + 1, 0), np.uint64)  # the same for the dissimilarity part (dynamic)
+        self._declared: DeclaredRequirements | None = None  # what users declared: the requirements checked
+        self._rows_seen: np.ndarray | None = None  # the last slot's cohort_of, while nothing was declared
+        self._seen_version = -1
+        self._row_requirements: Requirements | None = None
         self.max_usage_ratio = 0.0
         self.violation_count = 0
         self.violations: list[Violation] = []
@@ -85,20 +93,23 @@ class PrivacyLedger:
         """Add one slot's charges (slots must arrive in order, without gaps)."""
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
-        row_units, reqs = self._rows(charges)
+        self._check_evidence(slot, charges)
+        row_units, row_dc, reqs = self._rows(slot, charges)
         checked, rows = self._checked, self._checked_rows
         units = row_units[rows]
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
-        ring = self._totals.shape[0]
-        current = self._totals[slot % ring]
-        current[:] = self._totals[(slot - 1) % ring]
-        current[checked] += units.astype(np.uint64)
         self.slot = slot
         if isinstance(reqs, DynamicRequirements):
             backward = reqs.backward_window[rows]
             self._require_within(backward)
-            self._judge("backward", checked, self._sums_since(checked, slot - backward + 1), reqs.backward_units[rows])
+            # §1.6: a declared E_B the window had already passed is projected, from this ledger's own sums
+            first = slot - backward + 1
+            past = self._sums_between(self._totals, checked, first, slot - 1)
+            past_dc = self._sums_between(self._dc_totals, checked, first, slot - 1)
+            bound = np.maximum.reduce([reqs.backward_units[rows], 2 * past_dc, 2 * (past - past_dc)])
+            self._add(slot, checked, units, row_dc[rows])
+            self._judge("backward", checked, self._sums_since(checked, first), bound)
             forward, bounds = reqs.forward_window[rows], reqs.forward_units[rows]
             self._require_within(forward)
             for window in np.flatnonzero(np.bincount(forward)):  # a few distinct windows
@@ -106,6 +117,7 @@ class PrivacyLedger:
                 self._open_forward.setdefault(slot + int(window) - 1, []).append((checked[pick], slot, bounds[pick]))
             self._close_forward(self._open_forward.pop(slot, []))
         else:
+            self._add(slot, checked, units)
             self._require_within(reqs.window[rows])
             self._judge("fixed", checked, self._sums_since(checked, slot - reqs.window[rows] + 1),
                         reqs.epsilon_units[rows])
@@ -153,8 +165,12 @@ class PrivacyLedger:
             "forward_bounds": np.concatenate([b for _, _, _, b in pending] or [np.zeros(0, np.int64)]),
             "violations": np.array([(v.user, v.slot, v.window_units, v.bound_units) for v in kept],
                                    np.int64).reshape(-1, 4),
-            "violation_kinds": np.array([v.kind for v in kept], dtype="U8"),
+            "violation_kinds": np.array([v.kind for v in kept], dtype="U16"),
+            "dc_totals": self._dc_totals[:, self._class_of],
         }
+        if self._declared is not None:
+            arrays["declared.dynamic"] = np.array(self._declared.kind is DynamicRequirements)
+            arrays.update({f"declared.{k}": v for k, v in self._declared.state_arrays().items()})
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         return buffer.getvalue()
@@ -172,18 +188,24 @@ class PrivacyLedger:
         ledger.slot, ledger.violation_count = slot, violation_count
         ledger.max_usage_ratio = float(arrays["max_usage_ratio"])
         totals = np.array(arrays["totals"], np.uint64)
+        dc_totals = np.array(arrays["dc_totals"], np.uint64) if "dc_totals" in arrays else np.zeros_like(totals)
+        if "declared.dynamic" in arrays:
+            ledger._declared = DeclaredRequirements(DynamicRequirements if bool(arrays["declared.dynamic"])
+                                                    else FixedRequirements)
+            ledger._declared.load_state_arrays({k[9:]: v for k, v in arrays.items() if k.startswith("declared.")})
         pending, at = [], 0
         for end, start, size in arrays["forward_head"]:
             pending.append((int(end), int(start), arrays["forward_users"][at:at + size],
                             arrays["forward_bounds"][at:at + size]))
             at += size
-        class_of = _distinct(totals.T)
+        class_of = _distinct(np.concatenate([totals, dc_totals]).T)
         for _, _, users, bounds in pending:
             member, bound = np.zeros(class_of.size, np.int64), np.zeros(class_of.size, np.int64)
             member[users], bound[users] = 1, bounds
             class_of = _distinct(np.stack([class_of, member, bound], axis=1))
         _, representative = np.unique(class_of, return_index=True)
         ledger._class_of, ledger._totals = class_of, totals[:, representative]
+        ledger._dc_totals = dc_totals[:, representative]
         ledger._class_row = np.full(representative.size, _UNKNOWN_ROW, np.int64)
         ledger._class_size = np.bincount(class_of, minlength=representative.size)
         for end, start, users, bounds in pending:
@@ -194,27 +216,57 @@ class PrivacyLedger:
         return ledger
 
     # ------------------------------------------------------------------ classes
-    def _rows(self, charges: UserCharges) -> tuple[np.ndarray, Requirements]:
-        """Bring the classes up to this slot's rows; return the charge and requirement per row.
+    def _rows(self, slot: int, charges: UserCharges) -> tuple[np.ndarray, np.ndarray, Requirements]:
+        """Bring the classes up to this slot; return each row's charge, dissimilarity charge and requirement.
 
-        Waiting users get one extra row per distinct pending requirement, charged nothing.
+        The requirement checked is what each user declared (:class:`DeclaredRequirements`), never the
+        mechanism's: a cohort row whose members declared different things is split into one row per
+        requirement, and users waiting for a changed fixed requirement share rows charged nothing.
         """
-        rows, row_units = charges.cohort_of, charges.cohort_dc_units + charges.cohort_publication_units
-        reqs, waiting = charges.cohort_requirements, charges.waiting_users
-        if waiting.size:
-            pending = np.stack([charges.waiting_requirements.window, charges.waiting_requirements.epsilon_units],
-                               axis=1)
-            distinct, inverse = np.unique(pending, axis=0, return_inverse=True)
-            rows = rows.copy()
-            rows[waiting] = row_units.size + inverse.reshape(-1)
-            row_units = np.concatenate([row_units, np.zeros(distinct.shape[0], row_units.dtype)])
-            reqs = FixedRequirements(np.concatenate([reqs.window, distinct[:, 0]]),
-                                     np.concatenate([reqs.epsilon_units, distinct[:, 1]]))
-        elif self._rows_seen is not None and np.array_equal(rows, self._rows_seen):
-            return row_units, reqs  # nobody changed row: the classes hold
-        self._follow(rows)
-        self._rows_seen = None if waiting.size else rows.copy()
-        return row_units, reqs
+        if self._declared is None:
+            self._declared = DeclaredRequirements(type(charges.cohort_requirements))
+        declared, batch = self._declared, charges.declarations
+        if batch.requirements is not None:  # a window this ledger cannot hold is refused when declared
+            reqs = batch.requirements
+            self._require_within(reqs.window if isinstance(reqs, FixedRequirements) else
+                                 np.maximum(reqs.backward_window, reqs.forward_window))
+        declared.declare(slot, batch.users, batch.requirements, charges.default_requirement)
+        cohort_of, dc = charges.cohort_of, charges.cohort_dc_units
+        units = dc + charges.cohort_publication_units
+        if not (declared.version == self._seen_version and self._rows_seen is not None
+                and units.size == self._row_source.size - self._split_rows
+                and np.array_equal(cohort_of, self._rows_seen)):
+            self._regroup(cohort_of, units.size)
+        source = self._row_source  # each row's charge row (-1: charged nothing, the 0 appended below)
+        return np.append(units, 0)[source], np.append(dc, 0)[source], self._row_requirements
+
+    def _regroup(self, cohort_of: np.ndarray, rows: int) -> None:
+        """Rows of (charge row, declared requirement): the mechanism's rows, split where members disagree."""
+        declared = self._declared
+        users = np.flatnonzero(cohort_of != UNREGISTERED)
+        requirement = declared.matrix_of(users)
+        row_of = np.where(cohort_of[users] >= 0, cohort_of[users], rows)  # waiting: row `rows`, charged 0
+        representative = np.full(rows + 1, -1)
+        representative[row_of] = np.arange(users.size)
+        source = np.concatenate([np.arange(rows), [-1]])
+        table = np.tile(NOTHING_ALLOWED[:declared.width], (rows + 1, 1))
+        members = representative >= 0
+        table[members] = requirement[representative[members]]
+        odd = np.flatnonzero((requirement != table[row_of]).any(axis=1))
+        if odd.size:
+            pairs = np.column_stack([row_of[odd], requirement[odd]])
+            distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+            row_of[odd] = rows + 1 + inverse.reshape(-1)
+            source = np.concatenate([source, np.where(distinct[:, 0] < rows, distinct[:, 0], -1)])
+            table = np.concatenate([table, distinct[:, 1:]])
+        per_user = np.full(cohort_of.size, UNREGISTERED, np.int64)
+        per_user[users] = row_of
+        self._follow(per_user)
+        self._row_source = source
+        self._row_requirements = (FixedRequirements(table[:, 0], table[:, 1]) if declared.width == 2 else
+                                  DynamicRequirements(table[:, 0], table[:, 1], table[:, 2], table[:, 3]))
+        self._rows_seen, self._seen_version = cohort_of.copy(), declared.version
+        self._split_rows = source.size - rows  # rows added for waiting users and disagreeing members
 
     def _follow(self, rows: np.ndarray) -> None:
         """Split every class whose members are in different ``rows`` (users past its end: unregistered)."""
@@ -238,7 +290,8 @@ class PrivacyLedger:
             target = group_class.copy()
             parents = group_class[~keeps]
             if parents.size:
-                target[~keeps] = self._add_classes(self._totals[:, parents], group_row[~keeps])
+                target[~keeps] = self._add_classes(self._totals[:, parents], group_row[~keeps],
+                                                   self._dc_totals[:, parents])
                 self._inherit_forward(parents, target[~keeps])
             self._class_row[target] = group_row
             self._class_of[moved] = target[inverse.reshape(-1)]
@@ -246,10 +299,12 @@ class PrivacyLedger:
         self._checked = np.flatnonzero(self._class_row >= 0)
         self._checked_rows = self._class_row[self._checked]
 
-    def _add_classes(self, totals: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Append classes with these totals columns and rows; return their ids."""
+    def _add_classes(self, totals: np.ndarray, rows: np.ndarray, dc_totals: np.ndarray | None = None) -> np.ndarray:
+        """Append classes with these totals columns (zero dissimilarity totals unless given) and rows."""
         first = self._class_row.size
         self._totals = np.concatenate([self._totals, totals], axis=1)
+        self._dc_totals = np.concatenate([self._dc_totals, np.zeros_like(totals) if dc_totals is None else dc_totals],
+                                         axis=1)
         self._class_row = np.concatenate([self._class_row, rows])
         return np.arange(first, self._class_row.size)
 
@@ -274,10 +329,48 @@ class PrivacyLedger:
         return users, values[position[self._class_of[users]]]
 
     # ------------------------------------------------------------------ checks
+    def _check_evidence(self, slot: int, charges: UserCharges) -> None:
+        """Every user's charge must cover the least charge their part in the slot's statistics implies."""
+        evidence = charges.evidence
+        least = evidence.least_units_per_group()
+        if not least.any():
+            return
+        claimed = charges.cohort_dc_units + charges.cohort_publication_units
+        if evidence.groups is charges.cohort_of and least.size == claimed.size:
+            if not (least > claimed).any():  # one comparison per row: evidence and charges share the rows
+                return
+        users = np.flatnonzero(evidence.groups >= 0)
+        owed = evidence.least_units(users)
+        rows = np.full(users.size, UNREGISTERED, np.int64)
+        known = users < charges.cohort_of.size
+        rows[known] = charges.cohort_of[users[known]]
+        paid = np.where(rows >= 0, claimed[np.maximum(rows, 0)], 0)
+        short = np.flatnonzero(owed > paid)
+        self.violation_count += int(short.size)
+        room = max(self._max_kept - len(self.violations), 0)
+        self.violations += [Violation(int(users[i]), slot, "undercharged", int(owed[i]), int(paid[i]))
+                            for i in short[:room]]
+
     def _require_within(self, lengths: np.ndarray) -> None:
         if lengths.size and lengths.max() > self.max_window:
             raise ValueError(f"a window of {int(lengths.max())} slots exceeds the ledger's max_window="
                              f"{self.max_window}")
+
+    def _add(self, slot: int, classes: np.ndarray, units: np.ndarray, dc: np.ndarray | None = None) -> None:
+        """Running totals after ``slot``: the previous slot's plus this slot's charges (and dissimilarity part)."""
+        ring = self._totals.shape[0]
+        for totals, added in ((self._totals, units), (self._dc_totals, dc)):
+            if added is not None:
+                current = totals[slot % ring]
+                current[:] = totals[(slot - 1) % ring]
+                current[classes] += added.astype(np.uint64)
+
+    def _sums_between(self, totals: np.ndarray, classes: np.ndarray, first_slots: np.ndarray,
+                      last_slot: int) -> np.ndarray:
+        """Each class's sum over ``[first_slot, last_slot]`` of a running-totals ring (0 when empty)."""
+        ring = totals.shape[0]
+        older = np.maximum(first_slots - 1, 0) % ring
+        return (totals[last_slot % ring, classes] - totals[older, classes]).view(np.int64)
 
     def _sums_since(self, classes: np.ndarray, first_slots: np.ndarray) -> np.ndarray:
         """Each class's charges over ``[first_slot, self.slot]`` (slot 0 and earlier hold total 0)."""
@@ -301,7 +394,7 @@ class PrivacyLedger:
         """Count every member of an over-spent class; keep the first violations in user order (per start)."""
         if classes.size == 0:
             return
-        self.max_usage_ratio = max(self.max_usage_ratio, float((sums / bounds).max()))
+        self.max_usage_ratio = max(self.max_usage_ratio, float(usage_ratios(sums, bounds).max()))
         over = np.flatnonzero(sums > bounds)
         if over.size == 0:
             return
@@ -316,6 +409,12 @@ class PrivacyLedger:
             users, at = self._members(classes[group], group)
             self.violations += [Violation(int(u), self.slot, kind, int(sums[i]), int(bounds[i]))
                                 for u, i in zip(users[:room], at[:room])]
+
+
+def usage_ratios(sums: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Window sums as fractions of their bounds (a bound of 0: infinite if anything was spent)."""
+    sums, bounds = np.asarray(sums), np.asarray(bounds)
+    return np.divide(sums, bounds, out=np.where(sums > 0, np.inf, 0.0), where=bounds > 0)
 
 
 def _distinct(rows: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ _U64_TWO_32 = np.uint64(_TWO_32)
 _U64_TWO_32_MINUS_1 = np.uint64(_TWO_32 - 1)
 _THRESHOLD_SHRINK = 1.0 - 2.0**-40
 _MAX_DISCRETE_SCALE = 1 << 53
+_COUNTER_ZERO = bytes(4)
 
 
 class Randomness(abc.ABC):
@@ -97,7 +98,11 @@ class SecureRandomness(Randomness):
 
     def _keystream(self, size: int) -> bytes:
         if self._cipher is None or self._produced + size > self.REKEY_BYTES:
-            self._cipher = Cipher(algorithms.ChaCha20(os.urandom(32), os.urandom(16)), mode=None).encryptor()
+            # cryptography's 16-byte ChaCha20 "nonce" is a 4-byte little-endian block counter followed
+            # by the 12-byte nonce.  The counter starts at 0, so 2**32 blocks (256 GiB) lie ahead and
+            # REKEY_BYTES is reached long before it could overflow (which raises, it never wraps).
+            self._cipher = Cipher(algorithms.ChaCha20(os.urandom(32), _COUNTER_ZERO + os.urandom(12)),
+                                  mode=None).encryptor()
             self._produced = 0
         self._produced += size
         return self._cipher.update(bytes(size))

@@ -58,6 +58,9 @@ class PBA(PersonalizedMechanism):
     code never records them and is not private (reference_impl §4.4).
     Before any publication there is a virtual one-share publication at
     ``l = 0`` (spec A1, trap 10); a cohort created later starts the same way.
+    A cohort with no members at a publication keeps counting down its own
+    nullification (the spec has one population; here a cohort can be empty
+    while its users wait for a change they may cancel).
     """
 
     name = "pba"
@@ -65,7 +68,7 @@ class PBA(PersonalizedMechanism):
     def __init__(self, params: MechanismParams):
         super().__init__(params)
         self.last_publication = 0
-        self._shares = None
+        self._recorded_shares = None
 
     def cohort_columns(self):
         return {"shares_at_last_publication": Column(fill=1)}
@@ -88,13 +91,17 @@ class PBA(PersonalizedMechanism):
         if since <= longest:                                                     # line 7
             return None
         absorbed = np.maximum(since - nullified_after, 0)                        # t_A, line 10
-        self._shares = np.minimum(absorbed, t["window"])
-        return fixed_share(self.population) * self._shares                       # line 11
+        shares = np.where(live, np.minimum(absorbed, t["window"]), 0)
+        # A cohort without members spends nothing here, and its own nullification goes on: after a
+        # publication at this slot it has t_N - since slots left (a member who cancels a change
+        # rejoins the cohort's history, so forgetting them would let it absorb nullified slots).
+        self._recorded_shares = np.where(live, shares, np.maximum(nullified_after - since, -1) + 1)
+        return fixed_share(self.population) * shares                             # line 11
 
     def record(self, dc_units, publication_units, published):
         if published:
             self.last_publication = self.slot
-            self.population.table.data["shares_at_last_publication"][:] = self._shares
+            self.population.table.data["shares_at_last_publication"][:] = self._recorded_shares
 
 
 PERSONALIZED = {PBD.name: PBD, PBA.name: PBA}

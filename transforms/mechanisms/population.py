@@ -179,6 +179,7 @@ class SlotData:
 
     cells: Cells
     sizes: np.ndarray        # registered, active users per cohort row (public)
+    groups: np.ndarray       # the memberships snapshot the cells were counted from (cohort row per user)
 
 
 @dataclass
@@ -273,26 +274,27 @@ class Population:
             self._grow(extent.max_user)
         if (self.kind is FixedRequirements and batch.requirements is None and not self.waiting
                 and registered):  # the steady state: nobody joins or changes
-            return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort, registered=True,
+            groups = self.memberships().cohort_of
+            rows = groups[:batch.users.size] if extent.dense else groups[batch.users]
+            return SlotData(cells=self._cells(batch, groups, rows, extent.all_report, by_cohort, registered=True,
                                               dense=extent.dense),
-                            sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)))
+                            sizes=self.derived("sizes", lambda: read_only_copy(self.table.size)), groups=groups)
         self.changed()
-        before = self.table.rows, int(self.table.size.sum()), self.waiting
         if self.kind is FixedRequirements:
             self._activate_waiting(slot)
             self._declare_fixed(batch, slot, rows)
         else:
             self._declare_dynamic(batch, rows)
         self._compact()
-        if before != (self.table.rows, int(self.table.size.sum()), self.waiting) or self.kind is not FixedRequirements:
-            rows = self.cohort_of[batch.users]  # memberships changed this slot
-        return SlotData(cells=self._cells(batch, rows, extent.all_report, by_cohort), sizes=self.table.size.copy())
+        groups = self.memberships().cohort_of  # memberships may have changed: rows are read again from them
+        return SlotData(cells=self._cells(batch, groups, groups[batch.users], extent.all_report, by_cohort),
+                        sizes=self.table.size.copy(), groups=groups)
 
     def rows_of(self, users: np.ndarray, extent: BatchExtent) -> np.ndarray:
         """Each user's cohort row (or UNREGISTERED / WAITING), without changing anything.
 
         For a dense batch this is a view of ``cohort_of``: :meth:`admit` gathers
-        the rows again whenever a membership changes, and reads them before
+        the rows again whenever memberships may change, and reads them before
         that only to find unregistered users, whom no change registers early.
         """
         if extent.max_user >= self.capacity:
@@ -499,13 +501,18 @@ class Population:
         dead = table.size == 0
         if dead.sum() * 2 <= table.rows:
             return
+        if self.waiting:  # a waiting user who cancels rejoins their old cohort's history: keep it
+            keys = self._fixed_key_rows()
+            waiting = self.waiting_users()
+            for w, u in set(zip(self.window_of[waiting].tolist(), self.units_of[waiting].tolist())):
+                dead[keys[(w, u)]] = False
         remap = table.keep(np.flatnonzero(~dead))
         active = self.cohort_of >= 0
         self.cohort_of[active] = remap[self.cohort_of[active]]
 
-    def _cells(self, batch: SlotBatch, rows: np.ndarray, all_report: bool, by_cohort: bool,
+    def _cells(self, batch: SlotBatch, groups: np.ndarray, rows: np.ndarray, all_report: bool, by_cohort: bool,
                registered: bool = False, dense: bool = False) -> Cells:
-        """Counts per (cohort, bin).
+        """Counts per (cohort, bin), from the memberships snapshot ``groups`` alone (``rows`` are the batch users').
 
         ``registered`` says every row is already known to be in a cohort, ``dense`` that the batch's
         users are 0..n-1 (so ``rows`` are the first n memberships, unchanged this slot).
@@ -513,8 +520,8 @@ class Population:
         if self.carry_forward:
             reporting = batch.values >= 0
             self.value_of[batch.users[reporting]] = batch.values[reporting]
-            users = np.flatnonzero((self.cohort_of >= 0) & (self.value_of >= 0))
-            values, cohorts = self.value_of[users], self.cohort_of[users]
+            users = np.flatnonzero((groups >= 0) & (self.value_of[:groups.size] >= 0))
+            values, cohorts = self.value_of[users], groups[users]
         else:
             values, cohorts = batch.values, rows
             if values.size and (not all_report or (not registered and cohorts.min() < 0)):

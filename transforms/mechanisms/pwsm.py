@@ -19,7 +19,7 @@ from transforms.mechanisms.base import Decision, Mechanism, ReleaseKind, is_fres
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import optimal_budget
 from transforms.mechanisms.population import SlotData
-from transforms.mechanisms.sampling import disturb, noisy_total_deviation, sample_histogram
+from transforms.mechanisms.sampling import disturb, noisy_total_deviation, sample_histogram, sampled_statistic
 
 
 class PersonalizedMechanism(Mechanism):
@@ -46,19 +46,20 @@ class PersonalizedMechanism(Mechanism):
         if not first.exists:  # nobody can afford DC: skip and charge nothing (spec A8)
             self.record(nothing, nothing, published=False)
             return Decision(ReleaseKind.SKIPPED, None, 0, math.inf, nothing, nothing)
-        sampled = sample_histogram(data.cells, dc, first.epsilon_units, bins, rng)
-        scaled_dis = noisy_total_deviation(sampled, self.last_release, first.epsilon_units,
-                                           params.sensitivity, rng)
+        dissimilarity = sampled_statistic("dissimilarity", dc, first.epsilon_units, params.sensitivity)
+        sampled = sample_histogram(data.cells, dissimilarity, bins, rng)
+        scaled_dis = noisy_total_deviation(sampled, self.last_release, dissimilarity, rng)
         # Part_NOP.
         publication = self.publication_budgets(data)
         if publication is None:
             self.record(dc, nothing, published=False)
-            return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc, nothing)
+            return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc, nothing, (dissimilarity,))
         second = optimal_budget(publication, data.sizes, params.sensitivity, params.error_model)
         if second.exists and is_fresh_publication(scaled_dis, bins, math.sqrt(second.error)):
-            counts = sample_histogram(data.cells, publication, second.epsilon_units, bins, rng)
-            noisy = disturb(counts, second.epsilon_units, params.sensitivity, rng)
+            published = sampled_statistic("publication", publication, second.epsilon_units, params.sensitivity)
+            noisy = disturb(sample_histogram(data.cells, published, bins, rng), published, rng)
             self.record(dc, publication, published=True)
-            return Decision(ReleaseKind.FRESH, noisy, second.epsilon_units, second.error, dc, publication)
+            return Decision(ReleaseKind.FRESH, noisy, second.epsilon_units, second.error, dc, publication,
+                            (dissimilarity, published))
         self.record(dc, nothing, published=False)
-        return Decision(ReleaseKind.SKIPPED, None, 0, second.error, dc, nothing)
+        return Decision(ReleaseKind.SKIPPED, None, 0, second.error, dc, nothing, (dissimilarity,))

@@ -26,6 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.evidence import Statistic, every_member_certain
 from transforms.mechanisms.noise import (
     Randomness,
     bernoulli_thresholds,
@@ -99,17 +100,27 @@ def inclusion_probabilities(units: np.ndarray, threshold_units: int) -> np.ndarr
     return np.clip(p, 0.0, 1.0)
 
 
-def sample_histogram(cells: Cells, cohort_units: np.ndarray, threshold_units: int,
-                     bins: int, rng: Randomness) -> np.ndarray:
-    """SM_s then Q: the histogram of the users kept by the sample step."""
+def sampled_statistic(name: str, cohort_units: np.ndarray, threshold_units: int, sensitivity: int) -> Statistic:
+    """SM at threshold ``θ`` over cohorts with budgets ``cohort_units``: exact coins, and noise of scale ``Δ/θ``."""
+    units = np.asarray(cohort_units, np.int64)
+    thresholds_of = _coin_thresholds if units.size <= CACHED_ROWS else _coin_thresholds.__wrapped__
+    return Statistic(name, laplace_scale(threshold_units, sensitivity), sensitivity,
+                     thresholds_of(units.tobytes(), threshold_units))
+
+
+@functools.lru_cache(maxsize=1024)
+def certain_statistic(name: str, rows: int, units: int, sensitivity: int) -> Statistic:
+    """Every member of every cohort enters, noise of scale ``Δ/ε`` (the homogeneous baselines; cached: it repeats)."""
+    return Statistic(name, laplace_scale(units, sensitivity), sensitivity, every_member_certain(rows))
+
+
+def sample_histogram(cells: Cells, statistic: Statistic, bins: int, rng: Randomness) -> np.ndarray:
+    """SM_s then Q: the histogram of the users the statistic's coins keep."""
     if cells.cohort is None:
         raise ValueError("sampling needs cells by cohort, not pooled cells")
     if cells.count.size == 0:
         return np.zeros(bins, np.int64)
-    units = np.asarray(cohort_units, np.int64)
-    thresholds_of = _coin_thresholds if units.size <= CACHED_ROWS else _coin_thresholds.__wrapped__
-    thresholds = thresholds_of(units.tobytes(), threshold_units)
-    kept = count_successes(cells.count, thresholds[cells.cohort], rng)
+    kept = count_successes(cells.count, statistic.thresholds[cells.cohort], rng)
     return np.bincount(cells.bin, weights=kept, minlength=bins).astype(np.int64)
 
 
@@ -128,17 +139,17 @@ def laplace_scale(threshold_units: int, sensitivity: int) -> Fraction:
     return Fraction(sensitivity * UNITS_PER_EPSILON, threshold_units)
 
 
-def disturb(counts: np.ndarray, threshold_units: int, sensitivity: int, rng: Randomness) -> np.ndarray:
-    """SM_d: add i.i.d. discrete Laplace noise of scale ``Δ/θ`` to every bin."""
-    return counts + discrete_laplace(laplace_scale(threshold_units, sensitivity), counts.size, rng)
+def disturb(counts: np.ndarray, statistic: Statistic, rng: Randomness) -> np.ndarray:
+    """SM_d: add i.i.d. discrete Laplace noise of the statistic's scale to every bin."""
+    return counts + discrete_laplace(statistic.noise_scale, counts.size, rng)
 
 
-def noisy_total_deviation(counts: np.ndarray, last_release: np.ndarray, threshold_units: int,
-                          sensitivity: int, rng: Randomness) -> int:
-    """``d · dis``: ``Σ_j |c_j - r_l[j]|`` plus discrete Laplace noise of scale ``Δ/θ``."""
+def noisy_total_deviation(counts: np.ndarray, last_release: np.ndarray, statistic: Statistic,
+                          rng: Randomness) -> int:
+    """``d · dis``: ``Σ_j |c_j - r_l[j]|`` plus discrete Laplace noise of the statistic's scale."""
     difference = counts - last_release
     if difference.size <= 64:  # python ints beat three numpy calls on a short histogram
         deviation = sum(map(abs, difference.tolist()))
     else:
         deviation = int(np.add.reduce(np.abs(difference)))
-    return deviation + discrete_laplace_draw(laplace_scale(threshold_units, sensitivity), rng)
+    return deviation + discrete_laplace_draw(statistic.noise_scale, rng)

@@ -18,6 +18,12 @@ def units(epsilon) -> int:
     return int(exact)
 
 
+def declaring(users, requirements) -> SlotBatch:
+    """A slot's rows that only declare: ``users`` with ``requirements`` (None: nobody declares)."""
+    users = np.asarray(users, np.int64)
+    return SlotBatch.of(users, np.full(users.size, -1), requirements)
+
+
 def admit(mechanism, batch: SlotBatch, slot: int):
     """The population side of ``mechanism.step`` alone: validate and admit ``batch`` at ``slot``."""
     population = mechanism.population

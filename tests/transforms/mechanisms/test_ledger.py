@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,8 +11,10 @@ from hypothesis import strategies as st
 
 from per_user_ledger import PerUserLedger
 from streams import StreamSpec
-from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, UserCharges, make_mechanism
+from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
+from transforms.mechanisms.evidence import no_statistics
+from conftest import declaring
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import UNREGISTERED, WAITING
 
@@ -21,7 +25,8 @@ def charges(units, requirements) -> UserCharges:
     return UserCharges(cohort_of=np.arange(n), cohort_dc_units=np.zeros(n, np.int64),
                        cohort_publication_units=np.asarray(units, np.int64),
                        cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
-                       waiting_requirements=None)
+                       waiting_requirements=None, evidence=no_statistics(np.arange(n)),
+                       declarations=declaring(np.arange(n), requirements))
 
 
 def brute_force_max_ratio(history: np.ndarray, windows: np.ndarray, bounds: np.ndarray) -> float:
@@ -78,9 +83,20 @@ def test_backward_window_violation():
     ledger = PrivacyLedger(max_window=4)
     u = UNITS_PER_EPSILON
     reqs = DynamicRequirements(np.array([3]), np.array([u]), np.array([1]), np.array([10 * u]))
-    for t, units in enumerate([u // 2, u // 2, 1], start=1):
-        ledger.record(t, charges([units], reqs))
+    for t, units in enumerate([u // 2, u // 2, 2], start=1):  # half to each part, like PWSM
+        ledger.record(t, dataclasses.replace(charges([units // 2], reqs), cohort_dc_units=np.array([units // 2])))
     assert ledger.violation_count == 1 and ledger.violations[0].kind == "backward"
+
+
+def test_a_backward_budget_the_window_already_passed_is_projected_from_the_ledgers_own_sums():
+    """Spec §1.6: with every charge in the publication part, 2·Σε^(2) = 2 > E_B = 1 is the bound in force."""
+    u = UNITS_PER_EPSILON
+    reqs = DynamicRequirements(np.array([3]), np.array([u]), np.array([1]), np.array([10 * u]))
+    for extra, violations in ((u - 1, 0), (u + 1, 1)):
+        ledger = PrivacyLedger(max_window=4)
+        for t, units in enumerate([u // 2, u // 2, extra], start=1):
+            ledger.record(t, charges([units], reqs))
+        assert ledger.violation_count == violations
 
 
 def test_window_sums_stay_exact_after_the_running_totals_wrap():
@@ -153,11 +169,19 @@ def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, d
     else:
         requirements = FixedRequirements(windows, gen.integers(u // 2, 2 * u, rows))
     waiting = np.flatnonzero(cohort_of == WAITING)
+    # what users declare: the row's requirement for most, anything for a few, nothing at some slots
+    declare = np.flatnonzero(gen.random(users) < gen.choice([0.0, 0.3, 1.0]))
+    take = np.where(cohort_of[declare] >= 0, cohort_of[declare], gen.integers(0, rows, declare.size))
+    odd = gen.random(declare.size) < 0.2
+    take[odd] = gen.integers(0, rows, int(odd.sum()))
+    declared = requirements.take(take)
     return UserCharges(cohort_of=cohort_of, cohort_dc_units=gen.integers(0, u // 4, rows),
                        cohort_publication_units=gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5),
                        cohort_requirements=requirements, waiting_users=waiting,
                        waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
-                                                              np.full(waiting.size, u)) if waiting.size else None)
+                                                              np.full(waiting.size, u)) if waiting.size else None,
+                       evidence=no_statistics(cohort_of), declarations=declaring(declare, declared),
+                       default_requirement=requirements.take(np.zeros(1, np.int64)))
 
 
 def assert_same(ledger: PrivacyLedger, reference: PerUserLedger, users: int) -> None:
@@ -201,7 +225,10 @@ def test_a_steady_population_is_checked_as_a_few_classes():
     for slot in range(1, 6):
         ledger.record(slot, UserCharges(cohort_of=cohort_of, cohort_dc_units=np.arange(10),
                                         cohort_publication_units=np.zeros(10, np.int64), cohort_requirements=reqs,
-                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None))
+                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                                        evidence=no_statistics(cohort_of),
+                                        declarations=declaring(np.arange(10000) if slot == 1 else [],
+                                                               reqs.take(cohort_of) if slot == 1 else None)))
     assert ledger._totals.shape[1] == 10  # one running total per cohort
     # cohort k spends k per slot: cohorts 6..9 exceed 10 from slot 2 on, cohorts 4 and 5 from slot 3 on
     assert ledger.violation_count == 4 * 4000 + 2 * 3000
@@ -226,3 +253,38 @@ def test_the_ledger_equals_the_per_user_check_on_mechanisms(seed, name, change, 
     ledger.close()
     reference.close()
     assert_same(ledger, reference, spec.users)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_ledger_checks_what_users_declared_not_what_the_mechanism_applied(broken, monkeypatch):
+    """Power: a mechanism that ignores a change to a stricter requirement reports the old one in force.
+
+    Users declare (w=2, E=1) and, at slot 3, (w=2, E=0.2): by the public rule the new requirement is
+    in force from slot 4.  A ledger reading the mechanism's cohorts would check E=1 and pass.
+    """
+    import transforms.mechanisms.pwsm as pwsm
+    from transforms.mechanisms.population import Population
+
+    monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
+    if broken:
+        declare = Population._declare_fixed
+
+        def only_joiners(self, batch, slot, rows):
+            if rows.min(initial=0) < 0:
+                declare(self, batch, slot, rows)
+
+        monkeypatch.setattr(Population, "_declare_fixed", only_joiners)
+    pbd = make_mechanism("pbd", bins=2)
+    users = np.arange(20)
+    loose, strict = FixedRequirements.of([2] * 20, [1.0] * 20), FixedRequirements.of([2] * 20, [0.2] * 20)
+    batches = [SlotBatch.of(users, users % 2, reqs) for reqs in (loose, None, strict, None, None, None)]
+    rng = insecure_seeded_randomness(0)
+    ledger = PrivacyLedger(max_window=4)
+    for batch in batches:
+        release = pbd.step(batch, rng)
+        ledger.record(release.slot, release.charges)
+    if broken:
+        assert ledger.violation_count > 0 and {v.kind for v in ledger.violations} == {"fixed"}
+        assert all(v.bound_units == UNITS_PER_EPSILON // 5 for v in ledger.violations)
+    else:
+        assert ledger.ok

@@ -27,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -968,9 +969,23 @@ def test_secure_randomness_takes_a_fresh_key_after_rekey_bytes(monkeypatch):
     monkeypatch.setattr(os, "urandom", lambda n: keys.append(n) or real(n))
     monkeypatch.setattr(SecureRandomness, "REKEY_BYTES", 4096)
     rng = SecureRandomness()
-    rng.uint32(1000)   # 4000 bytes: first key (32-byte key + 16-byte nonce)
+    rng.uint32(1000)   # 4000 bytes: first key (32-byte key + 12-byte nonce)
     rng.uint32(1000)   # would pass 4096: a new key
-    assert keys == [32, 16, 32, 16]
+    assert keys == [32, 12, 32, 12]
+
+
+def test_secure_randomness_block_counter_starts_at_zero(monkeypatch):
+    """The 16 bytes cryptography calls the nonce begin with a 4-byte block counter.
+
+    Random bytes there start the counter anywhere, and a counter that reaches 2**32 raises
+    instead of wrapping: all-ones bytes from the OS must not leave one block before a crash.
+    """
+    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)
+    rng = SecureRandomness()
+    words = rng.uint32(3 * SecureRandomness._BUFFER_BYTES // 4)  # far more than one 64-byte block
+    assert words.size == 3 * SecureRandomness._BUFFER_BYTES // 4
+    reference = Cipher(algorithms.ChaCha20(b"\xff" * 32, bytes(4) + b"\xff" * 12), mode=None).encryptor()
+    assert words[:16].tobytes() == reference.update(bytes(64))  # counter 0, key and nonce from the OS
 
 
 @pytest.mark.parametrize(

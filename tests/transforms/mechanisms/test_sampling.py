@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from transforms.mechanisms.sampling import Cells, count_keys, sample_histogram
+from transforms.mechanisms.sampling import Cells, count_keys, sample_histogram, sampled_statistic
 
 
 @given(st.integers(1, 7).flatmap(lambda size: st.tuples(st.just(size), st.lists(st.integers(0, size - 1)))))
@@ -27,4 +27,4 @@ def test_pooled_cells_give_the_histogram_and_refuse_sampling():
     histogram[0] = 99  # a copy: the cells are unchanged
     assert cells.histogram(3).tolist() == [3, 0, 5]
     with pytest.raises(ValueError, match="by cohort"):
-        sample_histogram(cells, np.array([10]), 10, 3, insecure_seeded_randomness(0))
+        sample_histogram(cells, sampled_statistic("publication", np.array([10]), 10, 1), 3, insecure_seeded_randomness(0))

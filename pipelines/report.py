@@ -1,0 +1,103 @@
+"""What a job says about its run: ``report.json`` and, only on request, the NOT private evaluation.
+
+``report.json`` holds only what the operator needs to run the job: counts of
+records by fate (used, duplicates, late, dead letters), slots by kind, the
+ledger's verdict, the configuration's release range and warnings.  Nothing in
+it is computed from the true histograms (its record counts are exact, so it
+stays with the operator like the metrics counters: docs/attack_model.md).
+
+Utility against the true histograms (AMRE, MAE, MRE, AJSD) and the plot of
+true counts are functions of the true data: with the releases and everyone
+else's data they give a user's bin away.  They are computed only with
+``--evaluate`` and written, by the pipeline itself, into
+``OUTPUT/evaluation/`` beside a README saying so; they never pass through a
+temporary file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import apache_beam as beam
+import numpy as np
+
+from transforms.mechanisms.metrics import utility_report
+from transforms.release_range import RANGE_FROM_DATA_WARNING
+
+EVALUATION_DIR = "evaluation"
+EVALUATION_README = (
+    "NOT PRIVATE. The files in this folder are computed from the TRUE histograms (utility of the releases "
+    "against them, and with --plot a picture of true counts). Together with the releases and other users' data "
+    "they can reveal a user's reports. Keep them with the raw data; never publish them beside the releases.\n")
+EVALUATION_FILES = ("README.txt", "utility.json", "released_vs_true.png")
+
+
+def evaluation_dir(output: str) -> str:
+    """``OUTPUT/evaluation`` (local paths and gs:// alike)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.join(output, EVALUATION_DIR)
+
+
+class Utility(beam.CombineFn):
+    """Released vs true histograms of every slot -> the utility metrics, and the series a plot needs."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, row):
+        accumulator.append(row)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [row for accumulator in accumulators for row in accumulator]
+
+    def extract_output(self, rows):
+        if not rows:
+            return {}
+        rows = sorted(rows)
+        released = np.array([r[2] for r in rows], float)
+        true = np.array([r[3] for r in rows], float)
+        report = utility_report(released, true)
+        return {"metrics": {"amre": report.amre, "ajsd": report.ajsd, "mre": report.mre, "mae": report.mae},
+                "released": released, "true": true, "slots": [r[1] for r in rows]}
+
+
+def write_evaluation(utility: dict, directory: str, plot: dict | None) -> None:
+    """Write ``README.txt``, ``utility.json`` (the metrics) and with ``plot`` (the keyword arguments of
+    ``pipelines.plots.plot_released_vs_true``: slot_seconds, origin, mechanism) the PNG into ``directory``."""
+    _write(directory, "README.txt", EVALUATION_README.encode())
+    payload = {"not_private": True, "slots": len(utility.get("slots", [])), **utility.get("metrics", {})}
+    _write(directory, "utility.json", json.dumps(payload, indent=2).encode())
+    if plot and utility:
+        from pipelines.plots import plot_released_vs_true
+
+        _write(directory, "released_vs_true.png", plot_released_vs_true(utility, **plot))
+
+
+def _write(directory: str, name: str, data: bytes) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(directory):
+        FileSystems.mkdirs(directory)
+    with FileSystems.create(FileSystems.join(directory, name)) as f:
+        f.write(data)
+
+
+def users_in_several_streams(pairs) -> int:
+    """How many user ids appear in more than one stream, from ``(stream, user)`` pairs."""
+    streams_per_user = Counter(user for _, user in set(map(tuple, pairs)))
+    return sum(1 for n in streams_per_user.values() if n > 1)
+
+
+def run_warnings(release_range, pairs) -> list[str]:
+    """``report.json``'s warnings: a release range taken from the data, users in several streams (each stream
+    spends its own budget: docs/attack_model.md, 'Several streams')."""
+    warnings = [] if release_range is not None else [RANGE_FROM_DATA_WARNING]
+    shared = users_in_several_streams(pairs)
+    if shared:
+        warnings.append(f"{shared} user(s) appear in more than one stream: each stream is a separate w-event "
+                        f"mechanism with its own budget, so a user in k streams can lose up to k times their E in a "
+                        f"window (docs/attack_model.md, 'Several streams')")
+    return warnings

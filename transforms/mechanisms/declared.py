@@ -1,0 +1,134 @@
+"""Each user's requirement in force, from their declarations alone.
+
+The ledgers check windows against what users *declared*, under the public
+rules every mechanism announces, never against a mechanism's own view of it
+(its cohort table, waiting list or projections):
+
+* a user's first row registers them with its requirement (or the
+  mechanism's public default requirement when the row carries none);
+* fixed ``(w, E) -> (w', E')`` declared at ``t`` takes effect at
+  ``t + w' - 1``; until then ``(w, E)`` stays in force, and declaring
+  ``(w, E)`` again cancels the change (population.py states why this is
+  private);
+* a dynamic declaration ``(w_B, E_B, w_F, E_F)`` is in force from its slot
+  until the user declares again.  A backward ``E_B`` below what the window
+  already spent is projected (spec §1.6); the ledgers compute that
+  projection themselves, from the charges they recorded.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+
+
+NOTHING_ALLOWED = np.array([1, 0, 1, 0], np.int64)
+"""The requirement checked for a user charged without a declaration: one-slot windows allowing no charge."""
+
+
+class DeclaredRequirements:
+    """Per user index: registered?, the requirement in force and (fixed) a pending change."""
+
+    def __init__(self, kind: type):
+        if kind not in (FixedRequirements, DynamicRequirements):
+            raise ValueError(f"unknown requirement kind {kind!r}")
+        self.kind = kind
+        self.width = 2 if kind is FixedRequirements else 4
+        self.registered = np.zeros(0, bool)
+        self.in_force = np.zeros((0, self.width), np.int64)
+        self.pending = np.zeros((0, 2), np.int64)
+        self.pending_from = np.zeros(0, np.int64)  # slot a pending fixed change takes effect (0: none)
+        self.version = 0  # changes whenever some user's requirement in force may have changed
+
+    def declare(self, slot: int, users: np.ndarray, requirements: Requirements | None,
+                default: Requirements | None) -> None:
+        """Apply slot ``slot``'s rows: ``users`` with their ``requirements`` (None: none declared)."""
+        users = np.asarray(users, np.int64)
+        if users.size and users.max() >= self.registered.size:
+            self._grow(int(users.max()) + 1)
+        self._activate(slot)
+        if requirements is not None and len(requirements):
+            declared = _matrix(requirements)
+        else:
+            users = users[~self.registered[users]]  # only new users declare: the default
+            if users.size == 0 or default is None:
+                return
+            declared = np.repeat(_matrix(default)[:1], users.size, axis=0)
+        new = ~self.registered[users]
+        self.registered[users[new]] = True
+        self.in_force[users[new]] = declared[new]
+        known, declared = users[~new], declared[~new]
+        if self.kind is DynamicRequirements:
+            self.in_force[known] = declared
+        elif known.size:
+            same = (self.in_force[known] == declared).all(axis=1)
+            self.pending_from[known[same]] = 0  # declaring the requirement in force cancels a change
+            changed = ~same & ~((self.pending_from[known] > 0) & (self.pending[known] == declared).all(axis=1))
+            who = known[changed]
+            self.pending[who] = declared[changed]
+            self.pending_from[who] = slot + declared[changed, 0] - 1
+            self._activate(slot)  # w' = 1 takes effect at once
+        self.version += 1
+
+    def matrix_of(self, users: np.ndarray) -> np.ndarray:
+        """Each of ``users``' requirement in force as a row; one never declared allows no charge (w=1, E=0)."""
+        users = np.asarray(users, np.int64)
+        if users.size and users.max() >= self.registered.size:
+            self._grow(int(users.max()) + 1)
+        return np.where(self.registered[users][:, None], self.in_force[users], NOTHING_ALLOWED[:self.width])
+
+    def requirements_of(self, users: np.ndarray) -> Requirements:
+        """:meth:`matrix_of` as requirement columns."""
+        m = self.matrix_of(users)
+        if self.kind is FixedRequirements:
+            return FixedRequirements(m[:, 0], m[:, 1])
+        return DynamicRequirements(m[:, 0], m[:, 1], m[:, 2], m[:, 3])
+
+    def _activate(self, slot: int) -> None:
+        due = np.flatnonzero((self.pending_from > 0) & (self.pending_from <= slot))
+        if due.size:
+            self.in_force[due] = self.pending[due]
+            self.pending_from[due] = 0
+            self.version += 1
+
+    def to_bytes(self) -> bytes:
+        """The register as an ``.npz`` payload (checkpoints)."""
+        buffer = io.BytesIO()
+        np.savez(buffer, dynamic=np.array(self.kind is DynamicRequirements), **self.state_arrays())
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, payload: bytes) -> "DeclaredRequirements":
+        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        register = cls(DynamicRequirements if bool(arrays.pop("dynamic")) else FixedRequirements)
+        register.load_state_arrays(arrays)
+        return register
+
+    def _grow(self, size: int) -> None:
+        extra = max(size, 2 * self.registered.size) - self.registered.size
+        self.registered = np.concatenate([self.registered, np.zeros(extra, bool)])
+        self.in_force = np.concatenate([self.in_force, np.zeros((extra, self.width), np.int64)])
+        self.pending = np.concatenate([self.pending, np.zeros((extra, 2), np.int64)])
+        self.pending_from = np.concatenate([self.pending_from, np.zeros(extra, np.int64)])
+
+    # -- checkpoints --------------------------------------------------------------
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {"registered": self.registered, "in_force": self.in_force, "pending": self.pending,
+                "pending_from": self.pending_from}
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.registered = np.array(arrays["registered"], bool)
+        self.in_force = np.array(arrays["in_force"], np.int64).reshape(-1, self.width)
+        self.pending = np.array(arrays["pending"], np.int64).reshape(-1, 2)
+        self.pending_from = np.array(arrays["pending_from"], np.int64)
+        self.version += 1
+
+
+def _matrix(requirements: Requirements) -> np.ndarray:
+    if isinstance(requirements, FixedRequirements):
+        return np.stack([requirements.window, requirements.epsilon_units], axis=1).astype(np.int64)
+    return requirements.as_matrix().astype(np.int64)

@@ -1,0 +1,144 @@
+"""What a release was computed from, and the least charge that implies.
+
+A ledger that reads a mechanism's own bookkeeping (its cohort table, waiting
+list, projections) is fooled by the same bug as the mechanism.  So every
+release carries its :class:`Evidence`: for each noisy statistic it computed
+(the dissimilarity of Part_DC, the published histogram) the noise's exact
+scale and sensitivity and, for every user, the probability with which their
+report could enter it.  The mechanism builds its cells from exactly that
+list (``groups`` is the array the cells were counted from), so a user who is
+not on it cannot influence the release.
+
+From the evidence alone the ledger derives each user's least charge: a
+statistic with discrete Laplace noise of scale ``b`` and L1 sensitivity
+``Δ`` is ``Δ/b``-DP, and a report that enters it with probability ``p`` (an
+exact coin, ``p = threshold / 2**32``) costs ``ln(1 + p·(e^{Δ/b} - 1))``
+(amplification by subsampling); statistics of one slot add up.  The value is
+bounded from above with outward-rounded decimal arithmetic and rounded up to
+whole budget units, so a charge that passes covers the true cost.
+"""
+
+from __future__ import annotations
+
+import decimal
+import functools
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+
+from transforms.mechanisms.budget import UNITS_PER_EPSILON
+
+CERTAIN = 1 << 32
+"""The coin threshold of a report that always enters a statistic."""
+
+_PRECISION = 50
+_SLACK = decimal.Decimal(10) ** -40  # far above the working precision's error, far below one budget unit
+
+
+class Statistic(NamedTuple):
+    """One noisy statistic of a slot and who could enter it.
+
+    ``thresholds[g]`` is the coin threshold of group ``g`` (``CERTAIN``: always
+    included, 0: never); every coordinate gets discrete Laplace noise of scale
+    ``noise_scale``; ``sensitivity`` bounds the L1 change one user's report
+    makes.  A plain tuple: a slot makes one or two, and the cheapest
+    mechanisms take about 30 µs a slot.
+    """
+
+    name: str
+    noise_scale: Fraction
+    sensitivity: int
+    thresholds: np.ndarray
+
+
+class Evidence(NamedTuple):
+    """Every statistic of a slot, and the group of each user index (negative: in none)."""
+
+    groups: np.ndarray
+    statistics: tuple[Statistic, ...] = ()
+
+    def least_units_per_group(self) -> np.ndarray:
+        """Least charge of a member of each group, in budget units (summed over the statistics)."""
+        rows = max((s.thresholds.size for s in self.statistics), default=0)
+        least = np.zeros(rows, np.int64)
+        for statistic in self.statistics:
+            least[:statistic.thresholds.size] += _least_units_of(
+                statistic.thresholds.astype(np.uint64).tobytes(), statistic.noise_scale, statistic.sensitivity)
+        return least
+
+    def least_units(self, users: np.ndarray) -> np.ndarray:
+        """Least charge of each of ``users`` (user indices), in budget units."""
+        per_group = self.least_units_per_group()
+        users = np.asarray(users, np.int64)
+        if per_group.size == 0:
+            return np.zeros(users.size, np.int64)
+        groups = np.full(users.size, -1, np.int64)
+        known = users < self.groups.size
+        groups[known] = self.groups[users[known]]
+        inside = (groups >= 0) & (groups < per_group.size)
+        return np.where(inside, per_group[np.where(inside, groups, 0)], 0)
+
+
+def least_charges_of_registered(charges) -> np.ndarray:
+    """The least charge of each of ``charges.users`` (the registered users), from ``charges.evidence``.
+
+    Raises when the evidence lets a user who is not registered enter a statistic: such a user has
+    no requirement and no charge, so the release could not be accounted for.
+    """
+    evidence, users = charges.evidence, charges.users
+    if evidence.groups is not charges.cohort_of:
+        entered = np.flatnonzero(evidence.groups >= 0)
+        outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
+        if outside.size:
+            raise ValueError(f"users {outside[:5].tolist()} entered a statistic without being registered")
+    return evidence.least_units(users)
+
+
+def no_statistics(groups: np.ndarray) -> Evidence:
+    """The evidence of a slot that computed nothing from the data."""
+    return Evidence(groups)
+
+
+def every_member_certain(rows: int) -> np.ndarray:
+    """Thresholds of a statistic that every member of every group enters."""
+    return _certain(rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _certain(rows: int) -> np.ndarray:
+    thresholds = np.full(rows, CERTAIN, np.uint64)
+    thresholds.flags.writeable = False
+    return thresholds
+
+
+@functools.lru_cache(maxsize=1024)
+def _least_units_of(thresholds: bytes, noise_scale: Fraction, sensitivity: int) -> np.ndarray:
+    """Per threshold, the least charge in units (cached: a cohort's thresholds repeat from slot to slot)."""
+    values = np.frombuffer(thresholds, np.uint64)
+    distinct, inverse = np.unique(values, return_inverse=True)
+    least = np.array([least_charge_units(int(t), noise_scale, sensitivity) for t in distinct], np.int64)
+    result = least[inverse.reshape(-1)]
+    result.flags.writeable = False
+    return result
+
+
+@functools.lru_cache(maxsize=65536)
+def least_charge_units(threshold: int, noise_scale: Fraction, sensitivity: int) -> int:
+    """Budget units that cover entering, with probability ``threshold/2**32``, a ``Δ/b``-DP statistic.
+
+    Exact when the coin is certain (``Δ/b`` itself, rounded up to units); otherwise an upper
+    bound of ``ln(1 + p·(e^{Δ/b} - 1))`` from decimal arithmetic with a margin far above its
+    rounding error, rounded up to units.
+    """
+    if threshold <= 0:
+        return 0
+    epsilon = Fraction(sensitivity) / Fraction(noise_scale)
+    if threshold >= CERTAIN:
+        return -(-epsilon.numerator * UNITS_PER_EPSILON // epsilon.denominator)
+    with decimal.localcontext() as context:
+        context.prec = _PRECISION
+        context.rounding = decimal.ROUND_CEILING
+        growth = (decimal.Decimal(epsilon.numerator) / decimal.Decimal(epsilon.denominator)).exp() - 1
+        amplified = (1 + decimal.Decimal(threshold) / CERTAIN * growth * (1 + _SLACK)).ln() * (1 + _SLACK)
+        return int((amplified * UNITS_PER_EPSILON).to_integral_value(rounding=decimal.ROUND_CEILING))

@@ -34,31 +34,16 @@ def baseline(source: str, output: str) -> None:
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+    from benchmarks.pipeline import ExactHistograms
     from transforms.binning import GridBins
     from transforms.loaders import ReadTDrive
     from transforms.parse import ParseConfig, ParseEvents
     from transforms.sinks import WriteRecords
 
     grid = GridBins.tdrive()
-
-    def record(key_counts) -> dict:
-        (stream, slot), counts = key_counts
-        histogram = [0] * grid.bins
-        for b, n in counts:
-            histogram[b] = n
-        return {"stream": stream, "slot": slot, "slot_start": slot * SLOT_SECONDS,
-                "slot_end": (slot + 1) * SLOT_SECONDS, "mechanism": "exact", "mechanism_slot": 1,
-                "histogram": histogram, "kind": "fresh", "epsilon": "0", "predicted_error": 0.0,
-                "registered_users": 0}
-
     with beam.Pipeline(runner=FnApiRunner()) as p:
         parsed = p | ReadTDrive(source) | ParseEvents(ParseConfig(bins=grid.bins, file_format="record", to_bin=grid))
-        (parsed.events
-         | beam.Map(lambda e: ((e.stream, int(e.time // SLOT_SECONDS), e.value), 1))
-         | beam.CombinePerKey(sum)
-         | beam.MapTuple(lambda key, n: ((key[0], key[1]), (key[2], n)))
-         | beam.GroupByKey()
-         | beam.Map(record)
+        (parsed.events | ExactHistograms(SLOT_SECONDS, grid.bins)
          | WriteRecords(os.path.join(output, "baseline"), "release"))
 
 

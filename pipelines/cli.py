@@ -85,7 +85,7 @@ def _beam_parser() -> argparse.ArgumentParser:
             if sub not in seen:
                 seen.add(sub)
                 pending.append(sub)
-                sub._add_argparse_args(parser)  # type: ignore[arg-type]  # Beam's parser subclass adds nothing needed here
+                sub._add_argparse_args(parser)  # type: ignore[arg-type]  # a plain parser is enough to list flags
     return parser
 
 

@@ -35,7 +35,6 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import cli, logs
 from pipelines.cli import ConfigError
-
 from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
@@ -248,7 +247,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help="write each stream's release state into this directory")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
                    "checkpoints (the state at the end is always written)")
-    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing from Beam or its workers")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
+                   "from Beam or its workers")
     cli.add_run_flags(p)
     return p
 

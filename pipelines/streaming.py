@@ -9,8 +9,8 @@ Locally:
 ``--demo`` replays the project's synthetic taxi stream through a TestStream
 on the bundle-based DirectRunner, advancing the watermark slot by slot, and
 writes each slot's release into its own file named by the slot's start time
-(``releases-2008-02-02T13:50:00Z.jsonl``, ``pipelines.slot_files``).  ``--watch`` picks up new
-JSON-lines files as they land in a directory and appends each release to
+(``releases-2008-02-02T13:50:00Z.jsonl``, ``pipelines.slot_files``).
+``--watch`` picks up new JSON-lines files as they land in a directory and appends each release to
 ``releases-live.jsonl`` as it is made; Beam's local runners do not pace a
 polling source in real time, so it runs the graph's stages in a wall-clock
 loop (``pipelines.live``).  Both stop after ``--max-slots`` slots (watch: of
@@ -93,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--demo-taxis", type=int, default=50)
-    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing from Beam or its workers")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
+                   "from Beam or its workers")
     cli.add_run_flags(p)
     return p
 
@@ -117,11 +118,12 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
     try:
         release_range = parse_range(args.start, args.end)
         transform = PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
-                                      allowed_lateness=args.allowed_lateness, policy=policy,
-                                      insecure_seed=args.insecure_seed, bounded=False, release_range=release_range,
-                                      resume_from=args.resume_from if beam_job else None,
-                                      checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
-                                      else None)
+                                           allowed_lateness=args.allowed_lateness, policy=policy,
+                                           insecure_seed=args.insecure_seed, bounded=False,
+                                           release_range=release_range,
+                                           resume_from=args.resume_from if beam_job else None,
+                                           checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
+                                           else None)
     except ValueError as error:
         raise ConfigError(cli.flag_names(str(error))) from None
     cli.check_requirements_usable(transform.config.build(), policy)

@@ -117,7 +117,8 @@ def round_lines(k: int, power_check: bool = False) -> list[str]:
 
 def live_transform(mechanism: str) -> PrivateStreamHistogram:
     params = {"max_window": 8} if mechanism.startswith("dp") else {}
-    return PrivateStreamHistogram(mechanism, 60, 4, mechanism_params=params, insecure_seed=3, policy=RequirementPolicy())
+    return PrivateStreamHistogram(mechanism, 60, 4, mechanism_params=params, insecure_seed=3,
+                                  policy=RequirementPolicy())  # every event declares its own
 
 
 class Recording(LiveRelease):

@@ -26,8 +26,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import fields as dataclass_fields
 from functools import lru_cache
-import typing
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_CONFIG = 2
 """A bad command line or configuration: nothing ran."""
@@ -53,7 +52,7 @@ class _StrictParser(argparse.ArgumentParser):
             action.help = "default: %(default)s"  # argparse leaves out a flag without help text
         return action
 
-    def error(self, message: str) -> typing.NoReturn:
+    def error(self, message: str) -> NoReturn:
         raise ConfigError(message.replace("argument ", "", 1) if message.startswith("argument --") else message)
 
 
@@ -87,11 +86,6 @@ def _beam_parser() -> argparse.ArgumentParser:
                 pending.append(sub)
                 sub._add_argparse_args(parser)  # type: ignore[arg-type]  # a plain parser is enough to list flags
     return parser
-
-
-def beam_flags() -> frozenset[str]:
-    """Every flag one of Beam's ``PipelineOptions`` classes defines."""
-    return frozenset(_beam_parser()._option_string_actions)
 
 
 def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -270,7 +264,8 @@ def sample_records(input_format: str, pattern: str, poi: str | None = None) -> t
         import pyarrow.parquet as pq
 
         batches = pq.ParquetFile(paths[0]).iter_batches(batch_size=SAMPLE_RECORDS)
-        return paths[0], next(batches).to_pylist() if paths else []
+        first = next(batches, None)
+        return paths[0], first.to_pylist() if first is not None else []
     from transforms import loaders
 
     try:
@@ -292,23 +287,22 @@ def check_first_records(flag: str, input_format: str, patterns: Sequence[str], p
         if csv_header:
             records = csv_dicts(records, csv_header)
         if not records:
-            continue
+            continue  # an empty input: nothing to judge
         reasons: collections.Counter = collections.Counter()
         for record in records:
             parsed = parse_record(record, parse)
             if not isinstance(parsed, Event):
                 reasons[parsed["reason"]] += 1
                 continue
-            if translator is None:
-                return
-            _, refused = translator.row(parsed.requirement)
+            refused = None if translator is None else translator.row(parsed.requirement)[1]
             if refused is None:
-                return
+                break  # this input has a usable record
             reasons[refused] += 1
-        reason, _ = reasons.most_common(1)[0]
-        raise ConfigError(f"{flag} {path}: none of the first {len(records)} records can be used as "
-                          f"--input-format {input_format} (most common reason: {flag_names(reason)}); "
-                          f"check --input-format, --binning and --field")
+        else:
+            reason, _ = reasons.most_common(1)[0]
+            raise ConfigError(f"{flag} {path}: none of the first {len(records)} records can be used as "
+                              f"--input-format {input_format} (most common reason: {flag_names(reason)}); "
+                              f"check --input-format, --binning and --field")
 
 
 def check_requirements_usable(mechanism, policy, used_levels: Iterable[str] | None = None) -> Any:

@@ -192,7 +192,7 @@ def build_config(argv=None) -> ReplayConfig:
             plot=args.plot, release_range=parse_range(args.start, args.end), resume_from=args.resume_from,
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
             requirements_parse=requirements_parse, requirements_csv=req_columns or (),
-            csv_header=columns if columns and not args.csv_columns else (),
+            csv_header=columns or (),
             max_rejected_fraction=args.max_rejected_fraction)
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:

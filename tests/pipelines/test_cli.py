@@ -280,3 +280,13 @@ def test_the_plot_has_a_title_a_wall_clock_axis_units_and_a_legend(tmp_path, mon
     import matplotlib.dates as mdates
 
     assert mdates.num2date(axes[-1].get_xlim()[0]).year == 2008  # epoch seconds shown as dates
+
+
+def test_every_input_is_checked_not_only_the_first(tmp_path, capsys):
+    good = events(tmp_path / "good.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("user,time,value\nu1,1000,1\n")  # a CSV named .jsonl
+    assert replay.run(["--input", good, "--input", str(bad), "--binning", "int:2", "--requirement", "fixed:20,0.5",
+                       "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--input {bad}: none of the first 2 records" in err[0], err

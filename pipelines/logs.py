@@ -38,10 +38,25 @@ class _DropBeamImportNotices(logging.Filter):
         return not str(record.msg).startswith(BEAM_IMPORT_NOTICES)
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is emitted (a test or a caller may have replaced it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def _install_root_handler() -> None:
     root = logging.getLogger()
     if not root.handlers:
-        stderr = logging.StreamHandler(sys.stderr)
+        stderr = _Stderr()
         stderr.setLevel(logging.WARNING)
         root.addHandler(stderr)
     for handler in root.handlers:
@@ -55,7 +70,7 @@ def configure(quiet: bool = False) -> None:
     """The project's loggers print INFO lines on stderr (only warnings and errors with ``quiet``: a warning is
     about the configuration or the data, not progress); Beam's only warnings (only errors with ``quiet``)."""
     level = logging.WARNING if quiet else logging.INFO
-    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(logging.Formatter("%(message)s"))
     for name in PROJECT_LOGGERS:
         logger = logging.getLogger(name)

@@ -22,7 +22,7 @@ setup(
     entry_points={"console_scripts": ["wevent = pipelines.main:main"]},
     install_requires=[
         "apache-beam>=2.68,<3",
-        "numpy>=1.24,<2.5",
+        "numpy>=2.0,<2.5",
         "pyarrow>=14,<26",
         "fastavro>=1.9",
         "cryptography>=41",

@@ -1,6 +1,6 @@
 """The per-user privacy ledger stage: an independent, exact check of every charge.
 
-``PrivacyLedger`` is a stateful DoFn keyed by ``stream + SEP + user``.  It is
+``UserLedgerFn`` is a stateful DoFn keyed by ``stream + SEP + user``.  It is
 fed each user's charges in chunks of consecutive slots (from the release
 stage), each with the least charge the release's evidence implies (what the
 statistics were computed from, not the mechanism's bookkeeping), checks that
@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.ledger import usage_ratios
+from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 from transforms.user_state import NAMESPACE, SEP
 
 VIOLATIONS = "violations"
@@ -43,31 +43,22 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
     totals = np.concatenate([[0], np.cumsum(spent)])  # totals[k]: sum of the first k entries
     dc_totals = np.concatenate([[0], np.cumsum(dc)])
     rows = np.arange(tail["slots"].size, slots.size)
-    reqs = chunk["requirements"]
-    checks = []  # (slot, kind, window sum, bound)
+    reqs, ends = chunk["requirements"], slots[rows]
 
-    def window_sum(first_slot, last_slot):
-        """Charges over the slots [first_slot, last_slot] (arrays)."""
-        return totals[np.searchsorted(slots, last_slot, "right")] - totals[np.searchsorted(slots, first_slot, "left")]
+    def sums_of(running):
+        def between(first_slot, last_slot):
+            """Charges over the slots [first_slot, last_slot] (arrays)."""
+            return running[np.searchsorted(slots, last_slot, "right")] - running[np.searchsorted(slots, first_slot, "left")]
+        return between
 
-    def backward(windows, bounds, kind):
-        ends = slots[rows]
-        checks.append((ends, kind, window_sum(ends - windows + 1, ends), bounds))
-
-    if chunk["dynamic"]:
-        # §1.6: a declared E_B the window had already passed is projected, from this ledger's own sums
-        ends, firsts = slots[rows], slots[rows] - reqs[:, 0] + 1
-        past = window_sum(firsts, ends - 1)
-        past_dc = dc_totals[np.searchsorted(slots, ends - 1, "right")] - dc_totals[np.searchsorted(slots, firsts, "left")]
-        backward(reqs[:, 0], np.maximum.reduce([reqs[:, 1], 2 * past_dc, 2 * (past - past_dc)]), "backward")
-        opened = [(int(s), int(w), int(e)) for s, w, e in zip(slots[rows], reqs[:, 2], reqs[:, 3])]
-    else:
-        backward(reqs[:, 0], reqs[:, 1], "fixed")
-        opened = []
-    still_open = []
+    window_sum = sums_of(totals)
+    kind, sums, bounds = closing_windows(chunk["dynamic"], ends, reqs, window_sum, sums_of(dc_totals))
+    checks = [(ends, kind, sums, bounds)]  # (slot, kind, window sum, bound)
+    opened = [(int(s), int(w), int(e)) for s, w, e in zip(ends, reqs[:, 2], reqs[:, 3])] if chunk["dynamic"] else []
+    still_open = []  # (start, w_F, E_F): the form checkpoints keep
     last = int(slots[-1])
-    for start, window, bound in tail["open"] + opened:  # forward windows [start, start + window - 1]
-        end = start + window - 1
+    for start, window, bound in tail["open"] + opened:
+        end = forward_end(start, window)
         if end <= last or chunk["final"]:
             at = min(end, last)
             checks.append((np.array([at]), "forward", window_sum(np.array([start]), np.array([at])),
@@ -108,7 +99,7 @@ def empty_tail() -> dict:
     return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "dc": np.zeros(0, np.int64), "open": []}
 
 
-class PrivacyLedger(beam.DoFn):
+class UserLedgerFn(beam.DoFn):
     """Exact sliding-window sums per user; emits usage, violations and (on request) every charge."""
 
     TAIL = ReadModifyWriteStateSpec("tail", FastPrimitivesCoder())
@@ -152,13 +143,13 @@ class PrivacyLedger(beam.DoFn):
                    "violations": usage[2]}
 
 
-class CompleteChunkLedger(PrivacyLedger):
-    """``PrivacyLedger`` for a bounded run that starts fresh: each user's charges arrive as one complete chunk, so
+class CompleteChunkLedgerFn(UserLedgerFn):
+    """``UserLedgerFn`` for a bounded run that starts fresh: each user's charges arrive as one complete chunk, so
     nothing is kept between chunks and the DoFn is stateless (a stateful call costs about 125 µs per user)."""
 
     def process(self, element):
         key, charges = element
         chunk = charge_chunk(*charges)
         if not (chunk["final"] and chunk["complete"]):
-            raise ValueError("CompleteChunkLedger got a partial chunk of charges; use PrivacyLedger")
+            raise ValueError("CompleteChunkLedgerFn got a partial chunk of charges; use UserLedgerFn")
         yield from self._complete(key, chunk)

@@ -33,7 +33,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
 from transforms.declarations import RequirementPolicy
-from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedger, PrivacyLedger
+from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
 from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
 from transforms.release_range import ReleaseRange
@@ -103,7 +103,7 @@ class PrivateStreamHistogram(beam.PTransform):
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
         closing = CloseUserSlots(self.clock) if bounded else UserSlotState(self.clock)
         # a fresh bounded run sends each user's charges in one complete chunk: no ledger state needed
-        ledger = CompleteChunkLedger if bounded and self.config.resume_from is None else PrivacyLedger
+        ledger = CompleteChunkLedgerFn if bounded and self.config.resume_from is None else UserLedgerFn
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserSlotState" >> beam.ParDo(closing).with_outputs(LATE, ACCOUNTING, main="contributions"))

@@ -13,7 +13,7 @@ Bounded input: one firing at the end releases all slots.  Trailing slots
 after the last one with data are not released (the stream has no more data).
 
 Besides releases it emits each user's charges, in chunks of slots, for the
-per-user ``PrivacyLedger`` stage.
+per-user ``UserLedgerFn`` stage.
 
 Checkpoints (``transforms.checkpoint``): with ``checkpoint_every=K`` the stage
 emits each stream's state after every K-th slot and at the end of every
@@ -406,7 +406,8 @@ class _StreamRun:
             "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
             "epsilon": units_to_decimal_string(release.epsilon_units),
             "predicted_error": float(error) if math.isfinite(error) else None,
-            "registered_users": int(release.charges.users.size)}
+            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
+            "estimate": release.estimate.tolist(), "trust": release.trust.value}
         if self.config.evaluate:
             yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])

@@ -14,9 +14,10 @@ SAMPLES = {
                     "epsilon": None, "w_b": 10, "epsilon_b": 1.0, "w_f": 5, "epsilon_f": 0.5, "level": None},
     "release": {"stream": "taxi", "slot": 42, "slot_start": 1700000000.0, "slot_end": 1700000060.0,
                 "mechanism": "PBD", "mechanism_slot": 1, "histogram": [0, 5, 2], "kind": "fresh",
-                "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7},
+                "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7, "statistic": "counts",
+                "estimate": [0.0, 5.0, 2.0], "trust": "central"},
     "ledger_entry": {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25", "dc": "0.05",
-                     "publication": "0.2"},
+                     "publication": "0.2", "least": "0.2"},
     "user_usage": {"stream": "taxi", "user": "u1", "slots": 10, "max_window_usage_ratio": 0.9, "violations": 0},
     "dead_letter": {"stream": None, "user": None, "stage": "parse", "reason": "not JSON", "record": "{oops"},
 }
@@ -82,6 +83,7 @@ def test_release_arrow_types():
         "slot_end": (pa.float64(), False), "mechanism": (pa.string(), False), "mechanism_slot": (pa.int64(), False),
         "histogram": (pa.list_(pa.int64()), False), "kind": (pa.string(), False), "epsilon": (pa.string(), False),
         "predicted_error": (pa.float64(), True), "registered_users": (pa.int64(), False),
+        "statistic": (pa.string(), False), "estimate": (pa.list_(pa.float64()), False), "trust": (pa.string(), False),
     }
     assert {field.name: (field.type, field.nullable) for field in schema} == expected
 
@@ -96,3 +98,21 @@ def test_event_and_requirement_times_are_text_in_arrow():
     assert arrow_schema("requirement").field("kind").type == pa.string()
     dead_letter = arrow_schema("dead_letter")
     assert [field.nullable for field in dead_letter] == [True, True, False, False, False]
+
+
+@pytest.mark.parametrize("name, added", [("release", {"statistic": "counts", "estimate": [], "trust": "central"}),
+                                         ("ledger_entry", {"least": ""})])
+def test_records_written_before_the_schema_evolved_still_read(name, added):
+    """Fields added later have defaults: an old writer's records read with the new schema."""
+    import io
+
+    import fastavro
+
+    old_schema = avro_schema(name)
+    old_schema["fields"] = [f for f in old_schema["fields"] if f["name"] not in added]
+    old_record = {k: v for k, v in SAMPLES[name].items() if k not in added}
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(old_schema), [old_record])
+    buffer.seek(0)
+    (read,) = list(fastavro.reader(buffer, reader_schema=avro_schema(name)))
+    assert read == {**old_record, **added}

@@ -20,6 +20,7 @@ import dataclasses
 from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
                                         UserCharges)
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
+from transforms.mechanisms.domain import Categorical, Estimate, Interval, TrustModel
 from transforms.mechanisms.dynamic import DYNAMIC, DPBAParams, DynamicParams
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
 from transforms.mechanisms.ledger import PrivacyLedger, Violation
@@ -50,7 +51,7 @@ def make_mechanism(name: str, **params) -> Mechanism:
     return cls(cls.params_type(**params))
 
 
-__all__ = ["MECHANISMS", "NO_VALUE", "DPBAParams", "DynamicParams", "DynamicRequirement", "DynamicRequirements",
+__all__ = ["MECHANISMS", "NO_VALUE", "Categorical", "Estimate", "Interval", "TrustModel", "DPBAParams", "DynamicParams", "DynamicRequirement", "DynamicRequirements",
            "ErrorModel", "FixedRequirement", "FixedRequirements", "HomogeneousParams", "Mechanism",
            "MechanismParams", "PrivacyLedger", "Release", "ReleaseKind", "SlotBatch", "UserCharges", "Violation",
            "make_mechanism", "mechanism_class"]

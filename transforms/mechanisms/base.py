@@ -30,6 +30,7 @@ import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import to_epsilon, to_units
+from transforms.mechanisms.domain import Categorical, Domain, Estimate, TrustModel
 from transforms.mechanisms.evidence import Evidence, Statistic
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
@@ -112,18 +113,26 @@ class UserCharges:
 
 @dataclass(frozen=True, eq=False)
 class Release:
-    """One slot's output."""
+    """One slot's output: an estimate of a named statistic, under the trust model it was made in."""
 
     slot: int
-    histogram: np.ndarray     # int64 noisy counts r_t (equal to r_{t-1} unless fresh)
+    histogram: np.ndarray     # int64 noisy counts r_t (equal to r_{t-1} unless fresh); the counts view
     kind: ReleaseKind
     epsilon_units: int        # noise budget of a fresh release (0 otherwise)
     predicted_error: float    # predicted per-bin error behind the decision (squared units)
     charges: UserCharges
+    estimates: Estimate = Estimate.COUNTS
+    trust: TrustModel = TrustModel.CENTRAL
+    values: np.ndarray | None = None  # the float64 estimate, when it is not the counts themselves
 
     @property
     def epsilon(self) -> float:
         return to_epsilon(self.epsilon_units)
+
+    @cached_property
+    def estimate(self) -> np.ndarray:
+        """The released estimate as float64 (the counts, for the central histogram mechanisms)."""
+        return self.histogram.astype(np.float64) if self.values is None else self.values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +154,7 @@ class MechanismParams:
     default_requirement: FixedRequirement | DynamicRequirement | None = None
 
     def __post_init__(self):
-        if isinstance(self.bins, bool) or not isinstance(self.bins, (int, np.integer)) or self.bins < 1:
-            raise ValueError(f"bins (d) must be an integer >= 1, got {self.bins!r}")
+        Categorical(self.bins)  # validates bins
         if isinstance(self.sensitivity, bool) or not isinstance(self.sensitivity, (int, np.integer)) \
                 or self.sensitivity < 1:
             raise ValueError(f"sensitivity must be an integer >= 1, got {self.sensitivity!r}")
@@ -155,6 +163,11 @@ class MechanismParams:
         except ValueError:
             raise ValueError(f"error_model must be one of {[m.value for m in ErrorModel]}, "
                              f"got {self.error_model!r}") from None
+
+    @cached_property
+    def domain(self) -> Domain:
+        """The values a slot may carry: the histogram's bins."""
+        return Categorical(self.bins)
 
     def to_json(self) -> str:
         def plain(value):
@@ -208,6 +221,8 @@ class Mechanism(abc.ABC):
     params_type: ClassVar[type] = MechanismParams
     samples_cohorts: ClassVar[bool] = True
     """False for mechanisms that never sample by cohort: they get pooled cells (one per bin)."""
+    trust: ClassVar[TrustModel] = TrustModel.CENTRAL
+    estimates: ClassVar[Estimate] = Estimate.COUNTS
 
     def __init__(self, params: MechanismParams):
         if not isinstance(params, self.params_type):
@@ -251,7 +266,7 @@ class Mechanism(abc.ABC):
     # -- the protocol ---------------------------------------------------------------
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
-        extent = batch.validate(self.params.bins, self.requirement_kind)
+        extent = batch.validate(self.params.domain, self.requirement_kind)
         rows = self.population.rows_of(batch.users, extent)
         registered = self.population.validate(batch, rows, extent)
         self.check_requirements(batch)
@@ -270,7 +285,7 @@ class Mechanism(abc.ABC):
             evidence=Evidence(data.groups, decision.statistics), declarations=batch,
             default_requirement=self.population.default_requirement)
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
-                       decision.predicted_error, charges)
+                       decision.predicted_error, charges, self.estimates, self.trust)
 
     def exact_histogram_for_evaluation(self) -> np.ndarray:
         """The TRUE histogram of the data the last step saw: NOT private.

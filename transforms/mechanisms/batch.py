@@ -7,10 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from transforms.mechanisms.domain import NO_VALUE, Domain, as_domain
 from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
 
-NO_VALUE = -1
-"""A batch value meaning "this row only declares a requirement, it reports no bin"."""
 
 
 class BatchExtent(NamedTuple):
@@ -27,7 +26,8 @@ class SlotBatch:
 
     ``users`` are distinct non-negative user indices (the Beam layer maps
     user ids to dense indices per stream); ``values`` are their bins in
-    ``[0, d)`` or :data:`NO_VALUE`; ``requirements``, when given, holds each
+    ``[0, d)`` or :data:`NO_VALUE` (int64), or for an interval domain real
+    values or NaN (float64); ``requirements``, when given, holds each
     row's requirement (a user's first row must carry one unless the
     mechanism has a default requirement).
     """
@@ -45,8 +45,10 @@ class SlotBatch:
         """
         if isinstance(users, range) and users.start == 0 and users.step == 1:
             users = every_user(len(users))
-        return cls(np.asarray(users, dtype=np.int64).reshape(-1),
-                   np.asarray(values, dtype=np.int64).reshape(-1), requirements)
+        values = np.asarray(values)
+        numeric = np.float64 if values.dtype.kind == "f" and values.size else np.int64  # never truncate a real value
+        return cls(np.asarray(users, dtype=np.int64).reshape(-1), values.astype(numeric, copy=False).reshape(-1),
+                   requirements)
 
     @classmethod
     def empty(cls) -> "SlotBatch":
@@ -56,21 +58,25 @@ class SlotBatch:
     def __len__(self) -> int:
         return self.users.size
 
-    def validate(self, bins: int, requirement_kind: type | None = None) -> BatchExtent:
-        """Raise ``ValueError`` naming the problem; called before any state changes."""
+    def validate(self, domain: Domain | int, requirement_kind: type | None = None) -> BatchExtent:
+        """Raise ``ValueError`` naming the problem; called before any state changes.
+
+        ``domain`` is the mechanism's (a number of bins means categorical bins).
+        """
+        domain = as_domain(domain)
         users, values = self.users, self.values
         if users.ndim != 1 or values.ndim != 1:
             raise ValueError("users and values must be one-dimensional")
         n = users.size
         if n != values.size:
             raise ValueError(f"users has {n} entries but values has {values.size}")
-        if users.dtype != np.int64 or values.dtype != np.int64:
-            raise ValueError(f"users and values must be int64 (SlotBatch.of converts), "
-                             f"got {users.dtype} and {values.dtype}")
+        if users.dtype != np.int64 or (values.dtype != domain.dtype and n):
+            raise ValueError(f"users must be int64 and values {np.dtype(domain.dtype)} for this domain "
+                             f"(SlotBatch.of converts), got {users.dtype} and {values.dtype}")
         if n == 0:
             extent = BatchExtent(-1, True, True)
         elif _EVERY_USER.owns(users):
-            extent = BatchExtent(n - 1, _all_report(values, bins), True)
+            extent = BatchExtent(n - 1, domain.all_report(values), True)
         else:
             first, last = int(users[0]), int(users[-1])
             ascending = n == 1 or np.count_nonzero(users[1:] > users[:-1]) == n - 1  # the usual batch
@@ -79,7 +85,7 @@ class SlotBatch:
             if not ascending and not _distinct(users):
                 raise ValueError("users must be distinct within a slot (one contribution per user per slot)")
             max_user = last if ascending else int(users.max())
-            extent = BatchExtent(max_user, _all_report(values, bins), ascending and first == 0 and last == n - 1)
+            extent = BatchExtent(max_user, domain.all_report(values), ascending and first == 0 and last == n - 1)
         if self.requirements is not None:
             if len(self.requirements) != users.size:
                 raise ValueError(f"requirements has {len(self.requirements)} rows, expected {users.size}")
@@ -87,15 +93,6 @@ class SlotBatch:
                 raise ValueError(f"this mechanism takes {requirement_kind.__name__}, "
                                  f"got {type(self.requirements).__name__}")
         return extent
-
-
-def _all_report(values: np.ndarray, bins: int) -> bool:
-    """Whether no value is NO_VALUE, after checking every value is a bin or NO_VALUE."""
-    if np.maximum.reduce(values.view(np.uint64)) < bins:  # the usual batch, in one pass: negatives wrap to the top
-        return True
-    if values.min() < NO_VALUE or values.max() >= bins:
-        raise ValueError(f"values must be bins in [0, {bins}) or NO_VALUE (-1)")
-    return False
 
 
 class _EveryUserIndex:

@@ -51,12 +51,12 @@ class DeclaredRequirements:
             self._grow(int(users.max()) + 1)
         self._activate(slot)
         if requirements is not None and len(requirements):
-            declared = _matrix(requirements)
+            declared = requirements.as_matrix()
         else:
             users = users[~self.registered[users]]  # only new users declare: the default
             if users.size == 0 or default is None:
                 return
-            declared = np.repeat(_matrix(default)[:1], users.size, axis=0)
+            declared = np.repeat(default.as_matrix()[:1], users.size, axis=0)
         new = ~self.registered[users]
         self.registered[users[new]] = True
         self.in_force[users[new]] = declared[new]
@@ -126,9 +126,3 @@ class DeclaredRequirements:
         self.pending = np.array(arrays["pending"], np.int64).reshape(-1, 2)
         self.pending_from = np.array(arrays["pending_from"], np.int64)
         self.version += 1
-
-
-def _matrix(requirements: Requirements) -> np.ndarray:
-    if isinstance(requirements, FixedRequirements):
-        return np.stack([requirements.window, requirements.epsilon_units], axis=1).astype(np.int64)
-    return requirements.as_matrix().astype(np.int64)

@@ -40,6 +40,7 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.declared import NOTHING_ALLOWED, DeclaredRequirements
 from transforms.mechanisms.population import UNREGISTERED
 from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 
 _UNKNOWN_ROW = -3
 """The row of a restored class until its first slot: differs from every real row, so the class is split if need be."""
@@ -100,27 +101,20 @@ class PrivacyLedger:
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
         self.slot = slot
-        if isinstance(reqs, DynamicRequirements):
-            backward = reqs.backward_window[rows]
-            self._require_within(backward)
-            # §1.6: a declared E_B the window had already passed is projected, from this ledger's own sums
-            first = slot - backward + 1
-            past = self._sums_between(self._totals, checked, first, slot - 1)
-            past_dc = self._sums_between(self._dc_totals, checked, first, slot - 1)
-            bound = np.maximum.reduce([reqs.backward_units[rows], 2 * past_dc, 2 * (past - past_dc)])
-            self._add(slot, checked, units, row_dc[rows])
-            self._judge("backward", checked, self._sums_since(checked, first), bound)
-            forward, bounds = reqs.forward_window[rows], reqs.forward_units[rows]
-            self._require_within(forward)
-            for window in np.flatnonzero(np.bincount(forward)):  # a few distinct windows
-                pick = forward == window
-                self._open_forward.setdefault(slot + int(window) - 1, []).append((checked[pick], slot, bounds[pick]))
+        dynamic = isinstance(reqs, DynamicRequirements)
+        matrix = reqs.as_matrix()[rows]
+        self._require_within(matrix[:, 0::2].max(axis=1) if dynamic else matrix[:, 0])
+        self._add(slot, checked, units, row_dc[rows] if dynamic else None)
+        self._judge(*closing_windows(dynamic, slot, matrix,
+                                     lambda first, last: self._sums_between(self._totals, checked, first, last),
+                                     lambda first, last: self._sums_between(self._dc_totals, checked, first, last)),
+                    classes=checked)
+        if dynamic:
+            ends, bounds = forward_end(slot, matrix[:, 2]), matrix[:, 3]
+            for end in np.unique(ends):  # a few distinct windows
+                pick = ends == end
+                self._open_forward.setdefault(int(end), []).append((checked[pick], slot, bounds[pick]))
             self._close_forward(self._open_forward.pop(slot, []))
-        else:
-            self._add(slot, checked, units)
-            self._require_within(reqs.window[rows])
-            self._judge("fixed", checked, self._sums_since(checked, slot - reqs.window[rows] + 1),
-                        reqs.epsilon_units[rows])
 
     def close(self) -> None:
         """Check the forward windows still open at the end of the stream."""
@@ -372,12 +366,6 @@ class PrivacyLedger:
         older = np.maximum(first_slots - 1, 0) % ring
         return (totals[last_slot % ring, classes] - totals[older, classes]).view(np.int64)
 
-    def _sums_since(self, classes: np.ndarray, first_slots: np.ndarray) -> np.ndarray:
-        """Each class's charges over ``[first_slot, self.slot]`` (slot 0 and earlier hold total 0)."""
-        ring = self._totals.shape[0]
-        older = np.maximum(first_slots - 1, 0) % ring
-        return (self._totals[self.slot % ring, classes] - self._totals[older, classes]).view(np.int64)
-
     def _close_forward(self, pending) -> None:
         if len(pending) == 1:
             classes, start, bounds = pending[0]
@@ -387,9 +375,9 @@ class PrivacyLedger:
             starts = np.concatenate([np.full(c.size, start) for c, start, _ in pending])
         else:
             return
-        self._judge("forward", classes, self._sums_since(classes, starts), bounds, starts)
+        self._judge("forward", self._sums_between(self._totals, classes, starts, self.slot), bounds, classes, starts)
 
-    def _judge(self, kind: str, classes: np.ndarray, sums: np.ndarray, bounds: np.ndarray,
+    def _judge(self, kind: str, sums: np.ndarray, bounds: np.ndarray, classes: np.ndarray,
                starts: np.ndarray | None = None) -> None:
         """Count every member of an over-spent class; keep the first violations in user order (per start)."""
         if classes.size == 0:
@@ -409,12 +397,6 @@ class PrivacyLedger:
             users, at = self._members(classes[group], group)
             self.violations += [Violation(int(u), self.slot, kind, int(sums[i]), int(bounds[i]))
                                 for u, i in zip(users[:room], at[:room])]
-
-
-def usage_ratios(sums: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Window sums as fractions of their bounds (a bound of 0: infinite if anything was spent)."""
-    sums, bounds = np.asarray(sums), np.asarray(bounds)
-    return np.divide(sums, bounds, out=np.where(sums > 0, np.inf, 0.0), where=bounds > 0)
 
 
 def _distinct(rows: np.ndarray) -> np.ndarray:

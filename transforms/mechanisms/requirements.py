@@ -103,6 +103,10 @@ class FixedRequirements:
     def take(self, index) -> "FixedRequirements":
         return FixedRequirements(self.window[index], self.epsilon_units[index])
 
+    def as_matrix(self) -> np.ndarray:
+        """``(window, epsilon_units)`` side by side (rows compare as whole requirements)."""
+        return np.stack([self.window, self.epsilon_units], axis=1)
+
 
 @dataclass(frozen=True)
 class DynamicRequirements:

@@ -27,7 +27,7 @@ def declaring(users, requirements) -> SlotBatch:
 def admit(mechanism, batch: SlotBatch, slot: int):
     """The population side of ``mechanism.step`` alone: validate and admit ``batch`` at ``slot``."""
     population = mechanism.population
-    extent = batch.validate(mechanism.params.bins, mechanism.requirement_kind)
+    extent = batch.validate(mechanism.params.domain, mechanism.requirement_kind)
     rows = population.rows_of(batch.users, extent)
     return population.admit(batch, slot, rows, extent, population.validate(batch, rows, extent), mechanism.samples_cohorts)
 

@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.sinks import _checked  # the same schema check and plain values as every other sink
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -39,8 +41,9 @@ class _WriteSlotFile(beam.DoFn):
     def process(self, release: dict):
         path = slot_file_name(self.prefix, release)
         temporary = f"{path}.part"
+        record = _checked(release, "release")
         with FileSystems.create(temporary) as f:
-            f.write((json.dumps(release, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
+            f.write((json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
         FileSystems.rename([temporary], [path])
         yield path
 

@@ -243,6 +243,7 @@ class _StreamRun:
                  requirements: DeclaredRequirements | None = None):
         self.config, self.stream, self.mechanism = config, stream, mechanism
         self.requirements = requirements or DeclaredRequirements(mechanism.requirement_kind)
+        self._last_in_force: tuple = (-1, None, None)
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
         self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
@@ -412,11 +413,22 @@ class _StreamRun:
             yield "evaluation", (self.stream, slot, [int(x) for x in release.histogram],
                                  [int(x) for x in self.mechanism.exact_histogram_for_evaluation()])
         charges = release.charges
-        declared = charges.declarations  # the ledger checks what users declared, kept here, not the mechanism's view
-        self.requirements.declare(release.slot, declared.users, declared.requirements, charges.default_requirement)
+        # The ledger checks what users declared, kept here from the input, never the mechanism's view: the rows
+        # that carry a declaration of their own this slot, and users seen for the first time (their default).
+        declaring = (firing.own[start:end][accepted][order] >= 0) | ~self.requirements.knows(batch.users)
+        self.requirements.declare(release.slot, batch.users[declaring],
+                                  batch.requirements.take(declaring) if declaring.any() else None, None)
         self.pending_charges.append((charges.users, np.column_stack(
             [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
-             least_charges_of_registered(charges), self.requirements.matrix_of(charges.users)])))
+             least_charges_of_registered(charges), self._declared_in_force(charges.users)])))
+
+    def _declared_in_force(self, users: np.ndarray) -> np.ndarray:
+        """Each user's declared requirement in force; the last slot's rows again while nothing changed."""
+        version, last_users, matrix = self._last_in_force
+        if version != self.requirements.version or not np.array_equal(users, last_users):
+            matrix = self.requirements.matrix_of(users)
+            self._last_in_force = (self.requirements.version, users, matrix)
+        return matrix
 
     def _flush(self, final: bool):
         """Per-user chunks of the charges accumulated since the last flush, as ``(key, (table, dynamic, final,

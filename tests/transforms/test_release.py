@@ -18,7 +18,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline,
                           streaming_source)
 from transforms import checkpoint as ckpt
-from transforms.ledger import check_windows, empty_tail
+from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.declarations import RequirementPolicy
 from transforms.private_histogram import PrivateStreamHistogram
@@ -260,3 +260,33 @@ def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
     grouped, first, counts = _group_by_user(pending)
     assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
     assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_release_stage_ships_what_users_declared_not_what_the_mechanism_applied(broken, monkeypatch):
+    """Power, in the Beam path: a mechanism that ignores a change to a stricter requirement is caught.
+
+    Users declare (w=2, E=1) at slot 0 and (w=2, E=0.2) at slot 2 (in force from slot 3); every slot
+    publishes.  The per-user ledger (``check_windows`` on the stage's charge rows) must see the overspend
+    only when the mechanism kept the old cohort.
+    """
+    import transforms.mechanisms.pwsm as pwsm
+    from transforms.mechanisms.population import Population
+
+    monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
+    if broken:
+        declare = Population._declare_fixed
+        monkeypatch.setattr(Population, "_declare_fixed",
+                            lambda self, batch, slot, rows: declare(self, batch, slot, rows) if rows.min() < 0 else None)
+    config = ReleaseConfig("pbd", {"bins": 2}, SlotClock(SLOT), insecure_seed=7)
+    run = _StreamRun.load(config, "s", None)
+    rows = [(slot, f"u{i}", i % 2, {0: ("fixed", 2, "1.0"), 2: ("fixed", 2, "0.2")}.get(slot), (f"{slot}{i}",))
+            for slot in range(6) for i in range(10)]
+    outputs = list(run.release_until(5, rows, final=True))
+    violations = [v for kind, (key, chunk) in ((k, p) for k, p in outputs if k == CHARGES)
+                  for v in check_windows(empty_tail(), charge_chunk(*chunk), 10)[2]]
+    if broken:
+        assert violations and {v["kind"] for v in violations} == {"fixed"}
+        assert {v["bound_units"] for v in violations} == {to_units("0.2")}
+    else:
+        assert violations == []

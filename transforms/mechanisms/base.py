@@ -71,15 +71,16 @@ class UserCharges:
         return np.flatnonzero(self.cohort_of != UNREGISTERED)
 
     @cached_property
-    def _rows(self) -> np.ndarray:
+    def rows(self) -> np.ndarray:
+        """The cohort row of each of :attr:`users` (WAITING for a user waiting for a changed requirement)."""
         return self.cohort_of[self.users]
 
     @cached_property
     def _all_in_cohorts(self) -> bool:
-        return bool(self._rows.min(initial=0) >= 0)  # nobody waiting for a changed requirement
+        return bool(self.rows.min(initial=0) >= 0)  # nobody waiting for a changed requirement
 
     def _per_user(self, per_cohort: np.ndarray) -> np.ndarray:
-        rows = self._rows
+        rows = self.rows
         if self._all_in_cohorts:
             return per_cohort[rows].astype(np.int64, copy=False)
         return np.where(rows >= 0, per_cohort[np.maximum(rows, 0)], 0).astype(np.int64)
@@ -102,7 +103,7 @@ class UserCharges:
     @cached_property
     def requirements(self) -> Requirements:
         """The requirement in force for each user of :attr:`users`."""
-        rows = self._rows
+        rows = self.rows
         per_user = self.cohort_requirements.take(rows if self._all_in_cohorts else np.maximum(rows, 0))
         if self.waiting_users.size:
             at = np.searchsorted(self.users, self.waiting_users)

@@ -41,7 +41,7 @@ class DeclaredRequirements:
         self.in_force = np.zeros((0, self.width), np.int64)
         self.pending = np.zeros((0, 2), np.int64)
         self.pending_from = np.zeros(0, np.int64)  # slot a pending fixed change takes effect (0: none)
-        self.version = 0  # changes whenever some user's requirement in force may have changed
+        self.version = 0  # changes whenever some user's requirement in force changes (pending changes do not)
 
     def declare(self, slot: int, users: np.ndarray, requirements: Requirements | None,
                 default: Requirements | None) -> None:
@@ -58,11 +58,16 @@ class DeclaredRequirements:
                 return
             declared = np.repeat(default.as_matrix()[:1], users.size, axis=0)
         new = ~self.registered[users]
-        self.registered[users[new]] = True
-        self.in_force[users[new]] = declared[new]
+        if new.any():
+            self.registered[users[new]] = True
+            self.in_force[users[new]] = declared[new]
+            self.version += 1
         known, declared = users[~new], declared[~new]
         if self.kind is DynamicRequirements:
-            self.in_force[known] = declared
+            differs = (self.in_force[known] != declared).any(axis=1)
+            if differs.any():
+                self.in_force[known[differs]] = declared[differs]
+                self.version += 1
         elif known.size:
             same = (self.in_force[known] == declared).all(axis=1)
             self.pending_from[known[same]] = 0  # declaring the requirement in force cancels a change
@@ -71,7 +76,14 @@ class DeclaredRequirements:
             self.pending[who] = declared[changed]
             self.pending_from[who] = slot + declared[changed, 0] - 1
             self._activate(slot)  # w' = 1 takes effect at once
-        self.version += 1
+
+    def knows(self, users: np.ndarray) -> np.ndarray:
+        """Whether each of ``users`` has declared (or been given the default) already."""
+        users = np.asarray(users, np.int64)
+        known = np.zeros(users.size, bool)
+        inside = users < self.registered.size
+        known[inside] = self.registered[users[inside]]
+        return known
 
     def matrix_of(self, users: np.ndarray) -> np.ndarray:
         """Each of ``users``' requirement in force as a row; one never declared allows no charge (w=1, E=0)."""

@@ -87,11 +87,16 @@ def least_charges_of_registered(charges) -> np.ndarray:
     no requirement and no charge, so the release could not be accounted for.
     """
     evidence, users = charges.evidence, charges.users
-    if evidence.groups is not charges.cohort_of:
-        entered = np.flatnonzero(evidence.groups >= 0)
-        outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
-        if outside.size:
-            raise ValueError(f"users {outside[:5].tolist()} entered a statistic without being registered")
+    if evidence.groups is charges.cohort_of:  # the usual release: one gather by the rows the charges name
+        per_group = evidence.least_units_per_group()
+        if per_group.size == 0:
+            return np.zeros(users.size, np.int64)
+        rows = charges.rows
+        return np.where(rows >= 0, per_group[np.clip(rows, 0, per_group.size - 1)], 0)
+    entered = np.flatnonzero(evidence.groups >= 0)
+    outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
+    if outside.size:
+        raise ValueError(f"users {outside[:5].tolist()} entered a statistic without being registered")
     return evidence.least_units(users)
 
 

@@ -1,0 +1,66 @@
+"""What users declared, kept by the ledgers under the public rules (transforms/mechanisms/declared.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from transforms.mechanisms import DynamicRequirements, FixedRequirements
+from transforms.mechanisms.declared import DeclaredRequirements
+
+
+def fixed(*pairs):
+    return FixedRequirements.of([w for w, _ in pairs], [e for _, e in pairs])
+
+
+def in_force(register, users):
+    return [tuple(int(x) for x in row) for row in register.matrix_of(np.array(users))]
+
+
+U = 10**12
+
+
+def test_a_fixed_change_takes_effect_w_new_minus_1_slots_later_and_declaring_the_old_one_cancels_it():
+    register = DeclaredRequirements(FixedRequirements)
+    register.declare(1, [0, 1], fixed((2, 1.0), (2, 1.0)), None)
+    register.declare(3, [0, 1], fixed((4, 0.5), (4, 0.5)), None)  # in force from slot 3 + 4 - 1 = 6
+    register.declare(4, [1], fixed((2, 1.0)), None)                # user 1 cancels
+    register.declare(5, [0], fixed((4, 0.5)), None)                # repeating the pending change: still slot 6
+    assert in_force(register, [0, 1]) == [(2, U), (2, U)]
+    register.declare(6, [], None, None)
+    assert in_force(register, [0, 1]) == [(4, U // 2), (2, U)]
+
+
+def test_a_one_slot_window_takes_effect_at_once_and_users_never_declared_allow_nothing():
+    register = DeclaredRequirements(FixedRequirements)
+    register.declare(1, [0], fixed((3, 1.0)), None)
+    register.declare(2, [0], fixed((1, 0.2)), None)
+    assert in_force(register, [0, 7]) == [(1, U // 5), (1, 0)]
+
+
+def test_new_users_without_a_declaration_get_the_default_and_known_ones_keep_theirs():
+    register = DeclaredRequirements(FixedRequirements)
+    register.declare(1, [0], fixed((3, 1.0)), None)
+    register.declare(2, [0, 1], None, fixed((5, 2.0)))
+    assert in_force(register, [0, 1]) == [(3, U), (5, 2 * U)]
+
+
+def test_dynamic_declarations_hold_until_the_next_and_the_version_moves_only_on_change():
+    register = DeclaredRequirements(DynamicRequirements)
+    first = DynamicRequirements.of([2], [1.0], [3], [0.5])
+    register.declare(1, [0], first, None)
+    version = register.version
+    register.declare(2, [0], first, None)   # the same declaration again: nothing in force changes
+    register.declare(3, [], None, None)
+    assert register.version == version
+    register.declare(4, [0], DynamicRequirements.of([1], [2.0], [1], [2.0]), None)
+    assert register.version > version and in_force(register, [0]) == [(1, 2 * U, 1, 2 * U)]
+
+
+def test_the_register_round_trips_through_bytes():
+    register = DeclaredRequirements(FixedRequirements)
+    register.declare(1, [0, 3], fixed((2, 1.0), (5, 0.5)), None)
+    register.declare(2, [0], fixed((4, 2.0)), None)
+    copy = DeclaredRequirements.from_bytes(register.to_bytes())
+    copy.declare(5, [], None, None)
+    register.declare(5, [], None, None)
+    assert in_force(copy, [0, 1, 3]) == in_force(register, [0, 1, 3]) == [(4, 2 * U), (1, 0), (5, U // 2)]

@@ -350,7 +350,7 @@ def test_consumed_files_that_leave_the_directory_are_forgotten(tmp_path):
     resumed.close()
 
 
-def test_files_are_taken_only_once_settled_in_order_and_part_files_never(tmp_path, caplog):
+def test_files_are_taken_only_once_settled_and_part_files_never(tmp_path, caplog):
     """The hand-over convention: ``*.jsonl.part`` is never read; a ``*.jsonl`` file waits until it has not
     changed for ``settle_seconds`` (here simulated by moving its modification time back); a file that changes
     after it was read is reported, not read again."""

@@ -4,19 +4,22 @@
 for Dataflow and Flink workers.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="wevent-beam",
     version="0.1.0",
     description="Personalized and dynamic w-event differential privacy for infinite event streams on Apache Beam",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["transforms", "transforms.*", "pipelines", "pipelines.*", "schemas",
                                     "schemas.*", "benchmarks", "benchmarks.*"]),
-    package_data={"schemas": ["*.avsc"]},
+    package_data={"schemas": ["*.avsc"], "transforms": ["py.typed"], "pipelines": ["py.typed"]},
+    entry_points={"console_scripts": ["wevent = pipelines.main:main"]},
     install_requires=[
         "apache-beam>=2.68,<3",
         "numpy>=2.0,<2.5",
@@ -25,7 +28,7 @@ setup(
         "cryptography>=41",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3", "mypy>=1.10"],
         "plot": ["matplotlib>=3.8"],
     },
 )

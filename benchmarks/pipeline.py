@@ -53,17 +53,31 @@ def write_input(path: str, records: int, users: int, bins: int, slots: int, seed
             out.write("".join(f'{{"user": "u{u}", "time": {t}, "value": {v}}}\n' for u, t, v in zip(who, when, what)))
 
 
-def histogram_record(key_counts) -> dict:
+def histogram_record(key_counts, bins: int, slot_seconds: float) -> dict:
     (stream, slot), counts = key_counts
-    histogram = [0] * BINS[0]
+    histogram = [0] * bins
     for b, n in counts:
         histogram[b] = n
-    return {"stream": stream, "slot": slot, "slot_start": slot * SLOT_SECONDS, "slot_end": (slot + 1) * SLOT_SECONDS,
+    return {"stream": stream, "slot": slot, "slot_start": slot * slot_seconds, "slot_end": (slot + 1) * slot_seconds,
             "mechanism": "exact", "mechanism_slot": slot + 1, "histogram": histogram, "kind": "fresh",
             "epsilon": "0", "predicted_error": 0.0, "registered_users": 0}
 
 
-BINS = [100]
+class ExactHistograms(beam.PTransform):
+    """Events -> one exact (NOT private) release record per (stream, slot): the same job without privacy."""
+
+    def __init__(self, slot_seconds: float, bins: int):
+        super().__init__()
+        self.slot_seconds, self.bins = slot_seconds, bins
+
+    def expand(self, events):
+        slot_seconds = self.slot_seconds
+        return (events
+                | "KeyBySlotAndBin" >> beam.Map(lambda e: ((e.stream, int(e.time // slot_seconds), e.value), 1))
+                | "Count" >> beam.CombinePerKey(sum)
+                | "KeyBySlot" >> beam.MapTuple(lambda key, n: ((key[0], key[1]), (key[2], n)))
+                | "GroupBySlot" >> beam.GroupByKey()
+                | "Record" >> beam.Map(histogram_record, self.bins, slot_seconds))
 
 
 def pipeline(workers: int = 1) -> beam.Pipeline:
@@ -87,17 +101,10 @@ def run_private(source: str, output: str, bins: int, workers: int = 1) -> float:
 
 
 def run_baseline(source: str, output: str, bins: int, workers: int = 1) -> float:
-    BINS[0] = bins
     start = time.perf_counter()
     with pipeline(workers) as p:
         events = p | ReadLines(source) | ParseEvents(ParseConfig(bins=bins))
-        (events.events
-         | beam.Map(lambda e: ((e.stream, int(e.time // SLOT_SECONDS), e.value), 1))
-         | beam.CombinePerKey(sum)
-         | beam.MapTuple(lambda key, n: ((key[0], key[1]), (key[2], n)))
-         | beam.GroupByKey()
-         | beam.Map(histogram_record)
-         | WriteRecords(os.path.join(output, "baseline"), "release"))
+        events.events | ExactHistograms(SLOT_SECONDS, bins) | WriteRecords(os.path.join(output, "baseline"), "release")
     return time.perf_counter() - start
 
 

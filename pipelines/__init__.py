@@ -1,1 +1,7 @@
-"""pipelines package."""
+"""pipelines package: the jobs (replay, streaming, evaluate, audit, local) and their command lines.
+
+Importing the package first drops Beam's import-time notices (``pipelines.logs``), so every
+``python -m pipelines.…`` command starts quietly.
+"""
+
+from pipelines import logs as _logs  # noqa: F401

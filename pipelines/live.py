@@ -19,6 +19,18 @@ appends the round's lines again, so every line is written exactly once; a
 round that never reached its checkpoint published nothing and is redone.  A
 slot is therefore never released twice (which would spend its budget twice),
 and files consumed before the checkpoint are not read again.
+
+Handing files over (docs/operations.md).  The loop reads ``*.jsonl`` files
+only, each once, whole.  Producers write ``NAME.jsonl.part`` (or any other
+name not ending in ``.jsonl``) and rename it to ``NAME.jsonl`` when it is
+complete; a rename within one file system is atomic.  For producers that
+cannot rename, the loop also takes a ``*.jsonl`` file only once its
+modification time is ``settle_seconds`` in the past (every write moves it), and
+never reads a file while an older one is still settling (the older one's
+records would otherwise be judged late); a producer must then never pause
+longer than that between two writes of one file.  A file that changes
+after it was read is reported (its new lines are not read): a finished file
+must not be appended to.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import time
 
 import numpy as np
 
+from pipelines.logs import add_counts
 from pipelines.report import run_warnings
 from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import charge_chunk, check_windows, empty_tail
@@ -51,8 +64,12 @@ class LiveRelease:
     """Holds every stage's state between polls; resumes from ``checkpoint`` when that file exists."""
 
     def __init__(self, watch: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram,
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, settle_seconds: float = 0.0):
+        if not settle_seconds >= 0:
+            raise ValueError(f"settle_seconds must be >= 0, got {settle_seconds!r}")
         self.watch, self.output, self.parse = watch, output, parse
+        self.settle_seconds = settle_seconds
+        self.read_signature: dict = {}  # path -> (size, mtime_ns) when read: a later change is reported
         self.clock, self.config = transform.clock, transform.config
         self.max_window = transform.ledger_max_window
         self.checkpoint = checkpoint
@@ -63,7 +80,7 @@ class LiveRelease:
         self.runs: dict = {}          # stream -> _StreamRun
         self.tails: dict = {}         # (stream, user) -> ledger tail
         self.counts = {"records_read": 0, "records_used": 0, "duplicates": 0, "late": 0, "dead_letters": 0,
-                       "releases": 0, "ledger_violations": 0}
+                       "releases": 0, "fresh": 0, "ledger_violations": 0}
         self.outbox: collections.deque = collections.deque()  # (output name, line) of the round, not yet written
         self.consumed_since_commit = False
         os.makedirs(output, exist_ok=True)
@@ -89,33 +106,47 @@ class LiveRelease:
     def _write(self, name: str, record: dict) -> None:
         self.outbox.append((name, json.dumps(record, sort_keys=True) + "\n"))
 
-    def poll(self) -> None:
-        """Read files that appeared since the last poll, oldest first.
+    def poll(self, settled: bool = False) -> None:
+        """Read files that appeared since the last poll and have settled (or all, with ``settled``), oldest
+        first.
 
         Consumed files that left the directory are forgotten, so the set of
         consumed files (kept in every checkpoint) is never larger than the
         directory: a job that runs for years with its inputs rotated away
         does not grow.  A new file with a forgotten name is read as new.
         """
+        now = time.time()  # the file system's clock, not the loop's
         listing = []
         for path in glob.glob(os.path.join(self.watch, "*.jsonl")):
             try:
-                listing.append((os.path.getmtime(path), path))
+                status = os.stat(path)
             except FileNotFoundError:  # removed between listing and stat: nothing to read
                 continue
-        present = {path for _, path in listing}
+            listing.append((status.st_mtime, path, (status.st_size, status.st_mtime_ns)))
+        present = {path for _, path, _ in listing}
         if not self.seen <= present:
             self.seen &= present
             self.consumed_since_commit = True  # the next checkpoint records the smaller set
-        for _, path in sorted(listing):
+        self.read_signature = {path: v for path, v in self.read_signature.items() if path in present}
+        for _, path, signature in sorted(listing):
             if path in self.seen:
+                if self.read_signature.setdefault(path, signature) != signature:
+                    self.read_signature[path] = signature  # reported once per change
+                    _LOGGER.warning("%s changed after it was read; the loop reads each file once (write NAME.jsonl"
+                                    ".part, then rename it): what was added is not read", path)
                 continue
+            if not (settled or now - signature[1] / 1e9 >= self.settle_seconds):
+                break  # newer files wait for this one
             self.seen.add(path)
             self.consumed_since_commit = True
+            read = 0
             with open(path, encoding="utf-8", errors="replace", newline="\n") as f:  # only \n ends a record
                 for line in f:
-                    self.counts["records_read"] += 1
+                    read += 1
                     self._accept(parse_record(line.rstrip("\n"), self.parse))
+            self.counts["records_read"] += read
+            self.read_signature[path] = signature
+            add_counts(read=read)
 
     def _accept(self, parsed) -> None:
         if not isinstance(parsed, Event):
@@ -167,6 +198,8 @@ class LiveRelease:
     def _output(self, stream: str, kind: str, payload) -> int:
         if kind == "release":
             self.counts["releases"] += 1
+            self.counts["fresh"] += payload["kind"] == "fresh"
+            add_counts(released=1, fresh=payload["kind"] == "fresh")
             self._write("releases", payload)
             return 1
         if kind == "used":
@@ -270,13 +303,14 @@ class LiveRelease:
 
 def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram,
           poll_seconds: float, max_slots: int | None, clock=time.time, sleep=time.sleep,
-          checkpoint: str | None = None) -> dict:
+          checkpoint: str | None = None, settle_seconds: float = 0.0) -> dict:
     """Run until ``max_slots`` slots of wall-clock time have passed (or Ctrl-C); returns the counts.
 
     Without a checkpoint, stopping closes every open slot (there is no later run to finish them); with one,
-    open slots stay open in the checkpoint and the next run continues them.
+    open slots stay open in the checkpoint and the next run continues them; files still settling are read
+    at the end without one (no later run would read them) and left to the next run with one.
     """
-    live = LiveRelease(directory, output, parse, transform, checkpoint)
+    live = LiveRelease(directory, output, parse, transform, checkpoint, settle_seconds)
     started = clock()
     interrupted = False
     try:
@@ -284,7 +318,7 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
             live.poll()
             live.release_due(clock())
             sleep(poll_seconds)
-        live.poll()
+        live.poll(settled=not checkpoint)
         live.release_due(clock() if checkpoint else float("inf"))
     except KeyboardInterrupt:
         interrupted = True

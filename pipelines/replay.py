@@ -28,12 +28,13 @@ import json
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import StandardOptions
 
+from pipelines import cli, logs
+from pipelines.cli import ConfigError
 from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
@@ -43,17 +44,13 @@ from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
                                    HomogeneousParams,
                                    mechanism_class)
-from transforms.parse import FieldMapping, ParseConfig, ParseEvents
+from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
 from transforms.sinks import FORMATS, WriteRecords, read_records
 
 _LOGGER = logging.getLogger("pipelines.replay")
 INPUT_FORMATS = ("jsonl", "csv", "avro", "parquet", "tdrive", "checkins")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, reported as one line before anything runs."""
 
 
 def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
@@ -130,6 +127,10 @@ class ReplayConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100
     beam_args: list = field(default_factory=list)
+    requirements_parse: ParseConfig | None = None
+    requirements_csv: tuple = ()
+    csv_header: tuple = ()
+    max_rejected_fraction: float = 0.5
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -147,7 +148,10 @@ def _inputs(patterns: list[str]) -> tuple:
 
 def build_config(argv=None) -> ReplayConfig:
     """Parse and validate the command line; raises ConfigError with one line."""
-    args, beam_args = parser().parse_known_args(argv)
+    args, beam_args = cli.strict_parse(parser(), argv)
+    cli.check_output(args.output)
+    if args.input_format == "checkins":
+        cli.needs_value(args, "--poi", "check-ins name POIs; their coordinates come from the POI file")
     try:
         binner = binner_from_spec(args.binning)
     except ValueError as error:
@@ -156,36 +160,46 @@ def build_config(argv=None) -> ReplayConfig:
     params.update(bins=binner.bins, sensitivity=args.sensitivity)
     levels, shares = parse_levels(args.levels or "", args.level_ratios)
     default = parse_requirement(args.requirement) if args.requirement else None
-    if shares and default is not None:
-        raise ConfigError("give either --requirement (one for all) or --level-ratios, not both")
-    if default is None and not shares and not args.requirements_file:
-        raise ConfigError("say whose requirements apply: --requirement, --levels with --level-ratios, "
-                          "or --requirements-file")
+    cli.check_requirement_source(args, "--requirements-file")
     if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
         raise ConfigError(f"output {args.output!r} exists and is not empty (use --overwrite)")
     if args.plot and not args.evaluate:
         raise ConfigError("--plot draws the true counts: it needs --evaluate (whose outputs are not private)")
-    fields = FieldMapping(**dict(item.split("=", 1) for item in args.field)) if args.field else FieldMapping()
+    fields = cli.parse_fields(args.field)
     file_format = {"jsonl": "jsonl", "csv": "csv"}.get(args.input_format, "record")
     to_bin = None if args.binning.startswith("int:") and args.input_format in ("jsonl", "csv", "avro", "parquet") \
         else binner
+    inputs = _inputs(args.input)
+    requirements_files = _inputs(args.requirements_file) if args.requirements_file else ()
+    names = (fields.user, fields.time, fields.value)
+    columns = cli.csv_columns("--input", args.csv_columns, inputs, names) if file_format == "csv" else None
+    req_format = "csv" if requirements_files and requirements_files[0].endswith(".csv") else "jsonl"
+    req_columns = cli.csv_columns("--requirements-file", None, requirements_files, (fields.user, fields.time)) \
+        if req_format == "csv" else None
     try:
         parse = ParseConfig(bins=binner.bins, file_format=file_format, fields=fields, to_bin=to_bin,
-                            csv_columns=tuple(args.csv_columns.split(",")) if args.csv_columns else None)
+                            csv_columns=columns)
+        requirements_parse = ParseConfig(bins=binner.bins, file_format="record" if req_columns else "jsonl",
+                                         fields=fields) if requirements_files else None
         config = ReplayConfig(
-            inputs=_inputs(args.input), input_format=args.input_format, output=args.output, mechanism=name,
+            inputs=inputs, input_format=args.input_format, output=args.output, mechanism=name,
             mechanism_params=params, slot_seconds=args.slot_seconds, origin=args.origin,
             allowed_lateness=args.allowed_lateness, parse=parse,
             policy=RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window,
                                      level_shares=tuple(shares)),  # a default only: a user's declaration wins
-            requirements_files=_inputs(args.requirements_file) if args.requirements_file
-            else (), poi=args.poi, output_format=args.format, ledger_detail=args.ledger_detail,
-            insecure_seed=args.insecure_seed, evaluate=args.evaluate, plot=args.plot,
-            release_range=parse_range(args.start, args.end), resume_from=args.resume_from,
-            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args)
-        histogram(config)  # builds and validates the mechanism and the slot clock
+            requirements_files=requirements_files, poi=args.poi, output_format=args.format,
+            ledger_detail=args.ledger_detail, insecure_seed=args.insecure_seed, evaluate=args.evaluate,
+            plot=args.plot, release_range=parse_range(args.start, args.end), resume_from=args.resume_from,
+            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
+            requirements_parse=requirements_parse, requirements_csv=req_columns or (),
+            csv_header=columns or (),
+            max_rejected_fraction=args.max_rejected_fraction)
+        transform = histogram(config)  # builds and validates the mechanism and the slot clock
+    except ConfigError:
+        raise
     except ValueError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(cli.flag_names(str(error))) from None
+    cli.check_config(config, transform)
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -195,13 +209,13 @@ def build_config(argv=None) -> ReplayConfig:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.replay", description=__doc__.split("\n\n")[0])
+    p = cli.job_parser("python -m pipelines.replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
     p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl")
     p.add_argument("--poi", help="check-ins: POI coordinates file (poi<TAB>lat<TAB>lon)")
-    p.add_argument("--csv-columns", help="CSV column names, comma-separated")
+    p.add_argument("--csv-columns", help="CSV column names, comma-separated (default: the file's header row)")
     p.add_argument("--field", action="append", default=[], help="field mapping, e.g. user=taxi_id (repeatable)")
-    p.add_argument("--binning", default="int:2", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive")
+    p.add_argument("--binning", required=True, help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
     p.add_argument("--allowed-lateness", type=float, default=0.0)
@@ -233,7 +247,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help="write each stream's release state into this directory")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
                    "checkpoints (the state at the end is always written)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
+                   "from Beam or its workers")
+    cli.add_run_flags(p)
     return p
 
 
@@ -266,21 +282,25 @@ def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_
 
 
 def build(pipeline, config: ReplayConfig) -> None:
-    raw = read_raw(pipeline, config, "Read", config.inputs, config.input_format)
+    raw = read_raw(pipeline, config, "Read", config.inputs, config.input_format) | "Progress" >> beam.Map(
+        logs.count_read)
+    if config.csv_header:
+        raw = raw | "DropHeader" >> beam.Map(cli.drop_header, config.csv_header)
     parsed = raw | "Parse" >> ParseEvents(config.parse)
     events = parsed.events
     if config.requirements_files:
-        req_format = "csv" if config.requirements_files[0].endswith(".csv") else "jsonl"
-        declared = (read_raw(pipeline, config, "ReadRequirements", config.requirements_files, req_format)
-                    | "ParseRequirements" >> ParseEvents(ParseConfig(bins=config.parse.bins, file_format=req_format,
-                                                                     fields=config.parse.fields)))
+        declared = read_raw(pipeline, config, "ReadRequirements", config.requirements_files, "jsonl")
+        if config.requirements_csv:
+            declared = declared | "RequirementsCsv" >> beam.FlatMap(cli.csv_dicts, config.requirements_csv)
+        declared = declared | "ParseRequirements" >> ParseEvents(config.requirements_parse)
         events = (events, declared.events) | "WithDeclarations" >> beam.Flatten()
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
     else:
         parsed_dead = parsed.dead_letters
     outputs = events | "Private" >> histogram(config)
     out = lambda name: os.path.join(config.output, name)  # noqa: E731
-    outputs["releases"] | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format)
+    (outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release)
+     | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", config.output_format)
     ((outputs["dead_letters"], parsed_dead) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", config.output_format))
@@ -292,7 +312,9 @@ def build(pipeline, config: ReplayConfig) -> None:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
         (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility())
-         | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output), config.plot))
+         | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output),
+                                         {"slot_seconds": config.slot_seconds, "origin": config.origin,
+                                          "mechanism": config.mechanism} if config.plot else None))
 
 
 def _write_json(path: str, payload) -> None:
@@ -304,30 +326,25 @@ def run(argv=None) -> int:
     """Entry point: returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
     quiet = "--quiet" in argv
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
-    for noisy in ("apache_beam", "root"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logs.configure(quiet)
     try:
         config = build_config(argv)
+        options = cli.pipeline_options(config.beam_args, quiet)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return cli.fail(str(error))
     remove_previous_outputs(config.output)
     os.makedirs(config.output, exist_ok=True)
-    options = PipelineOptions(config.beam_args)
     runner = options.view_as(StandardOptions).runner
     pipeline = beam.Pipeline(runner=runner or _fn_api_runner(), options=options)
     build(pipeline, config)
     if config.release_range is None:
         _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
     _LOGGER.info("replaying %s with %s into %s", ", ".join(config.inputs), config.mechanism, config.output)
-    start = time.perf_counter()
-    result = pipeline.run()
-    result.wait_until_finish()
-    report = write_report(config, result, time.perf_counter() - start)
-    if not quiet:
-        print(json.dumps(report, indent=2))
-    return 0 if report["ledger_violations"] == 0 else 1
+    with logs.Progress("replay") as progress, logs.quiet_workers(quiet):
+        result = pipeline.run()
+        result.wait_until_finish()
+    report = write_report(config, result, progress.seconds)
+    return cli.finish_replay(config, report)
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",

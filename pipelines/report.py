@@ -16,7 +16,6 @@ temporary file.
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 
@@ -65,13 +64,16 @@ class Utility(beam.CombineFn):
                 "released": released, "true": true, "slots": [r[1] for r in rows]}
 
 
-def write_evaluation(utility: dict, directory: str, plot: bool) -> None:
-    """Write ``README.txt``, ``utility.json`` (the metrics) and with ``plot`` the PNG into ``directory``."""
+def write_evaluation(utility: dict, directory: str, plot: dict | None) -> None:
+    """Write ``README.txt``, ``utility.json`` (the metrics) and with ``plot`` (the keyword arguments of
+    ``pipelines.plots.plot_released_vs_true``: slot_seconds, origin, mechanism) the PNG into ``directory``."""
     _write(directory, "README.txt", EVALUATION_README.encode())
     payload = {"not_private": True, "slots": len(utility.get("slots", [])), **utility.get("metrics", {})}
     _write(directory, "utility.json", json.dumps(payload, indent=2).encode())
     if plot and utility:
-        _write(directory, "released_vs_true.png", plot_busiest_bins(utility))
+        from pipelines.plots import plot_released_vs_true
+
+        _write(directory, "released_vs_true.png", plot_released_vs_true(utility, **plot))
 
 
 def _write(directory: str, name: str, data: bytes) -> None:
@@ -81,29 +83,6 @@ def _write(directory: str, name: str, data: bytes) -> None:
         FileSystems.mkdirs(directory)
     with FileSystems.create(FileSystems.join(directory, name)) as f:
         f.write(data)
-
-
-def plot_busiest_bins(utility: dict, count: int = 4) -> bytes:
-    """PNG of released vs true counts of the ``count`` busiest bins (NOT private: it draws true counts)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    released, true, slots = np.asarray(utility["released"]), np.asarray(utility["true"]), utility["slots"]
-    busiest = np.argsort(true.sum(axis=0))[::-1][:count]
-    fig, axes = plt.subplots(len(busiest), 1, figsize=(10, 2.2 * len(busiest)), sharex=True)
-    for ax, b in zip(np.atleast_1d(axes), busiest):
-        ax.plot(slots, true[:, b], label="true", color="black", linewidth=1)
-        ax.plot(slots, released[:, b], label="released", color="tab:red", linewidth=1, alpha=0.8)
-        ax.set_ylabel(f"bin {b}")
-    np.atleast_1d(axes)[0].legend(loc="upper right")
-    np.atleast_1d(axes)[-1].set_xlabel("slot")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def users_in_several_streams(pairs) -> int:

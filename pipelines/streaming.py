@@ -8,8 +8,9 @@ Locally:
 
 ``--demo`` replays the project's synthetic taxi stream through a TestStream
 on the bundle-based DirectRunner, advancing the watermark slot by slot, and
-writes releases per slot (windowed JSON-lines files).  ``--watch`` picks up new
-JSON-lines files as they land in a directory and appends each release to
+writes each slot's release into its own file named by the slot's start time
+(``releases-2008-02-02T13:50:00Z.jsonl``, ``pipelines.slot_files``).
+``--watch`` picks up new JSON-lines files as they land in a directory and appends each release to
 ``releases-live.jsonl`` as it is made; Beam's local runners do not pace a
 polling source in real time, so it runs the graph's stages in a wall-clock
 loop (``pipelines.live``).  Both stop after ``--max-slots`` slots (watch: of
@@ -36,13 +37,15 @@ import logging
 import os
 import sys
 import tempfile
-import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
-from pipelines.replay import ConfigError, mechanism_params, parse_levels, parse_requirement
+from pipelines import cli, logs
+from pipelines.cli import ConfigError
+from pipelines.replay import mechanism_params, parse_levels, parse_requirement
+from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
@@ -56,24 +59,28 @@ _LOGGER = logging.getLogger("pipelines.streaming")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.streaming", description=__doc__.split("\n\n")[0])
+    p = cli.job_parser("python -m pipelines.streaming", __doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--watch", help="directory to watch for new .jsonl files")
     source.add_argument("--demo", action="store_true", help="replay a generated taxi stream slot by slot")
     source.add_argument("--pubsub-subscription", help="Pub/Sub subscription (Dataflow)")
     source.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers (Flink/Dataflow)")
     p.add_argument("--kafka-topic", help="Kafka topic (with --kafka-bootstrap)")
-    p.add_argument("--binning", default="tdrive")
+    p.add_argument("--binning", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive "
+                   "(required, except --demo: tdrive)")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--allowed-lateness", type=float, default=60.0)
     p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
+    p.add_argument("--settle-seconds", type=float, default=5.0, help="--watch: a *.jsonl file is read once it has "
+                   "not been modified for this long; producers should write NAME.jsonl.part, then rename it")
     p.add_argument("--max-slots", type=int, help="stop after this many slots")
     p.add_argument("--mechanism", default="pbd")
     p.add_argument("--epsilon", type=float)
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
     p.add_argument("--carry-forward", action="store_true")
-    p.add_argument("--requirement", default="fixed:120,0.6")
+    p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E or "
+                   "dynamic:WB,EB,WF,EF")
     p.add_argument("--levels")
     p.add_argument("--output", required=True)
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
@@ -86,7 +93,9 @@ def parser() -> argparse.ArgumentParser:
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--demo-taxis", type=int, default=50)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
+                   "from Beam or its workers")
+    cli.add_run_flags(p)
     return p
 
 
@@ -102,21 +111,42 @@ def check_checkpoint_flags(args) -> None:
 def private_transform(args, bins: int) -> PrivateStreamHistogram:
     name, params = mechanism_params(args)
     levels, _ = parse_levels(args.levels or "", None)
+    cli.check_requirement_source(args)
     policy = RequirementPolicy(levels, parse_requirement(args.requirement))
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:
         release_range = parse_range(args.start, args.end)
-        if release_range is None:
-            _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
-        return PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
-                                      allowed_lateness=args.allowed_lateness, policy=policy,
-                                      insecure_seed=args.insecure_seed, bounded=False, release_range=release_range,
-                                      resume_from=args.resume_from if beam_job else None,
-                                      checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
-                                      else None)
+        transform = PrivateStreamHistogram(name, args.slot_seconds, bins, mechanism_params=params,
+                                           allowed_lateness=args.allowed_lateness, policy=policy,
+                                           insecure_seed=args.insecure_seed, bounded=False,
+                                           release_range=release_range,
+                                           resume_from=args.resume_from if beam_job else None,
+                                           checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
+                                           else None)
     except ValueError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(cli.flag_names(str(error))) from None
+    cli.check_requirements_usable(transform.config.build(), policy)
+    return transform
+
+
+def warn_without_range(args) -> None:
+    """Once the configuration is good (so that an error stays one line): say the released slots follow the data."""
+    if args.start is None and args.end is None:
+        _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
+
+
+def binner(args):
+    """``--binning`` (the demo's generated taxis default to the T-Drive grid; every other source must say)."""
+    if args.binning is None:
+        if not args.demo:
+            raise ConfigError("--binning is required: how values map to histogram bins (int:D, categories:..., "
+                              "grid:..., tdrive)")
+        args.binning = "tdrive"
+    try:
+        return binner_from_spec(args.binning)
+    except ValueError as error:
+        raise ConfigError(f"--binning: {error}") from None
 
 
 def demo_source(pipeline, args, binner):
@@ -125,10 +155,11 @@ def demo_source(pipeline, args, binner):
 
     from transforms.loaders import synthetic_taxi_stream
 
-    path = os.path.join(tempfile.mkdtemp(prefix="wevent-demo-"), "taxis.jsonl")
-    synthetic_taxi_stream(path, taxis=args.demo_taxis, hours=6)
-    with open(path) as f:
-        lines = f.read().splitlines()
+    with tempfile.TemporaryDirectory(prefix="wevent-demo-") as scratch:  # removed once read
+        path = os.path.join(scratch, "taxis.jsonl")
+        synthetic_taxi_stream(path, taxis=args.demo_taxis, hours=6)
+        with open(path) as f:
+            lines = f.read().splitlines()
     by_slot: dict[int, list] = {}
     for line in lines:
         by_slot.setdefault(int(json.loads(line)["time"] // args.slot_seconds), []).append(line)
@@ -160,21 +191,20 @@ def runner_source(pipeline, args):
 
 
 def build(pipeline, args) -> None:
-    try:
-        binner = binner_from_spec(args.binning)
-    except ValueError as error:
-        raise ConfigError(f"--binning: {error}") from None
-    transform = private_transform(args, binner.bins)
+    bins = binner(args)
+    transform = private_transform(args, bins.bins)
     if args.demo:
-        lines = demo_source(pipeline, args, binner)
+        lines = demo_source(pipeline, args, bins)
     else:
         lines = runner_source(pipeline, args)
-    to_bin = None if args.binning.startswith("int:") else binner
-    parsed = lines | "Parse" >> ParseEvents(ParseConfig(bins=binner.bins, to_bin=to_bin))
+    lines = lines | "Progress" >> beam.Map(logs.count_read)
+    to_bin = None if args.binning.startswith("int:") else bins
+    parsed = lines | "Parse" >> ParseEvents(ParseConfig(bins=bins.bins, to_bin=to_bin))
     outputs = parsed.events | "Private" >> transform
     every = args.slot_seconds
     out = lambda name: os.path.join(args.output, name)  # noqa: E731
-    outputs["releases"] | "WriteReleases" >> WriteRecords(out("releases"), "release", triggering_frequency=every)
+    outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
+        out("releases"))
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
@@ -186,50 +216,57 @@ def run_watch(args) -> int:
     from pipelines.live import watch
 
     try:
-        binner = binner_from_spec(args.binning)
+        bins = binner(args)
         if not os.path.isdir(args.watch):
             raise ConfigError(f"--watch {args.watch!r} is not a directory")
-        transform = private_transform(args, binner.bins)
-        parse = ParseConfig(bins=binner.bins, to_bin=None if args.binning.startswith("int:") else binner)
+        cli.check_output(args.output)
+        transform = private_transform(args, bins.bins)
+        parse = ParseConfig(bins=bins.bins, to_bin=None if args.binning.startswith("int:") else bins)
         if args.checkpoint and os.path.exists(args.checkpoint):  # refuse a damaged or foreign one before starting
             transform.config.check_checkpoint(load_checkpoint(args.checkpoint), args.checkpoint)
     except (ConfigError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return cli.fail(str(error))
+    warn_without_range(args)
     _LOGGER.info("watching %s, releasing into %s/releases-live.jsonl (Ctrl-C stops)", args.watch, args.output)
-    counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
-                   checkpoint=args.checkpoint)
-    _LOGGER.info("%s", json.dumps(counts))
-    return 0 if counts["ledger_violations"] == 0 else 1
+    with logs.Progress("watch") as progress:
+        counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
+                       checkpoint=args.checkpoint, settle_seconds=args.settle_seconds)
+    return cli.finish_watch(args, counts, progress.seconds)
 
 
 def run(argv=None) -> int:
-    args, beam_args = parser().parse_known_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    logs.configure("--quiet" in argv)
+    try:
+        args, beam_args = cli.strict_parse(parser(), argv)
+    except ConfigError as error:
+        return cli.fail(str(error))
     if args.watch:
         return run_watch(args)
-    options = PipelineOptions(beam_args)
-    options.view_as(StandardOptions).streaming = True
-    runner = options.view_as(StandardOptions).runner or ("BundleBasedDirectRunner" if args.demo else None)
-    if runner is None:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-        runner = FnApiRunner()
     try:
-        os.makedirs(args.output, exist_ok=True)
+        cli.check_output(args.output)
+        options = cli.pipeline_options(beam_args, args.quiet)
+        options.view_as(StandardOptions).streaming = True
+        runner = options.view_as(StandardOptions).runner or ("BundleBasedDirectRunner" if args.demo else None)
+        if runner is None:
+            from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+            runner = FnApiRunner()
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline, args)
+        os.makedirs(args.output, exist_ok=True)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return cli.fail(str(error))
+    warn_without_range(args)
     _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
-    start = time.perf_counter()
-    try:
-        pipeline.run().wait_until_finish()
-    except KeyboardInterrupt:
-        _LOGGER.info("stopped by signal after %.1f s", time.perf_counter() - start)
-    return 0
+    with logs.Progress("stream") as progress, logs.quiet_workers(args.quiet):
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except KeyboardInterrupt:
+            _LOGGER.info("stopped by signal after %.1f s", progress.seconds)
+            return 0
+    return cli.finish_stream(args, result, progress.seconds)
 
 
 if __name__ == "__main__":

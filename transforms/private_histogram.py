@@ -8,6 +8,7 @@
     outputs["violations"]    # must stay empty
     outputs["ledger_entries"]  # every charge, when ledger_detail=True
     outputs["accounting"]    # (counter, n): records_used, duplicates, late, dead_letters (release stage)
+    outputs["accounting_totals"]  # bounded input: one dict of those four totals (zeros included)
     outputs["evaluation"]    # with evaluate=True: (stream, slot, released, TRUE histogram) -- not private
     outputs["checkpoints"]   # with checkpoint_every=K: (stream, next_slot, checkpoint bytes), see transforms.checkpoint
 
@@ -16,6 +17,11 @@
 
 Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
 Bounded or streaming is read from the pipeline's ``--streaming`` option.
+
+``policy`` is required: it says whose requirements apply (a default for
+users who declare nothing, named levels, the operator's bounds).  Without a
+default, every event that does not carry its own declaration is refused, so
+``RequirementPolicy()`` must be given explicitly when all events declare.
 """
 
 from __future__ import annotations
@@ -35,6 +41,28 @@ from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, UserSlotState
 
 Keyed = typing.Tuple[str, typing.Any]
+ACCOUNTING_COUNTERS = ("records_used", "duplicates", "late", "dead_letters")
+
+
+class AccountingTotals(beam.CombineFn):
+    """``(counter, n)`` pairs -> one dict with the total of every counter in ``ACCOUNTING_COUNTERS``."""
+
+    def create_accumulator(self) -> dict:
+        return dict.fromkeys(ACCOUNTING_COUNTERS, 0)
+
+    def add_input(self, totals: dict, pair: tuple) -> dict:
+        totals[pair[0]] += pair[1]
+        return totals
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged = self.create_accumulator()
+        for totals in accumulators:
+            for name, n in totals.items():
+                merged[name] += n
+        return merged
+
+    def extract_output(self, totals: dict) -> dict:
+        return totals
 
 
 class PrivateStreamHistogram(beam.PTransform):
@@ -47,14 +75,20 @@ class PrivateStreamHistogram(beam.PTransform):
                  resume_from: str | None = None, checkpoint_every: int | None = None,
                  release_range: tuple[float, float] | None = None):
         super().__init__()
+        if policy is None:
+            raise ValueError("PrivateStreamHistogram needs policy=RequirementPolicy(default=..., levels=...): without "
+                             "one every event that declares no requirement is refused (pass RequirementPolicy() "
+                             "when every event declares its own)")
+        if not isinstance(policy, RequirementPolicy):
+            raise ValueError(f"policy must be a RequirementPolicy, got {type(policy).__name__}")
         self.clock = SlotClock(slot_seconds, origin, allowed_lateness)
         self.config = ReleaseConfig(mechanism.lower(), {"bins": bins, **(mechanism_params or {})}, self.clock,
-                                    policy or RequirementPolicy(), insecure_seed, ledger_flush_slots, evaluate,
+                                    policy, insecure_seed, ledger_flush_slots, evaluate,
                                     resume_from=resume_from, checkpoint_every=checkpoint_every,
                                     release_range=None if release_range is None
                                     else ReleaseRange.of(self.clock, *release_range))
         if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
-            ledger_max_window = max(ledger_max_window, self.config.build().params.max_window)
+            ledger_max_window = max(ledger_max_window, getattr(self.config.build().params, "max_window"))
         if not isinstance(ledger_max_window, int) or ledger_max_window < 1:
             raise ValueError(f"ledger_max_window must be an integer >= 1, got {ledger_max_window!r}")
         self.ledger_max_window = ledger_max_window
@@ -83,6 +117,9 @@ class PrivateStreamHistogram(beam.PTransform):
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         accounting = (closed[ACCOUNTING], released[ACCOUNTING]) | "Accounting" >> beam.Flatten()
-        return {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
-                "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting,
-                "evaluation": released[EVALUATION], "checkpoints": released[CHECKPOINTS]}
+        outputs = {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
+                   "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting,
+                   "evaluation": released[EVALUATION], "checkpoints": released[CHECKPOINTS]}
+        if bounded:  # an unbounded input has no end to total up to
+            outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(AccountingTotals())
+        return outputs

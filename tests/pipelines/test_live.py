@@ -117,7 +117,8 @@ def round_lines(k: int, power_check: bool = False) -> list[str]:
 
 def live_transform(mechanism: str) -> PrivateStreamHistogram:
     params = {"max_window": 8} if mechanism.startswith("dp") else {}
-    return PrivateStreamHistogram(mechanism, 60, 4, mechanism_params=params, insecure_seed=3)
+    return PrivateStreamHistogram(mechanism, 60, 4, mechanism_params=params, insecure_seed=3,
+                                  policy=RequirementPolicy())  # every event declares its own
 
 
 class Recording(LiveRelease):
@@ -347,3 +348,44 @@ def test_consumed_files_that_leave_the_directory_are_forgotten(tmp_path):
     resumed.poll()
     assert resumed.counts["records_read"] == read + len(round_lines(3))
     resumed.close()
+
+
+def test_files_are_taken_only_once_settled_and_part_files_never(tmp_path, caplog):
+    """The hand-over convention: ``*.jsonl.part`` is never read; a ``*.jsonl`` file waits until it has not
+    changed for ``settle_seconds`` (here simulated by moving its modification time back); a file that changes
+    after it was read is reported, not read again."""
+    watch, out = tmp_path / "in", tmp_path / "out"
+    watch.mkdir()
+    transform = PrivateStreamHistogram("pbd", 60, 4, policy=RequirementPolicy(default=FixedRequirement(4, 1.0)))
+    rows = [json.dumps({"user": f"u{i}", "time": 10 + i, "value": i % 4}) + "\n" for i in range(100)]
+    old, new = watch / "a.jsonl", watch / "b.jsonl"
+    old.write_text("".join(rows[:50]))  # the first flush of a file still being written
+    (watch / "c.jsonl.part").write_text("".join(rows))
+    past = os.stat(old).st_mtime - 60
+    new.write_text(rows[0])
+    os.utime(new, (past, past))  # finished a minute ago: settled
+    live = LiveRelease(str(watch), str(out), ParseConfig(bins=4), transform, settle_seconds=5)
+    try:
+        live.poll()
+        assert live.counts["records_read"] == 1  # b (settled) only; a is still being written
+        with open(old, "a") as f:
+            f.write("".join(rows[50:]))  # the second flush
+        live.poll()
+        assert live.counts["records_read"] == 1
+        os.utime(old, (past + 30, past + 30))
+        live.poll()
+        assert live.counts["records_read"] == 101  # all of a, once; the .part file never
+        with open(old, "a") as f:
+            f.write(rows[0])
+        with caplog.at_level("WARNING", logger="pipelines.live"):
+            live.poll()
+        assert live.counts["records_read"] == 101 and "changed after it was read" in caplog.text
+    finally:
+        live.close()
+    unsettled = LiveRelease(str(watch), str(tmp_path / "out0"), ParseConfig(bins=4), transform, settle_seconds=0)
+    try:  # the power check: without settling, a file is read as it stands
+        (watch / "d.jsonl").write_text("".join(rows[:50]))
+        unsettled.poll()
+        assert unsettled.counts["records_read"] == 50 + 1 + 101
+    finally:
+        unsettled.close()

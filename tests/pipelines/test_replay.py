@@ -110,7 +110,7 @@ def test_other_output_formats(tmp_path, file_format):
     (["--output", "EXISTING"], "exists and is not empty (use --overwrite)"),
     (["--mechanism", "bd"], "give --epsilon and --window"),
     (["--levels", "a=fixed:3,1.0", "--level-ratios", "a=0.4"], "sum to 1"),
-    (["--min-epsilon", "2", "--max-epsilon", "1"], "min_epsilon must not exceed max_epsilon"),
+    (["--min-epsilon", "2", "--max-epsilon", "1"], "--min-epsilon must not exceed --max-epsilon"),
 ])
 def test_configuration_errors_fail_before_running_with_one_line(tmp_path, capsys, args, message):
     events = tmp_path / "events.jsonl"
@@ -136,7 +136,7 @@ def test_declarations_outside_the_operators_bounds_become_dead_letters(tmp_path)
             {"user": "long", "time": 7, "value": 0, "w": 5000, "epsilon": 1.0}]
     events.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, report = run_replay(tmp_path, "--input", str(events), "--binning", "int:2", "--requirement", "fixed:10,1.0",
-                              "--max-epsilon", "10", "--max-window", "100")
+                              "--max-epsilon", "10", "--max-window", "100", "--max-rejected-fraction", "1")
     assert code == 0 and report["records_used"] == 1 and report["dead_letters"] == 2 and report["reconciles"]
     reasons = sorted(d["reason"] for d in read_records(str(tmp_path / "out" / "dead_letters-*.jsonl"), "jsonl"))
     assert "exceeds the operator's maximum 10.0" in reasons[0] and "window 5000 exceeds" in reasons[1]

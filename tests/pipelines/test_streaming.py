@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,9 +26,11 @@ def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkey
 
     real = loaders.synthetic_taxi_stream
 
-    def keep(path, **kwargs):
-        generated["path"] = path
-        return real(path, **kwargs)
+    def keep(path, **kwargs):  # the demo deletes its generated file: keep a copy
+        written = real(path, **kwargs)
+        generated["path"] = str(tmp_path / "generated.jsonl")
+        shutil.copy(path, generated["path"])
+        return written
 
     monkeypatch.setattr(loaders, "synthetic_taxi_stream", keep)
     common = ["--slot-seconds", "600", "--requirement", "fixed:6,2.0", "--insecure-seed", "5", "--quiet"]
@@ -54,7 +57,7 @@ def test_watched_directory_picks_up_files_written_while_running(tmp_path):
     out = tmp_path / "live"
     command = [sys.executable, "-m", "pipelines.streaming", "--watch", str(incoming), "--binning", "int:3",
                "--slot-seconds", "2", "--max-slots", "8", "--poll-seconds", "0.5", "--allowed-lateness", "0",
-               "--requirement", "fixed:3,4.0", "--output", str(out), "--quiet"]
+               "--requirement", "fixed:3,4.0", "--settle-seconds", "0", "--output", str(out), "--quiet"]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     job = subprocess.Popen(command, cwd=root, env={**os.environ, "PYTHONPATH": root},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -62,7 +65,8 @@ def test_watched_directory_picks_up_files_written_while_running(tmp_path):
         time.sleep(4)
         written = time.time()
         batch = [{"user": f"u{u}", "time": written + 0.1 * u, "value": (u + k) % 3} for u in range(5)]
-        (incoming / f"part{k}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+        (incoming / f"part{k}.jsonl.part").write_text("".join(json.dumps(r) + "\n" for r in batch))
+        (incoming / f"part{k}.jsonl.part").rename(incoming / f"part{k}.jsonl")  # the hand-over convention
     output, _ = job.communicate(timeout=120)
     assert job.returncode == 0, output.decode()[-2000:]
     got = [json.loads(line) for line in (out / "releases-live.jsonl").read_text().splitlines()]
@@ -78,7 +82,7 @@ def test_a_missing_damaged_or_foreign_checkpoint_stops_the_job_with_one_line(tmp
     (incoming / "a.jsonl").write_text(json.dumps({"user": "u", "time": 10, "value": 1}) + "\n")
     path = tmp_path / "checkpoint.wevent"
     common = ["--watch", str(incoming), "--binning", "int:3", "--slot-seconds", "60", "--requirement", "fixed:3,1.0",
-              "--insecure-seed", "1", "--max-slots", "0", "--quiet"]
+              "--insecure-seed", "1", "--max-slots", "0", "--settle-seconds", "0", "--quiet"]
     assert streaming.run([*common, "--output", str(tmp_path / "out"), "--checkpoint", str(path)]) == 0
     assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["releases"] == 1
     capsys.readouterr()
@@ -91,7 +95,7 @@ def test_a_missing_damaged_or_foreign_checkpoint_stops_the_job_with_one_line(tmp
         assert streaming.run([*common, "--output", str(tmp_path / "out2"), *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
-    demo = ["--demo", "--output", str(tmp_path / "demo"), "--quiet"]
+    demo = ["--demo", "--output", str(tmp_path / "demo"), "--requirement", "fixed:3,1.0", "--quiet"]
     for extra, message in [(["--checkpoint", str(path)], "--checkpoint is for --watch"),
                            (["--resume-from", str(tmp_path / "nowhere")], "does not exist"),
                            (["--resume-from", str(path), "--mechanism", "pba"], "not pba")]:

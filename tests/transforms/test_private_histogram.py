@@ -11,7 +11,8 @@ from apache_beam.transforms.window import TimestampedValue
 from beam_helpers import SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline, streaming_source
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import MECHANISMS, FixedRequirement
-from transforms.private_histogram import PrivateStreamHistogram
+from transforms.private_histogram import ACCOUNTING_COUNTERS, PrivateStreamHistogram
+from transforms.records import Event
 
 HOMOGENEOUS_PARAMS = {"epsilon": 0.5, "window": 6}
 
@@ -29,6 +30,7 @@ def summarize(release: dict) -> tuple:
 
 
 def private(name: str, seed: int = 7, **kwargs) -> PrivateStreamHistogram:
+    kwargs.setdefault("policy", RequirementPolicy())  # every test event declares its own requirement
     return PrivateStreamHistogram(name, SLOT, 4, mechanism_params=mechanism_params(name), insecure_seed=seed,
                                   **kwargs)
 
@@ -134,6 +136,27 @@ def test_small_bundle_buffers_change_nothing(monkeypatch):
         counts = out["accounting"] | beam.CombinePerKey(sum)
         assert_that(counts, equal_to([("records_used", len(clean)), ("duplicates", len(duplicates))]),
                     label="accounting")
+        assert_that(out["accounting_totals"], equal_to([{"records_used": len(clean), "duplicates": len(duplicates),
+                                                         "late": 0, "dead_letters": 0}]), label="totals")
+
+
+def test_omitting_the_policy_fails_at_construction_with_one_line():
+    with pytest.raises(ValueError) as error:
+        PrivateStreamHistogram("pbd", SLOT, 4)
+    assert "needs policy=RequirementPolicy" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="policy must be a RequirementPolicy"):
+        PrivateStreamHistogram("pbd", SLOT, 4, policy=FixedRequirement(window=4, epsilon=1.0))
+
+
+def test_accounting_totals_count_every_outcome_and_an_empty_input_gives_zeros():
+    events = [e._replace(requirement=None) for e in make_events(seed=6, users=4, slots=3, bins=4)]
+    with batch_pipeline() as p:
+        out = p | beam.Create(events) | private("pbd")  # no default: every event is refused
+        assert_that(out["accounting_totals"], equal_to([{"records_used": 0, "duplicates": 0, "late": 0,
+                                                         "dead_letters": len(events)}]))
+    with batch_pipeline() as p:
+        out = p | beam.Create([]).with_output_types(Event) | private("pbd")
+        assert_that(out["accounting_totals"], equal_to([dict.fromkeys(ACCOUNTING_COUNTERS, 0)]))
 
 
 def test_the_stateless_batch_ledger_refuses_a_partial_chunk():

@@ -20,6 +20,7 @@ from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, refe
 from transforms import checkpoint as ckpt
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
+from transforms.declarations import RequirementPolicy
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import pack_contributions
 from transforms.release import (CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController,
@@ -31,6 +32,7 @@ EVERY = 4
 
 
 def private(seed: int | None = 7, **kwargs) -> PrivateStreamHistogram:
+    kwargs.setdefault("policy", RequirementPolicy())  # every test event declares its own requirement
     return PrivateStreamHistogram("pbd", SLOT, 4, insecure_seed=seed, ledger_detail=True, **kwargs)
 
 

@@ -1,0 +1,59 @@
+"""Streaming releases written one file per stream and slot, named by the slot's start time.
+
+``releases-2008-02-02T13:50:00Z.jsonl`` holds exactly the release of the slot
+that starts then (``releases-<start>-<stream>.jsonl`` for a stream other than
+``default``).  Beam's windowed text files are named by the window a release
+was *emitted* in, which is the slot after the one released (a slot is
+released once its end plus the allowed lateness has passed); naming by the
+release's own ``slot_start`` avoids that.  Each file is written whole under a
+temporary name and renamed, so a reader never sees half a release; a retried
+bundle rewrites the same file with the same record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.sinks import _checked  # the same schema check and plain values as every other sink
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slot_file_name(prefix: str, release: dict, suffix: str = ".jsonl") -> str:
+    """``<prefix>-<slot start, UTC ISO 8601>[-<stream>]<suffix>``."""
+    start = datetime.fromtimestamp(release["slot_start"], tz=timezone.utc)
+    stamp = start.strftime("%Y-%m-%dT%H:%M:%S") + (f".{start.microsecond:06d}" if start.microsecond else "") + "Z"
+    stream = release.get("stream", "default")
+    tail = "" if stream == "default" else "-" + (_UNSAFE.sub("_", stream)[:80] or "_")
+    return f"{prefix}-{stamp}{tail}{suffix}"
+
+
+class _WriteSlotFile(beam.DoFn):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def process(self, release: dict):
+        path = slot_file_name(self.prefix, release)
+        temporary = f"{path}.part"
+        record = _checked(release, "release")
+        with FileSystems.create(temporary) as f:
+            f.write((json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
+        FileSystems.rename([temporary], [path])
+        yield path
+
+
+class WriteSlotFiles(beam.PTransform):
+    """Release records -> one JSON-lines file per (stream, slot); the output is the written paths."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def expand(self, releases):
+        return releases | "WriteSlotFile" >> beam.ParDo(_WriteSlotFile(self.prefix))

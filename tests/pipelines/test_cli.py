@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pipelines import replay, streaming
+from pipelines import replay
 from transforms.sinks import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

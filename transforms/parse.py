@@ -15,11 +15,11 @@ import apache_beam as beam
 
 from transforms.lines import LineBatch
 from transforms.parsing import (EVENT_RAW_LIMIT, FILE_FORMATS, MAX_TIME, PARSE_NAMESPACE, PARSE_STAGE, FieldMapping,
-                                ParseConfig, parse_lines, parse_record, time_seconds)
+                                ParseConfig, fast_path, parse_record, time_seconds, validated_record)
 from transforms.records import Event
 
 __all__ = ["EVENT_RAW_LIMIT", "FILE_FORMATS", "MAX_TIME", "PARSE_NAMESPACE", "PARSE_STAGE", "FieldMapping",
-           "ParseConfig", "ParseEvents", "parse_lines", "parse_record", "time_seconds"]
+           "ParseConfig", "ParseEvents", "parse_record", "time_seconds"]
 
 
 class _ParseFn(beam.DoFn):
@@ -44,9 +44,11 @@ class _ParseFn(beam.DoFn):
                 self.dead_letters.inc()
                 yield beam.pvalue.TaggedOutput("dead_letters", parsed)
             return
-        dead = 0
+        config, dead = self.config, 0
+        fast = fast_path(config)
         self.records_read.inc(len(raw))
-        for parsed in parse_lines(raw, self.config):
+        for line in raw:
+            parsed = (type(line) is str and fast(line, config)) or validated_record(line, config)
             if type(parsed) is Event:
                 yield parsed
             else:

@@ -21,8 +21,9 @@ from transforms.parsing import (
     ParseConfig,
     _plain_json_event,
     _validated,
-    parse_lines,
+    fast_path,
     parse_record,
+    validated_record,
 )
 from transforms.records import NO_VALUE, Event
 
@@ -617,7 +618,8 @@ def test_csv_lines_agree_with_json_lines(record):
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(plain_lines | anything, max_size=6), config_index=st.integers(0, len(FAST_CONFIGS) - 1))
-def test_parse_lines_gives_what_parse_record_gives_line_by_line(lines, config_index):
+@given(raw=plain_lines | anything, config_index=st.integers(0, len(FAST_CONFIGS) - 1))
+def test_the_public_fast_path_and_validated_record_make_parse_record(raw, config_index):
     config = FAST_CONFIGS[config_index]
-    assert list(parse_lines(lines, config)) == [parse_record(raw, config) for raw in lines]
+    expected = parse_record(raw, config)
+    assert ((type(raw) is str and fast_path(config)(raw, config)) or validated_record(raw, config)) == expected

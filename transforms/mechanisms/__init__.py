@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from transforms.mechanisms.adaptive import ADAPTIVE
 from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
                                         UserCharges)
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
@@ -28,7 +29,7 @@ from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements)
 
-MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC}
+MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, **ADAPTIVE}
 """Every registered mechanism by its lower-case name."""
 
 

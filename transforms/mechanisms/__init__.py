@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms.mechanisms.adaptive import ADAPTIVE
+from transforms.mechanisms.adaptive import Adaptive
 from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
                                         UserCharges)
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
@@ -29,7 +29,7 @@ from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements)
 
-MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, **ADAPTIVE}
+MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive}
 """Every registered mechanism by its lower-case name."""
 
 

@@ -92,7 +92,8 @@ RATIO_LOW_WINDOW = 40
 """§6.5, second experiment: a fraction o of the users has w = 40; the others w = DEFAULT_WINDOW; all E = 0.6."""
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
 DEFAULT_REPEATS = 5
-DEFAULT_REPEATS_TEXT = "5,epsilon=10"
+EPSILON_REPEATS = 10
+DEFAULT_REPEATS_TEXT = f"{DEFAULT_REPEATS},epsilon={EPSILON_REPEATS}"
 """At least 10 repeats per point for the epsilon sweep and 5 elsewhere."""
 DEFAULT_DRIFT_EVERY = 100
 
@@ -1145,11 +1146,11 @@ def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
         if estimate is not None:
             seconds, users, slots = estimate
             lines += [f"* **Extrapolated, not measured**: the full default epsilon sweep on {_name(dataset)} (BD, BA, "
-                      f"PBD, PBA, DPBD, DPBA × 5 values of E × {DEFAULT_REPEATS} repeats at N = {users:,}, "
+                      f"PBD, PBA, DPBD, DPBA × 5 values of E × {EPSILON_REPEATS} repeats at N = {users:,}, "
                       f"T = {slots:,}) would take about {seconds / 60:.0f} minutes on {args.workers} workers"
                       + (" with a free core each" if by_cpu else "") + ": the measured mean "
                       + ("CPU" if by_cpu else "wall") + " time per run (data, mechanism and ledger) of each "
-                      f"mechanism and E, times {DEFAULT_REPEATS} repeats, divided by the workers."]
+                      f"mechanism and E, times {EPSILON_REPEATS} repeats, divided by the workers."]
     lines.append("")
     return lines
 
@@ -1167,7 +1168,7 @@ def full_sweep_estimate(rows: list[dict], dataset: str, workers: int) -> tuple[f
                     if r["mechanism"] == mechanism and r["epsilon"] == epsilon]
             if not runs:
                 return None
-            total += float(np.mean(runs)) * DEFAULT_REPEATS
+            total += float(np.mean(runs)) * EPSILON_REPEATS
     return total / workers, int(mine[0]["users"]), int(mine[0]["slots"])
 
 

@@ -1,17 +1,18 @@
 """The main job of ``./run_local.sh``: a private replay of the project's own taxi-like stream.
 
 Generates (once) a synthetic stream of 1,000 taxis driving for a day over
-Beijing's T-Drive box, then replays it with PBD: 10-minute slots, a 5x5
-grid over the papers' box, each taxi's last cell carried forward, and two user types as in the papers'
-experiment: half the taxis protect any hour with E = 2.0 (w = 6 slots), half
-any two hours with E = 1.0 (w = 12).  The grid is 5x5, not the papers' 10x10:
-with 1,000 taxis a 10x10 grid leaves 10 per cell, about the noise of a PBD
-publication at E/4, so PBD published 4 of 144 slots; at 40 per cell it
-published 12 and 14 (two runs, secure noise) and its AJSD dropped from 0.054
-to 0.015 (docs/results.md, "Where
-the mechanisms publish something useful").  Prints a short
-summary and where the outputs are.  Arguments after the script name are
-passed to ``pipelines.replay`` and override these defaults.
+Beijing's T-Drive box, then replays it with PBD: 10-minute slots, a 5x5 grid
+over the papers' box, each taxi's last cell carried forward, and two user
+types as in the papers' experiment: half the taxis protect any hour with
+E = 2.0 (w = 6 slots), half any two hours with E = 1.0 (w = 12).  Prints a
+short summary and where the outputs are.  Arguments after the script name
+are passed to ``pipelines.replay`` and override these defaults.
+
+The grid is 5x5, not the papers' 10x10: with 1,000 taxis a 10x10 grid leaves
+10 per cell, about the noise of a PBD publication at E/4, so PBD published 4
+of 144 slots; at 40 per cell it published 12 and 14 (two runs, secure noise)
+and its AJSD dropped from 0.054 to 0.015 (docs/results.md, "Where the
+mechanisms publish something useful").
 """
 
 from __future__ import annotations

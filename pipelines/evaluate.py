@@ -65,7 +65,7 @@ import numpy as np
 from pipelines.evaluation.stats import ALPHA, PairedResult, holm, paired_lower
 from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOURCES, DataUnavailable, EventSource,
                                        EventStream, build_stream)
-from transforms.mechanisms import MECHANISMS, PrivacyLedger, ReleaseKind, SlotBatch
+from transforms.mechanisms import MECHANISMS, HomogeneousParams, PrivacyLedger, ReleaseKind, SlotBatch
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.requirements import DynamicRequirements
@@ -272,6 +272,12 @@ def is_dynamic(name: str) -> bool:
     return MECHANISMS[base_mechanism(name)].requirement_kind is DynamicRequirements
 
 
+def takes_ratios(name: str) -> bool:
+    """Personalized with fixed requirements: the only mechanisms a two-type mix changes."""
+    cls = MECHANISMS[base_mechanism(name)]
+    return cls.requirement_kind is not DynamicRequirements and not issubclass(cls.params_type, HomogeneousParams)
+
+
 def _slots(task: Task, stream_rng: np.random.Generator):
     """(bins, iterator of every user's value per slot (NO_VALUE = absent) with the slot's true histogram)."""
     if task.dataset in SYNTHETIC:
@@ -468,8 +474,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         raise ArgumentError(f"--seed must be >= 0, got {args.seed}")
     if args.segment_reset is not None and args.segment_reset < 1:
         raise ArgumentError(f"--segment-reset must be >= 1, got {args.segment_reset}")
-    if set(args.sweeps) <= set(RATIO_SWEEPS) and all(is_dynamic(m) for m in args.mechanisms):
-        raise ArgumentError("the ratio sweep needs at least one fixed-requirement mechanism")
+    if set(args.sweeps) <= set(RATIO_SWEEPS) and not any(takes_ratios(m) for m in args.mechanisms):
+        raise ArgumentError("the ratio sweeps need a personalized fixed-requirement mechanism (pbd, pba, adaptive)")
     if args.report is not None and not args.report.endswith(".md"):
         raise ArgumentError(f"--report must name a .md file, got {args.report!r}")
     args.events_source = _events_source(args) if EVENTS in args.datasets else None
@@ -535,7 +541,7 @@ def plan(args, streams: dict[str, EventStream] | None = None) -> list[tuple[str,
             (streams[dataset].users, streams[dataset].slots)
         for sweep in args.sweeps:
             for mechanism in run_labels(args.mechanisms, args.scenarios):
-                if sweep in RATIO_SWEEPS and is_dynamic(mechanism):
+                if sweep in RATIO_SWEEPS and not takes_ratios(mechanism):
                     continue
                 for epsilon, window, ratio in SWEEPS[sweep]:
                     for repeat in range(args.repeats[sweep]):
@@ -558,9 +564,12 @@ def run_labels(mechanisms: list[str], scenarios: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- running
-def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, EventStream] | None = None
-            ) -> dict[Task, dict]:
-    """Run every task (slow dynamic ones first) on ``workers`` processes; real streams go to each worker once."""
+def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, EventStream] | None = None,
+            on_result=None) -> dict[Task, dict]:
+    """Run every task on ``workers`` processes; real streams go to each worker once.
+
+    Repeat by repeat (within one, slow dynamic runs first), so that a run cut short has whole repeats of every
+    point; ``on_result(task, row)`` sees each result as it arrives."""
     streams = streams or {}
     results: dict[Task, dict] = {}
     started = time.perf_counter()
@@ -571,18 +580,22 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
                   end="", file=sys.stderr, flush=True)
 
     progress()
-    ordered = sorted(tasks, key=lambda task: (not is_dynamic(task.mechanism), -task.users * task.slots))
+    ordered = sorted(tasks, key=lambda task: (task.repeat, not is_dynamic(task.mechanism), -task.users * task.slots))
+
+    def done(task, row):
+        results[task] = row
+        if on_result is not None:
+            on_result(task, row)
+        progress()
     if workers == 1:
         install_streams(streams)
         for task in ordered:
-            results[task] = evaluate_point(task)
-            progress()
+            done(task, evaluate_point(task))
     else:
         with ProcessPoolExecutor(max_workers=workers, initializer=install_streams, initargs=(streams,)) as pool:
             futures = {pool.submit(evaluate_point, task): task for task in ordered}
             for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                progress()
+                done(futures[future], future.result())
     if not quiet:
         print(file=sys.stderr)
     return results
@@ -1264,7 +1277,18 @@ def run(argv=None) -> int:
         tasks = list(dict.fromkeys(task for _, task in runs))
         if not args.quiet:
             print(f"[evaluate] {len(tasks)} runs ({len(runs)} rows); {NOISE_NOTE}", file=sys.stderr)
-        results = execute(tasks, args.workers, args.quiet, streams)
+        os.makedirs(args.output, exist_ok=True)
+        sweeps_of: dict[Task, list[str]] = {}
+        for sweep, task in runs:
+            sweeps_of.setdefault(task, []).append(sweep)
+        with open(os.path.join(args.output, PARTIAL_CSV), "w", newline="", encoding="utf-8") as partial:
+            writer = csv.DictWriter(partial, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+
+            def keep(task, row):  # every finished run at once: a run cut short can still be rendered
+                writer.writerows({**row, "sweep": sweep} for sweep in sweeps_of[task])
+                partial.flush()
+            results = execute(tasks, args.workers, args.quiet, streams, on_result=keep)
         rows = [{**results[task], "sweep": sweep} for sweep, task in runs]
     datasets = [d for d in args.datasets if any(r["dataset"] == d for r in rows)]
     os.makedirs(args.output, exist_ok=True)
@@ -1303,6 +1327,8 @@ def run(argv=None) -> int:
     return 0
 
 
+PARTIAL_CSV = "results.partial.csv"
+"""Rows written as runs finish (``--from-csv`` renders it if a long run is cut short)."""
 REGIME_PLOT = "useful_regimes.png"
 REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
                   "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]

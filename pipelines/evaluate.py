@@ -14,11 +14,19 @@ runs the papers' experiments (spec/pwsm.md §5) in-process, without Beam:
 * every mechanism in ``MECHANISMS`` (or ``--mechanisms``), built by
   :func:`transforms.mechanisms.run.mechanism_for`: homogeneous ones run at the
   sweep point ``(E, w)``, personalized ones get the papers' ten user types around
-  it, dynamic ones the per-type dynamic declarations;
+  it, dynamic ones the per-type dynamic declarations under each requirement
+  scenario of ``--scenarios`` (``redrawn`` every slot, ``held``, ``drifting``
+  every ``--drift-every`` slots; run labels ``dpbd``, ``dpbd:held``, ...);
 * sweeps ``epsilon`` (E in 0.2..1.0 at w = 120), ``window`` (w in 40..200 at
-  E = 0.6) and ``ratio`` (§6.5: a fraction o of users with E = 1.0, the rest
-  E = 0.6, all w = 120; fixed-requirement mechanisms only, the homogeneous ones
-  at (0.6, 120)).
+  E = 0.6), ``ratio`` (§6.5: a fraction o of users with E = 1.0, the rest
+  E = 0.6, all w = 120) and ``wratio`` (a fraction o with w = 40, the rest
+  w = 120, all E = 0.6); the ratio sweeps run the personalized fixed-requirement
+  mechanisms only, with one stream for every o, and report where OBS switches
+  (:mod:`pipelines.evaluation.ratio`);
+* claims decided by paired sign-flip tests over repeats with Holm-adjusted
+  p-values (:mod:`pipelines.evaluation.stats`); ``--regimes`` adds the map of
+  where each mechanism publishes something useful, checked on T-Drive
+  (:mod:`pipelines.evaluation.regimes`).
 
 Each run streams all T slots through one mechanism without resetting it, unless
 ``--segment-reset K`` re-creates it every K slots as the authors' code does (250);
@@ -27,12 +35,13 @@ such rows carry ``w_event_guarantee_across_segments=false``, their
 ``cross_segment_max_window_usage_ratio`` shows what the whole stream really spent.
 
 Noise comes from a SEEDED generator so that every run is reproducible: this is
-for evaluation only and is NOT private.  Seeds are derived from
-``(--seed, dataset, mechanism, point, repeat)``; the data and requirements
-depend on ``(--seed, dataset, point, repeat)`` only, so all mechanisms of one
-repeat see the same stream.  Results do not depend on ``--workers``.
+for evaluation only and is NOT private.  Data, requirements and the noise seed
+depend on ``(--seed, dataset, E, w, repeat)`` only, so every mechanism, scenario
+and ratio o of one repeat runs on the same stream with the same noise seed
+(paired runs).  Results do not depend on ``--workers``.
 
-Outputs in ``--output``: ``results.csv`` (one row per run), ``summary.md`` (mean ± std over
+Outputs in ``--output``: ``results.csv`` (one row per run; ``results.partial.csv`` fills as runs
+finish, repeat by repeat, and ``--from-csv`` renders it if a run is cut short), ``summary.md`` (mean ± std over
 repeats beside the papers' AMRE, and the papers' headline claims checked on these runs) and,
 when matplotlib is installed, PNG plots (one panel per dataset, log y).  ``--report PATH``
 also writes that document to PATH, headed by the command that made it, with its plots and

@@ -58,6 +58,7 @@ import csv
 import dataclasses
 import datetime
 import glob
+import json
 import os
 import platform
 import shlex
@@ -866,21 +867,29 @@ def _dataset_rows(stream_info: dict, args) -> list[list[str]]:
 
 def document(rows: list[dict], args, streams: dict[str, EventStream], skipped: dict[str, str],
              plots: list[str] | None, *, command: str | None = None, plot_prefix: str = "",
-             wall_seconds: float | None = None, commit: str = "", regimes: dict | None = None) -> str:
+             wall_seconds: float | None = None, commit: str = "", regimes: dict | None = None,
+             original: dict | None = None) -> str:
     """The results document: setup, privacy check, the papers' claims checked, tables, plots, timing."""
     datasets = [d for d in args.datasets if any(r["dataset"] == d for r in rows)]
     lines = ["# Evaluation results" if command else "# Evaluation summary", ""]
     if command:
         lines += ["Generated, with every number, table and plot below, by one command run from the repository "
                   "root (`python` is the project's `.venv/bin/python`):", "", "```", command, "```", ""]
-        lines += [_provenance(wall_seconds, args.workers, commit, args.from_csv is not None), ""]
+        if original is not None:  # the run's own record (run.json beside the results)
+            lines += [f"Run on {original['date']} at commit `{original['commit']}` on {original['machine']}, "
+                      f"{original['workers']} worker processes, in **{original['wall_seconds'] / 60:.1f} minutes of "
+                      "wall time** (the whole command: reading the data, every run, the regime checks, plots and "
+                      "document).", ""]
+        else:
+            lines += [_provenance(wall_seconds, args.workers, commit, args.from_csv is not None), ""]
         if args.from_csv is not None:
-            runs = {(r["dataset"], r["mechanism"], r["epsilon"], r["window"], r["ratio"], r["repeat"]): r
-                    for r in rows}  # a point shared by two sweeps ran once
+            runs = {(r["dataset"], r["mechanism"], r["epsilon"], r["window"], r["ratio"], r["repeat"],
+                     r["sweep"] if r["sweep"] in RATIO_SWEEPS else ""): r
+                    for r in rows}  # a point shared by the epsilon and window sweeps ran once
             hours = sum(float(r["wall_seconds"]) for r in runs.values()) / 3600
-            lines += [f"This copy was rendered from that command's results (`--from-csv {args.from_csv}`) without "
-                      f"repeating the runs; their wall times add up to {hours:.1f} hours of run time, about "
-                      f"{60 * hours / args.workers:.0f} minutes on {args.workers} workers.", ""]
+            lines += [f"This copy was rendered{f' at commit `{commit}`' if commit else ''} from that command's "
+                      f"results (`--from-csv {args.from_csv}`) without repeating the runs; their wall times add up "
+                      f"to {hours:.1f} hours of run time.", ""]
     repeats = ", ".join(f"{sweep} {args.repeats[sweep]}" for sweep in args.sweeps)
     lines += ["## Setup", "",
               f"* Repeats per point: {repeats} (each repeat draws new data, requirements and noise); seed "
@@ -1280,8 +1289,13 @@ def run(argv=None) -> int:
         return 2
     for reason in skipped.values():
         print(f"[evaluate] skipping {reason}", file=sys.stderr)
+    original = None
     if args.from_csv is not None:
         rows = [r for r in read_csv(args.from_csv) if r["dataset"] in args.datasets and r["sweep"] in args.sweeps]
+        saved = os.path.join(os.path.dirname(args.from_csv), RUN_JSON)
+        if os.path.isfile(saved):
+            with open(saved, encoding="utf-8") as handle:
+                original = json.load(handle)
     else:
         tasks = list(dict.fromkeys(task for _, task in runs))
         if not args.quiet:
@@ -1317,11 +1331,18 @@ def run(argv=None) -> int:
         write_csv(os.path.join(folder, "results.csv"), rows)
         for name in (plots or []) + (["regimes.csv"] if regimes and regimes["rows"] else []):
             shutil.copyfile(os.path.join(args.output, name), os.path.join(folder, name))
+        wall_seconds = None if args.from_csv else time.perf_counter() - started
+        if original is None and wall_seconds is not None:
+            original = {"command": _command(argv), "commit": commit, "date": datetime.date.today().isoformat(),
+                        "machine": f"{platform.machine()} with {os.cpu_count()} cores (shared with other work)",
+                        "workers": args.workers, "wall_seconds": wall_seconds}
+            for directory in (args.output, folder):
+                with open(os.path.join(directory, RUN_JSON), "w", encoding="utf-8") as handle:
+                    json.dump(original, handle, indent=1)
         with open(args.report, "w", encoding="utf-8") as handle:
             handle.write(document(rows, args, streams, skipped, plots, command=_command(argv),
-                                  plot_prefix=os.path.basename(folder) + "/",
-                                  wall_seconds=None if args.from_csv else time.perf_counter() - started,
-                                  commit=commit, regimes=regimes))
+                                  plot_prefix=os.path.basename(folder) + "/", wall_seconds=wall_seconds,
+                                  commit=commit, regimes=regimes, original=original))
     if plots is None and not args.quiet:
         print("[evaluate] plots skipped: matplotlib is not installed (pip install -e .[plot])", file=sys.stderr)
     over = [r for r in rows if r["max_window_usage_ratio"] > 1]
@@ -1336,6 +1357,8 @@ def run(argv=None) -> int:
     return 0
 
 
+RUN_JSON = "run.json"
+"""The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
 PARTIAL_CSV = "results.partial.csv"
 """Rows written as runs finish (``--from-csv`` renders it if a long run is cut short)."""
 REGIME_PLOT = "useful_regimes.png"

@@ -353,7 +353,11 @@ def test_an_event_file_runs_end_to_end_with_repeats_per_sweep(tmp_path):
                          "--from-csv", str(tmp_path / "doc" / "results.csv")]) == 0
     rendered = again.read_text(encoding="utf-8")
     assert rendered.split("## Setup")[1] == document.split("## Setup")[1]
-    assert "--from-csv" not in rendered.split("```")[1] and "rendered from that command's results" in rendered
+    assert "--from-csv" not in rendered.split("```")[1] and "from that command's results" in rendered
+    # the run's own wall time and commit, kept in run.json beside its results, head the re-rendered copy
+    run = json.loads((tmp_path / "doc" / "run.json").read_text(encoding="utf-8"))
+    assert run["command"] == document.split("```")[1].strip() and run["wall_seconds"] > 0
+    assert f"in **{run['wall_seconds'] / 60:.1f} minutes of wall time**" in rendered
     assert read_rows(tmp_path / "again") == read_rows(tmp_path / "doc")
 
 

@@ -667,19 +667,19 @@ CLAIMS = (
           "is fair, both sides being correct.",
           "Where PBA loses, publishing from a sample of the users costs more than the larger budget gains."),
     Claim("DPBD below PBD", "dpbd", "pbd", REAL + SYNTHETIC + (EVENTS,),
-          "Not a like-for-like comparison: the dynamic methods get forward requirements redrawn every slot from "
+          "Not a like-for-like comparison: the dynamic methods get forward requirements drawn from "
           "{E_i, ..., 1.0} x {40, ..., w_i}, never stricter than PBD's (w_i, E_i) (spec §5.2, trap 13), so they may "
           "spend more and a gain would partly be the weaker guarantee. With equal requirements DPBD is PBD "
-          "(spec A.6).",
+          "(spec A.6). Each scenario (A = DPBD (held), ...) is a row of its own; the next section sums them up.",
           "Where it fails, the weaker requirements did not buy a lower error. DPBD's budget at a slot is the "
-          "smallest remaining budget over every forward declaration still live (Alg. 6), so under requirements "
-          "redrawn every slot the binding declaration changes from slot to slot, unlike PBD's steady (w_i, E_i); "
-          "we have not isolated why this loses on these streams (the tables' fresh fractions show how often each "
-          "publishes). The papers' DPBD numbers cannot be checked "
-          "against the authors' code: their snapshot has the dynamic mechanisms commented out (spec §6, item 9)."),
+          "smallest remaining budget over every forward declaration still live (Alg. 6): redrawn every slot, up to "
+          "w_F different declarations are live at once and the tightest of them binds, so DPBD gains little over "
+          "PBD's steady (w_i, E_i); held declarations are steadily looser, which is what the papers' explanation "
+          "assumes. The papers' DPBD numbers cannot be checked against the authors' code: their snapshot has the "
+          "dynamic mechanisms commented out (spec §6, item 9)."),
     Claim("DPBA below PBA", "dpba", "pba", REAL + SYNTHETIC + (EVENTS,),
           "As for DPBD: DPBA faces weaker requirements than PBA, so a gain is partly the weaker guarantee, not the "
-          "algorithm. The papers' PBA also lacked nullification.",
+          "algorithm. The papers' PBA also lacked nullification. Each scenario is a row of its own.",
           "Where DPBA loses, note that it nullifies almost every slot after a publication (its nullified fraction "
           "in the tables), so it publishes in very few slots and holds each release long; on the drifting synthetic "
           "counts that can cost more than PBA's more frequent publications."),

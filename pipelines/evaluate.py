@@ -1033,13 +1033,17 @@ def _scenario_section(checks: list[ClaimCheck]) -> list[str]:
 
 def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, int]) -> list[str]:
     """§6.5: AMRE said to be stable until o > 0.8, then to drop sharply for PBD and PBA; and where OBS switches."""
-    from pipelines.evaluation.ratio import OBSES, switch_point
+    from pipelines.evaluation.ratio import OBSES, dc_sample_shortfall, switch_point
     lines = []
     for sweep in (s for s in RATIO_SWEEPS if any(r["sweep"] == s for r in rows)):
         first, second = (((DEFAULT_WINDOW, RATIO_HIGH_EPSILON), (DEFAULT_WINDOW, DEFAULT_EPSILON)) if sweep == "ratio"
                          else ((RATIO_LOW_WINDOW, DEFAULT_EPSILON), (DEFAULT_WINDOW, DEFAULT_EPSILON)))
-        switch = [[_name(d), f"{users_of[d]:,}"] + [str(switch_point(users_of[d], first, second, obs) or "never")
-                                                    for obs in OBSES] for d in datasets if d in users_of]
+        switch = []
+        for d in (d for d in datasets if d in users_of):
+            missed = [dc_sample_shortfall(users_of[d], first, second, o) for o in (RATIOS[-2], RATIOS[-1])]
+            switch.append([_name(d), f"{users_of[d]:,}"]
+                          + [str(switch_point(users_of[d], first, second, obs) or "never") for obs in OBSES]
+                          + [f"{m:,.0f} ({scale:,.0f})" for m, scale in missed])
         body = []
         for dataset in datasets:
             for mechanism in ("pbd", "pba", "adaptive"):
@@ -1075,7 +1079,11 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
                   "mechanisms' own OBS and error model for N users, pipelines/evaluation/ratio.py): `dc` the "
                   "dissimilarity's E_i/(2w_i), `pbd` PBD's first publication E_i/4, `pba` PBA's publication after "
                   "40 skipped slots; 'never' when the two types offer the same budget or OBS never prefers the "
-                  "larger one.", ""] + _table(["dataset", "users N", "dc", "pbd", "pba"], switch) + [""]
+                  "larger one. The last two columns: how many users the dissimilarity's sample is expected to "
+                  "leave out at o = 0.7 and 0.9 (Σ n_k (1 − p_k) at the threshold OBS picks), beside the Laplace "
+                  "scale of the dissimilarity's noise; every missed user adds one to the distance from the last "
+                  "release.", ""] + _table(["dataset", "users N", "dc", "pbd", "pba", "missed at o = 0.7 (noise)",
+                                            "missed at o = 0.9 (noise)"], switch) + [""]
     if lines:
         lines += ["Why AMRE moves at the switch (checked above on one shared stream): once the dissimilarity's OBS "
                   "picks the larger budget, the users below it are sampled with p = (e^ε − 1)/(e^θ − 1) < 1, so the "

@@ -16,6 +16,7 @@ import numpy as np
 
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.obs import optimal_budget
+from transforms.mechanisms.sampling import inclusion_probabilities, laplace_scale
 
 ABSORBED = 40
 FRACTIONS = tuple(round(0.01 * k, 2) for k in range(1, 100))
@@ -42,3 +43,18 @@ def switch_point(users: int, first: tuple[int, float], second: tuple[int, float]
         if chosen == higher:
             return o
     return None
+
+
+def dc_sample_shortfall(users: int, first: tuple[int, float], second: tuple[int, float], o: float
+                        ) -> tuple[float, float]:
+    """(expected users the dissimilarity's sample leaves out, the dissimilarity's Laplace scale) at ratio ``o``.
+
+    The dissimilarity compares the sampled histogram with the last release; every user the sample misses moves
+    it by one, so a shortfall well above the noise scale reads as a change of the data and triggers publications
+    (the explanation of the ratio experiment's rise after the switch, issue #18)."""
+    split = int(round(users * o))
+    budgets, counts = np.array([type_budgets("dc", *first), type_budgets("dc", *second)]), np.array(
+        [split, users - split])
+    theta = optimal_budget(budgets, counts).epsilon_units
+    kept = inclusion_probabilities(budgets, theta)
+    return float(np.sum(counts * (1 - kept))), float(laplace_scale(theta, 1))

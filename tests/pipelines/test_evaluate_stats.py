@@ -73,3 +73,16 @@ def test_the_switch_point_moves_with_the_number_of_users_and_ties_never_switch()
     # the w-ratio experiment: PBD's first publication is E/4 whatever the window, so nothing to switch to
     assert ratio.switch_point(2_000, (40, 0.6), (120, 0.6), "pbd") is None
     assert ratio.type_budgets("dc", 40, 0.6) == to_units(0.6) // 80
+
+
+def test_the_dissimilarity_sample_misses_low_budget_users_only_after_the_switch():
+    """The issue's explanation of the ratio experiment, in numbers: below the switch nobody is left out; at
+    o = 0.9 with N = 10,000 the 1,000 users at E = 0.6 are kept with p = (e^0.0025 - 1)/(e^(1/240) - 1), about
+    0.6, so about 400 are missed, more than the dissimilarity's noise scale 240 = 1/θ."""
+    first, second = (120, 1.0), (120, 0.6)
+    assert ratio.switch_point(10_000, first, second, "dc") == 0.89
+    assert ratio.dc_sample_shortfall(10_000, first, second, 0.7) == (0.0, pytest.approx(400.0))
+    missed, scale = ratio.dc_sample_shortfall(10_000, first, second, 0.9)
+    p = np.expm1(0.0025) / np.expm1(1 / 240)
+    assert missed == pytest.approx(1_000 * (1 - p), rel=1e-3) and scale == pytest.approx(240.0)
+    assert missed > scale

@@ -1008,14 +1008,25 @@ def _scenario_section(checks: list[ClaimCheck]) -> list[str]:
     dynamic = [c for c in checks if c.claim.better in ("dpbd", "dpba") and c.claim.worse in ("pbd", "pba")]
     if not dynamic:
         return []
-    body = []
+    body, conclusions = [], []
     for claim in dict.fromkeys(c.claim for c in dynamic):
+        held_on = {}
         for label in dict.fromkeys(c.better for c in dynamic if c.claim is claim):
             mine = [c for c in dynamic if c.claim is claim and c.better == label]
-            body.append([claim.statement, scenario_of(label),
-                         f"{sum(c.verdict == 'holds' for c in mine)} of {len(mine)}",
+            held_on[scenario_of(label)] = (sum(c.verdict == "holds" for c in mine), len(mine))
+            body.append([claim.statement, scenario_of(label), f"{held_on[scenario_of(label)][0]} of {len(mine)}",
                          f"{sum(c.verdict == 'reversed' for c in mine)} of {len(mine)}",
                          f"{float(np.exp(np.mean([np.log(c.test.ratio) for c in mine]))):.3f}"])
+        best = max(held_on, key=lambda scenario: held_on[scenario][0])
+        counts = ", ".join(f"{scenario} {shown} of {total}" for scenario, (shown, total) in held_on.items())
+        if held_on[best][0] == 0:
+            conclusions.append(f"* **{claim.statement}** holds under no scenario ({counts}).")
+        elif best == SCENARIOS[0] or held_on[best][0] == held_on.get(SCENARIOS[0], (0, 0))[0]:
+            conclusions.append(f"* **{claim.statement}** does not need more than the authors' per-slot redraw "
+                               f"({counts}).")
+        else:
+            conclusions.append(f"* **{claim.statement}** needs requirements that stay put: it holds most often "
+                               f"under `{best}` ({counts}).")
     return ["## Requirement scenarios of the dynamic mechanisms", "",
             "The papers never say how often a dynamic requirement changes. `redrawn`: every type redraws its "
             "forward requirement at every slot (the authors' code); `held`: one forward draw per type for the "
@@ -1023,7 +1034,7 @@ def _scenario_section(checks: list[ClaimCheck]) -> list[str]:
             "candidates {E_i, …, 1.0} × {40, …, w_i}, never stricter than PBD's and PBA's (w_i, E_i), from the "
             "same requirement generator (the first draw is shared). Rows: the claim's (dataset, sweep) checks of "
             "the previous section under each scenario; 'A/B' the geometric mean of their paired ratios.", ""] + \
-        _table(["claim", "scenario", "holds on", "reversed on", "A/B"], body) + [
+        _table(["claim", "scenario", "holds on", "reversed on", "A/B"], body) + [""] + conclusions + [
             "", "A claim **needs** a scenario when it holds there and not under the authors' per-slot redraw: "
             "a declaration redrawn every slot stays live for w_F slots, so DPBD's budget is the minimum over up "
             "to w_F different live declarations and DPBA nullifies whenever any of them reached its border; held "

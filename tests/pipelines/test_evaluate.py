@@ -257,6 +257,9 @@ def test_claims_are_decided_by_paired_tests():
     assert "### PBD below BD on every dataset: **holds**" in lines
     assert "### DPBD below PBD: **shown on 1 of 2, reversed on 0**" in lines
     assert "| DPBD below PBD | held | 1 of 1 | 0 of 1 | 0.500 |" in lines
+    assert "* **DPBD below PBD** needs requirements that stay put: it holds most often under `held` (redrawn 0 of 1, " \
+           "held 1 of 1)." in lines
+    assert "* **DPBA below PBA** holds under no scenario (redrawn 0 of 1)." in lines
 
 
 def test_incomplete_sweeps_are_not_checked():

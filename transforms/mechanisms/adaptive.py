@@ -111,6 +111,7 @@ class _AdaptiveChoice:
         raise NotImplementedError
 
     def window_lengths(self) -> np.ndarray:
+        """``w_i``: the most shares a publication may absorb, per cohort row."""
         raise NotImplementedError
 
     def publication_budgets(self, data: SlotData) -> np.ndarray | None:

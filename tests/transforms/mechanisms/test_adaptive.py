@@ -12,6 +12,7 @@ from streams import StreamSpec
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirements, ReleaseKind, SlotBatch,
                                    make_mechanism)
 from transforms.mechanisms.adaptive import Adaptive, AdaptiveParams, DynamicAdaptive, DynamicAdaptiveParams
+from transforms.mechanisms.noise import insecure_seeded_randomness
 
 specs = st.builds(
     StreamSpec,
@@ -129,7 +130,6 @@ def test_dynamic_state_round_trips_and_a_resumed_run_continues_identically():
     resumed = DynamicAdaptive.from_bytes(params, first.to_bytes())
     assert resumed.last_publication == first.last_publication
     # the rest with the same noise as the whole run had from slot 21 on
-    from transforms.mechanisms.noise import insecure_seeded_randomness
     rng = insecure_seeded_randomness(4)
     replay = DynamicAdaptive(params)
     for batch in batches[:20]:

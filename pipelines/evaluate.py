@@ -883,9 +883,7 @@ def document(rows: list[dict], args, streams: dict[str, EventStream], skipped: d
         else:
             lines += [_provenance(wall_seconds, args.workers, commit, args.from_csv is not None), ""]
         if args.from_csv is not None:
-            runs = {(r["dataset"], r["mechanism"], r["epsilon"], r["window"], r["ratio"], r["repeat"],
-                     r["sweep"] if r["sweep"] in RATIO_SWEEPS else ""): r
-                    for r in rows}  # a point shared by the epsilon and window sweeps ran once
+            runs = {_run_key(r): r for r in rows}
             hours = sum(float(r["wall_seconds"]) for r in runs.values()) / 3600
             lines += [f"This copy was rendered{f' at commit `{commit}`' if commit else ''} from that command's "
                       f"results (`--from-csv {args.from_csv}`) without repeating the runs; their wall times add up "
@@ -962,11 +960,18 @@ def _provenance(wall_seconds: float | None, workers: int, commit: str, rendered_
     return " ".join(parts) + "."
 
 
+def _run_key(row: dict) -> tuple:
+    """One run: a point shared by the epsilon and window sweeps ran once (the ratio sweeps' points are their own)."""
+    return (row["dataset"], row["mechanism"], row["epsilon"], row["window"], row["ratio"], row["repeat"],
+            row["sweep"] if row["sweep"] in RATIO_SWEEPS else "")
+
+
 def _privacy_section(rows: list[dict]) -> list[str]:
-    worst = max(float(r["max_window_usage_ratio"]) for r in rows)
-    violations = sum(int(r["ledger_violations"]) for r in rows)
+    runs = list({_run_key(r): r for r in rows}.values())
+    worst = max(float(r["max_window_usage_ratio"]) for r in runs)
+    violations = sum(int(r["ledger_violations"]) for r in runs)
     return ["## Privacy check", "",
-            f"An independent ledger checked every window of every user's requirement in all {len(rows):,} runs: "
+            f"An independent ledger checked every window of every user's requirement in all {len(runs):,} runs: "
             f"the largest share of a requirement spent in any window is {worst:.4f} "
             f"({'within' if worst <= 1 else 'ABOVE'} the requirement), with {violations} violations. Every number "
             "below is therefore measured under correct privacy accounting; BA, PBA and DPBA nullify slots after "
@@ -1359,7 +1364,8 @@ def run(argv=None) -> int:
                 with open(os.path.join(directory, RUN_JSON), "w", encoding="utf-8") as handle:
                     json.dump(original, handle, indent=1)
         with open(args.report, "w", encoding="utf-8") as handle:
-            handle.write(document(rows, args, streams, skipped, plots, command=_command(argv),
+            handle.write(document(rows, args, streams, skipped, plots,
+                                  command=original["command"] if original else _command(argv),
                                   plot_prefix=os.path.basename(folder) + "/", wall_seconds=wall_seconds,
                                   commit=commit, regimes=regimes, original=original))
     if plots is None and not args.quiet:

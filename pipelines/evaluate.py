@@ -211,8 +211,8 @@ REAL_NOTE = ("The papers ran Taxi on all 10,357 taxis and Foursquare on 5% of th
              "here {users:,} users on a 10x10 grid, so absolute AMRE values are not comparable: compare orderings "
              "and relative reductions.")
 
-COLUMNS = ["dataset", "mechanism", "scenario", "sweep", "epsilon", "window", "ratio", "repeat", "users", "slots", "bins", "seed",
-           "segment_reset", "w_event_guarantee_across_segments", "amre", "ajsd", "mre", "mae", "fresh_fraction",
+COLUMNS = ["dataset", "mechanism", "scenario", "sweep", "epsilon", "window", "ratio", "repeat", "users", "slots",
+           "bins", "seed", "segment_reset", "w_event_guarantee_across_segments", "amre", "ajsd", "mre", "mae", "fresh_fraction",
            "skipped_fraction", "nullified_fraction", "seconds_per_slot", "wall_seconds", "cpu_seconds",
            "max_window_usage_ratio", "ledger_violations", "cross_segment_max_window_usage_ratio", "noise"]
 """``results.csv`` columns.  ``amre`` is the papers' AMRE, which is a mean SQUARED error."""
@@ -361,7 +361,8 @@ def evaluate_point(task: Task) -> dict:
     if cross is not None:
         cross.close()
     report = utility_report(released, truth)
-    row = {"dataset": task.dataset, "mechanism": task.mechanism, "scenario": scenario_of(task.mechanism), "sweep": "", "epsilon": task.epsilon,
+    row = {"dataset": task.dataset, "mechanism": task.mechanism, "scenario": scenario_of(task.mechanism),
+           "sweep": "", "epsilon": task.epsilon,
            "window": task.window, "ratio": "" if task.ratio is None else task.ratio, "repeat": task.repeat,
            "users": task.users, "slots": task.slots, "bins": bins, "seed": task.seed,
            "segment_reset": task.segment_reset or "",
@@ -1070,8 +1071,8 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
                 cells = []
                 for o in RATIOS:
                     at = [r for r in mine if r["ratio"] == o]
-                    cells.append(f"{_mean_std([r['amre'] for r in at])} ({np.mean([r['fresh_fraction'] for r in at]):.3f})"
-                                 if at else "–")
+                    fresh = np.mean([r["fresh_fraction"] for r in at]) if at else 0.0
+                    cells.append(f"{_mean_std([r['amre'] for r in at])} ({fresh:.3f})" if at else "–")
                 high = {r["repeat"]: r["amre"] for r in mine if r["ratio"] == RATIOS[-1]}
                 low = {r["repeat"]: r["amre"] for r in mine if r["ratio"] == RATIOS[-2]}
                 keys = sorted(high.keys() & low.keys())
@@ -1140,7 +1141,9 @@ def _adaptive_section(rows: list[dict], datasets: list[str]) -> list[str]:
             "10% of the better of PBD and PBA on every dataset and E, and better than both on at least two "
             "datasets. Cells: AMRE mean ± standard deviation (epsilon sweep); 'ratio' adaptive's mean over the "
             "better mean; p the one-sided paired p-values of 'adaptive below PBD' and '… below PBA' over the "
-            f"point's repeats; 'below both' when both are < {ALPHA}.", ""] +         _table(["dataset", "E", "adaptive", "PBD", "PBA", "ratio", "p vs PBD", "p vs PBA", "below both"], body) +         ["", f"**Within 10% of the better at {within} of {len(body)} points; below both (every E, paired p < "
+            f"point's repeats; 'below both' when both are < {ALPHA}.", ""] + \
+        _table(["dataset", "E", "adaptive", "PBD", "PBA", "ratio", "p vs PBD", "p vs PBA", "below both"], body) + \
+        ["", f"**Within 10% of the better at {within} of {len(body)} points; below both (every E, paired p < "
              f"{ALPHA}) on {len(datasets_beaten)} dataset(s)"
              + (f": {', '.join(_name(d) for d in datasets_beaten)}" if datasets_beaten else "") + ".**", ""]
 

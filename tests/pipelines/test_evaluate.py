@@ -87,7 +87,8 @@ def test_summary_has_the_papers_numbers_claims_and_plots(sweep):
 
 
 def test_same_seed_same_results_for_any_worker_count(tmp_path):
-    args = ["--users", "120", "--slots", "100", "--repeats", "2", "--sweep", "window,ratio,wratio", "--datasets", "tlns",
+    args = ["--users", "120", "--slots", "100", "--repeats", "2", "--sweep", "window,ratio,wratio",
+            "--datasets", "tlns",
             "--mechanisms", "pba,dpba", "--seed", "7", "--no-plots", "--quiet"]
     assert evaluate.run(args + ["--workers", "1", "--output", str(tmp_path / "one")]) == 0
     assert evaluate.run(args + ["--workers", "2", "--output", str(tmp_path / "two")]) == 0
@@ -253,7 +254,8 @@ def test_claims_are_decided_by_paired_tests():
     assert checks[("pba", "pbd")].verdict == "not shown"             # wins at 3 points, loses at 2
     assert ("pba", "ba") not in checks                               # BA did not run
     assert ("dpbd", "bd") not in checks                              # a real-stream claim, Sin is synthetic
-    lines = "\n".join(evaluate._claims_section(list(checks.values())) + evaluate._scenario_section(list(checks.values())))
+    found = list(checks.values())
+    lines = "\n".join(evaluate._claims_section(found) + evaluate._scenario_section(found))
     assert "### PBD below BD on every dataset: **holds**" in lines
     assert "### DPBD below PBD: **shown on 1 of 2, reversed on 0**" in lines
     assert "| DPBD below PBD | held | 1 of 1 | 0 of 1 | 0.500 |" in lines

@@ -212,8 +212,8 @@ REAL_NOTE = ("The papers ran Taxi on all 10,357 taxis and Foursquare on 5% of th
              "and relative reductions.")
 
 COLUMNS = ["dataset", "mechanism", "scenario", "sweep", "epsilon", "window", "ratio", "repeat", "users", "slots",
-           "bins", "seed", "segment_reset", "w_event_guarantee_across_segments", "amre", "ajsd", "mre", "mae", "fresh_fraction",
-           "skipped_fraction", "nullified_fraction", "seconds_per_slot", "wall_seconds", "cpu_seconds",
+           "bins", "seed", "segment_reset", "w_event_guarantee_across_segments", "amre", "ajsd", "mre", "mae",
+           "fresh_fraction", "skipped_fraction", "nullified_fraction", "seconds_per_slot", "wall_seconds", "cpu_seconds",
            "max_window_usage_ratio", "ledger_violations", "cross_segment_max_window_usage_ratio", "noise"]
 """``results.csv`` columns.  ``amre`` is the papers' AMRE, which is a mean SQUARED error."""
 

@@ -1170,7 +1170,7 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
                                               for p in points])
             if paper and mechanism in paper:
                 amre.append(["*papers*"] + [f"*{v:,.2f}*" for v in paper[mechanism]])
-            ajsd.append([_mech(mechanism)] + [f"{np.mean([r['ajsd'] for r in at[p]]):.4f}" if at[p] else "–"
+            ajsd.append([_mech(mechanism)] + [_mean_std([r["ajsd"] for r in at[p]]) if at[p] else "–"
                                               for p in points])
             kinds = " / ".join(f"{np.mean([r[k + '_fraction'] for r in mine]):.3f}"
                                for k in ("fresh", "skipped", "nullified"))
@@ -1180,7 +1180,7 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
         lines += _table(header, amre) + [""]
         if paper:
             lines += [PAPER_NOTE, ""]
-        lines += ["AJSD:", ""] + _table(header, ajsd) + [""]
+        lines += ["AJSD (mean ± standard deviation):", ""] + _table(header, ajsd) + [""]
         lines += ["Slots fresh / skipped / nullified (mean over the sweep), time, largest window usage:", ""]
         lines += _table(["mechanism", "fresh / skipped / nullified", "ms per slot", "max window usage"],
                         behaviour) + [""]

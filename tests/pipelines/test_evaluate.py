@@ -58,7 +58,7 @@ def test_end_to_end_sweep_writes_one_row_per_run(sweep):
         assert sum(fractions) == pytest.approx(1.0)
         assert float(r["amre"]) >= 0 and 0 <= float(r["ajsd"]) <= np.log(2)
         assert "evaluation only" in r["noise"]
-    # the two repeats differ (fresh seeds), mechanisms of one repeat share the data but not the noise
+    # the two repeats differ (fresh seeds); mechanisms of one repeat share the data and the noise seed
     pbd = {(r["dataset"], r["epsilon"], r["repeat"]): r["amre"] for r in rows if r["mechanism"] == "pbd"}
     assert pbd[("sin", "0.6", "0")] != pbd[("sin", "0.6", "1")]
 
@@ -87,16 +87,19 @@ def test_summary_has_the_papers_numbers_claims_and_plots(sweep):
 
 
 def test_same_seed_same_results_for_any_worker_count(tmp_path):
-    args = ["--users", "120", "--slots", "100", "--repeats", "2", "--sweep", "window,ratio", "--datasets", "tlns",
+    args = ["--users", "120", "--slots", "100", "--repeats", "2", "--sweep", "window,ratio,wratio",
+            "--datasets", "tlns",
             "--mechanisms", "pba,dpba", "--seed", "7", "--no-plots", "--quiet"]
     assert evaluate.run(args + ["--workers", "1", "--output", str(tmp_path / "one")]) == 0
     assert evaluate.run(args + ["--workers", "2", "--output", str(tmp_path / "two")]) == 0
     one, two = read_rows(tmp_path / "one"), read_rows(tmp_path / "two")
     assert without_timing(one) == without_timing(two)
-    # the ratio sweep skips the dynamic mechanisms; the window sweep runs both
-    assert {r["mechanism"] for r in one if r["sweep"] == "ratio"} == {"pba"}
-    assert {r["mechanism"] for r in one if r["sweep"] == "window"} == {"pba", "dpba"}
-    assert sorted({float(r["ratio"]) for r in one if r["sweep"] == "ratio"}) == list(evaluate.RATIOS)
+    # the ratio sweeps skip the dynamic mechanisms; the window sweep runs both, DPBA under every scenario
+    assert {r["mechanism"] for r in one if r["sweep"] in ("ratio", "wratio")} == {"pba"}
+    assert {r["mechanism"] for r in one if r["sweep"] == "window"} == {"pba", "dpba", "dpba:held", "dpba:drifting"}
+    assert {r["scenario"] for r in one if r["mechanism"].startswith("dpba")} == {"redrawn", "held", "drifting"}
+    for sweep in ("ratio", "wratio"):
+        assert sorted({float(r["ratio"]) for r in one if r["sweep"] == sweep}) == list(evaluate.RATIOS)
 
 
 def test_segment_reset_marks_rows(tmp_path):
@@ -128,6 +131,35 @@ def test_evaluate_point_matches_the_metrics_and_replays():
     assert not np.array_equal(reseeded["truth"], truth)  # --seed changes the data
 
 
+def test_one_stream_and_one_noise_seed_for_every_ratio_mechanism_and_scenario():
+    """Paired runs: every o of both ratio experiments, every mechanism and every requirement scenario of a repeat
+    see the same data and get the same noise seed; the requirement mix is all that differs."""
+    def task(mechanism, ratio=None, ratio_of="epsilon", repeat=0):
+        return evaluate.Task("sin", mechanism, 0.6, 120, ratio, repeat, 150, 80, 0, return_arrays=True,
+                             ratio_of=ratio_of)
+    truth = evaluate.evaluate_point(task("pbd"))["truth"]
+    for ratio, ratio_of in ((0.1, "epsilon"), (0.9, "epsilon"), (0.5, "window")):
+        assert np.array_equal(evaluate.evaluate_point(task("pba", ratio, ratio_of))["truth"], truth)
+    assert np.array_equal(evaluate.evaluate_point(task("dpbd:held"))["truth"], truth)
+    seeds = {evaluate._seeds(task(m, o, of))[2] for m in ("pbd", "pba", "adaptive", "dpbd:drifting")
+             for o, of in ((None, "epsilon"), (0.3, "epsilon"), (0.7, "window"))}
+    assert len(seeds) == 1
+    assert evaluate._seeds(task("pbd", repeat=1))[2] not in seeds       # a new repeat, new noise
+    # the requirement mix differs: PBA at o = 0.1 and o = 0.9 on the same stream release different histograms
+    low, high = (evaluate.evaluate_point(task("pba", o))["released"] for o in (0.1, 0.9))
+    assert not np.array_equal(low, high)
+
+
+def test_requirement_scenarios_reach_the_dynamic_mechanisms():
+    rows = {label: evaluate.evaluate_point(evaluate.Task("sin", label, 0.4, 120, None, 0, 100, 150, 0,
+                                                         drift_every=30))
+            for label in ("dpbd", "dpbd:held", "dpbd:drifting")}
+    assert [rows[label]["scenario"] for label in rows] == ["redrawn", "held", "drifting"]
+    assert len({rows[label]["amre"] for label in rows}) == 3        # three different requirement streams
+    assert all(row["ledger_violations"] == 0 for row in rows.values())
+    assert evaluate.run_labels(["pbd", "dpba"], ["held", "redrawn"]) == ["pbd", "dpba:held", "dpba"]
+
+
 def test_a_violation_is_loud_and_exits_1(tmp_path, monkeypatch, capsys):
     real = evaluate.evaluate_point
     monkeypatch.setattr(evaluate, "evaluate_point", lambda task: {**real(task), "max_window_usage_ratio": 1.5})
@@ -156,6 +188,9 @@ def test_a_violation_is_loud_and_exits_1(tmp_path, monkeypatch, capsys):
     (["--workers", "0"], "--workers must be >= 1"),
     (["--segment-reset", "0"], "--segment-reset must be >= 1"),
     (["--sweep", "ratio", "--mechanisms", "dpbd,dpba"], "fixed-requirement"),
+    (["--sweep", "ratio,wratio", "--mechanisms", "dpbd"], "fixed-requirement"),
+    (["--scenarios", "sometimes"], "unknown scenario 'sometimes'"),
+    (["--drift-every", "0"], "--drift-every must be >= 1"),
     (["--repeats", "many"], "--repeats must be an integer >= 1, got 'many'"),
     (["--bogus"], "unrecognized arguments"),
 ])
@@ -193,34 +228,40 @@ def test_reduction_is_the_mean_of_one_minus_the_ratios():
             assert all(table[m][2] == other[m][2] for m in table)
 
 
-def rows_with(amre: dict[str, list[float]], dataset="sin", sweep="epsilon", repeats=1) -> list[dict]:
-    """Result rows whose AMRE per point is given (each repeat the same value)."""
-    points = [p[("epsilon", "window", "ratio").index(sweep)] for p in evaluate.SWEEPS[sweep]]
-    return [{"dataset": dataset, "sweep": sweep, "mechanism": m, sweep: p, "amre": v}
-            for m, values in amre.items() for p, v in zip(points, values) for _ in range(repeats)]
+def rows_with(amre: dict[str, list[float]], dataset="sin", sweep="epsilon", repeats=3, jitter=0.0) -> list[dict]:
+    """Result rows whose AMRE per point is given (repeat k multiplied by 1 + k * jitter)."""
+    points = [p[("epsilon", "window", "ratio").index(evaluate.SWEEP_COLUMN[sweep])] for p in evaluate.SWEEPS[sweep]]
+    return [{"dataset": dataset, "sweep": sweep, "mechanism": m, evaluate.SWEEP_COLUMN[sweep]: p, "repeat": k,
+             "amre": v * (1 + k * jitter)}
+            for m, values in amre.items() for p, v in zip(points, values) for k in range(repeats)]
 
 
-def test_claim_checks_verdicts_and_losing_points():
-    rows = rows_with({"pbd": [2, 2, 2, 2, 2], "bd": [4, 4, 4, 4, 4],          # PBD below BD everywhere
-                      "pba": [1, 5, 1, 5, 1], "dpba": [9, 9, 9, 9, 9],         # DPBA never below PBA
-                      "dpbd": [2, 2, 2, 2, 2]})                                # equal is not below
-    checks = {(c.claim.better, c.claim.worse): c for c in evaluate.check_claims(rows, ["sin"])}
+def test_claims_are_decided_by_paired_tests():
+    rows = rows_with({"pbd": [2, 2, 2, 2, 2], "bd": [4, 4, 4, 4, 4],          # PBD below BD in every pair
+                      "pba": [1, 5, 1, 5, 1], "dpba": [9, 9, 9, 9, 9],         # DPBA above PBA in every pair
+                      "dpbd": [2, 2, 2, 2, 2], "dpbd:held": [1, 1, 1, 1, 1]})  # redrawn equal, held below
+    checks = {(c.better, c.claim.worse): c for c in evaluate.check_claims(rows, ["sin"])}
     pbd_bd = checks[("pbd", "bd")]
-    assert (pbd_bd.verdict, pbd_bd.ours, pbd_bd.losing) == ("holds", pytest.approx(50.0), ())
+    # 15 pairs all with log(A/B) = log(1/2): the exact sign-flip p-value is 2^-15, Holm multiplies by at most 2 x 6
+    assert pbd_bd.test.pairs == 15 and pbd_bd.test.wins == 15 and pbd_bd.test.ratio == pytest.approx(0.5)
+    assert pbd_bd.test.p_value == pytest.approx(2.0 ** -15)
+    assert pbd_bd.verdict == "holds" and pbd_bd.ours == pytest.approx(50.0)
     assert pbd_bd.papers == pytest.approx(evaluate.reduction(evaluate.PAPER_AMRE[("sin", "epsilon")]["pbd"],
                                                              evaluate.PAPER_AMRE[("sin", "epsilon")]["bd"]))
-    assert checks[("dpba", "pba")].verdict == "fails" and checks[("dpba", "pba")].wins == 0
-    assert checks[("dpbd", "pbd")].verdict == "fails" and checks[("dpbd", "pbd")].losing == (0.2, 0.4, 0.6, 0.8, 1.0)
-    mixed = checks[("pba", "pbd")]
-    assert mixed.verdict == "holds at 3 of 5 points" and mixed.losing == (0.4, 0.8)
-    assert mixed.ours == pytest.approx(100 * (3 * 0.5 - 2 * 1.5) / 5)
-    assert ("pba", "ba") not in checks                       # BA did not run
-    assert ("dpbd", "bd") not in checks                      # a real-stream claim, Sin is synthetic
-    assert evaluate.claim_verdict([mixed, pbd_bd]) == "holds at 8 of 10 points only"
-    lines = "\n".join(evaluate._claims_section(list(checks.values())))
-    assert "### PBA better than PBD on the smooth synthetic streams: **holds at 3 of 5 points only**" in lines
-    assert "PBA is not below PBD: Sin at E = 0.4, 0.8." in lines
+    assert checks[("dpba", "pba")].verdict == "reversed"
+    assert checks[("dpbd", "pbd")].verdict == "not shown"            # equal is not below
+    assert checks[("dpbd:held", "pbd")].verdict == "holds"           # the scenario is checked on its own
+    assert checks[("pba", "pbd")].verdict == "not shown"             # wins at 3 points, loses at 2
+    assert ("pba", "ba") not in checks                               # BA did not run
+    assert ("dpbd", "bd") not in checks                              # a real-stream claim, Sin is synthetic
+    found = list(checks.values())
+    lines = "\n".join(evaluate._claims_section(found) + evaluate._scenario_section(found))
     assert "### PBD below BD on every dataset: **holds**" in lines
+    assert "### DPBD below PBD: **shown on 1 of 2, reversed on 0**" in lines
+    assert "| DPBD below PBD | held | 1 of 1 | 0 of 1 | 0.500 |" in lines
+    assert "* **DPBD below PBD** needs requirements that stay put: it holds most often under `held` (redrawn 0 of 1, " \
+           "held 1 of 1)." in lines
+    assert "* **DPBA below PBA** holds under no scenario (redrawn 0 of 1)." in lines
 
 
 def test_incomplete_sweeps_are_not_checked():
@@ -317,7 +358,11 @@ def test_an_event_file_runs_end_to_end_with_repeats_per_sweep(tmp_path):
                          "--from-csv", str(tmp_path / "doc" / "results.csv")]) == 0
     rendered = again.read_text(encoding="utf-8")
     assert rendered.split("## Setup")[1] == document.split("## Setup")[1]
-    assert "--from-csv" not in rendered.split("```")[1] and "rendered from that command's results" in rendered
+    assert "--from-csv" not in rendered.split("```")[1] and "from that command's results" in rendered
+    # the run's own wall time and commit, kept in run.json beside its results, head the re-rendered copy
+    run = json.loads((tmp_path / "doc" / "run.json").read_text(encoding="utf-8"))
+    assert run["command"] == document.split("```")[1].strip() and run["wall_seconds"] > 0
+    assert f"in **{run['wall_seconds'] / 60:.1f} minutes of wall time**" in rendered
     assert read_rows(tmp_path / "again") == read_rows(tmp_path / "doc")
 
 
@@ -359,7 +404,7 @@ def test_full_sweep_estimate_uses_cpu_time_and_old_results_their_wall_time():
     rows = [{"dataset": "sin", "sweep": "epsilon", "mechanism": m, "epsilon": e, "users": 10, "slots": 20,
              "wall_seconds": 5.0, "cpu_seconds": 2.0, "seconds_per_slot": 0.001}
             for m in evaluate.FULL_SWEEP_MECHANISMS for e in (0.2, 0.4, 0.6, 0.8, 1.0)]
-    runs = len(rows) * evaluate.DEFAULT_REPEATS
+    runs = len(rows) * evaluate.EPSILON_REPEATS
     assert evaluate.full_sweep_estimate(rows, "sin", 2) == (runs * 2.0 / 2, 10, 20)
     args = evaluate.parse_args(["--datasets", "sin", "--mechanisms", ",".join(evaluate.FULL_SWEEP_MECHANISMS)])
     assert "CPU time per run" in "\n".join(evaluate._timing_section(rows, args, ["sin"]))

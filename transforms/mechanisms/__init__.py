@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from transforms.mechanisms.adaptive import Adaptive
 from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
                                         UserCharges)
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
@@ -29,7 +30,7 @@ from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements)
 
-MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC}
+MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive}
 """Every registered mechanism by its lower-case name."""
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from transforms.mechanisms.base import Decision, Mechanism, ReleaseKind, is_fresh_publication, same_for_every_row
 from transforms.mechanisms.noise import Randomness
-from transforms.mechanisms.obs import optimal_budget
+from transforms.mechanisms.obs import Selection, optimal_budget
 from transforms.mechanisms.population import SlotData
 from transforms.mechanisms.sampling import disturb, noisy_total_deviation, sample_histogram, sampled_statistic
 
@@ -37,6 +37,10 @@ class PersonalizedMechanism(Mechanism):
     def record(self, dc_units: np.ndarray, publication_units: np.ndarray, published: bool) -> None:
         """Remember what was charged at this slot."""
 
+    def publication_threshold(self, first: Selection, second: Selection) -> float:
+        """Per-bin dissimilarity above which Part_NOP publishes: the predicted error's root (Alg. 2)."""
+        return math.sqrt(second.error)
+
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         params, bins = self.params, self.params.bins
         dc = self.dc_budgets(data)
@@ -55,7 +59,7 @@ class PersonalizedMechanism(Mechanism):
             self.record(dc, nothing, published=False)
             return Decision(ReleaseKind.NULLIFIED, None, 0, math.nan, dc, nothing, (dissimilarity,))
         second = optimal_budget(publication, data.sizes, params.sensitivity, params.error_model)
-        if second.exists and is_fresh_publication(scaled_dis, bins, math.sqrt(second.error)):
+        if second.exists and is_fresh_publication(scaled_dis, bins, self.publication_threshold(first, second)):
             published = sampled_statistic("publication", publication, second.epsilon_units, params.sensitivity)
             noisy = disturb(sample_histogram(data.cells, published, bins, rng), published, rng)
             self.record(dc, publication, published=True)

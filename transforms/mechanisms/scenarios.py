@@ -4,9 +4,12 @@ Users are split into ``types`` contiguous blocks that share a requirement:
 
 * fixed: each type draws ``E_k`` uniformly from the grid values ``>= E`` and
   ``w_k`` from the grid values ``<= w``;
-* dynamic: at every slot each type redraws its forward requirement from
+* dynamic: each type draws its forward requirement from
   ``{E_k, ..., 1.0}`` x ``{40, ..., w_k}``; the backward requirement is
-  ``(w_B = 1, E_B = 10)``, which never binds (as in the papers);
+  ``(w_B = 1, E_B = 10)``, which never binds (as in the papers).  How often
+  a type redraws is the *requirement scenario*: ``redrawn`` at every slot
+  (the authors' code; the papers' text does not say), ``held`` once for the
+  whole run, ``drifting`` every K slots;
 * homogeneous baselines run with ``(min E_k, max w_k) = (E, w)``.
 
 ``two_types`` builds the user-type ratio experiment of §6.5.
@@ -24,6 +27,17 @@ from transforms.mechanisms.requirements import DynamicRequirements, FixedRequire
 EPSILON_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)
 WINDOW_GRID = (40, 80, 120, 160, 200)
 BACKWARD_EPSILON = 10.0
+SCENARIOS = ("redrawn", "held", "drifting")
+"""Requirement scenarios of the dynamic mechanisms: how often each type redraws its forward requirement."""
+
+
+def redraw_every(scenario: str, drift_every: int) -> int | None:
+    """Slots between two forward draws of a type under ``scenario`` (``None``: never after the first)."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown requirement scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
+    if isinstance(drift_every, bool) or not isinstance(drift_every, (int, np.integer)) or drift_every < 1:
+        raise ValueError(f"drift_every must be an integer >= 1, got {drift_every!r}")
+    return {"redrawn": 1, "held": None, "drifting": int(drift_every)}[scenario]
 
 
 @dataclass(frozen=True)
@@ -66,8 +80,12 @@ class PaperSetup:
         types = self.user_types()
         return FixedRequirements.of(windows[types], epsilons[types])
 
-    def dynamic_declarations(self, rng: np.random.Generator, slots: int):
-        """Yield, per slot, every user's declaration (types redraw their forward requirement)."""
+    def dynamic_declarations(self, rng: np.random.Generator, slots: int, every: int | None = 1):
+        """Yield, per slot, every user's declaration; each type redraws its forward requirement
+        every ``every`` slots (``None``: drawn once), starting at the first slot."""
+        if every is not None and (isinstance(every, bool) or not isinstance(every, (int, np.integer))
+                                  or every < 1):
+            raise ValueError(f"every must be an integer >= 1 or None, got {every!r}")
         epsilons, windows = self.type_requirements(rng)
         type_sizes = np.bincount(self.user_types(), minlength=self.types)  # types are contiguous blocks
         # each type's candidates, padded to the longest list; a draw picks index < its count
@@ -80,11 +98,15 @@ class PaperSetup:
         by_type = np.arange(self.types)
         backward_window = np.ones(self.users, np.int64)
         backward_units = np.full(self.users, to_units(BACKWARD_EPSILON), np.int64)
-        for _ in range(slots):
-            forward_units = eps_table[by_type, rng.integers(0, eps_counts)]
-            forward_window = win_table[by_type, rng.integers(0, win_counts)]
-            yield DynamicRequirements(backward_window, backward_units, np.repeat(forward_window, type_sizes),
-                                      np.repeat(forward_units, type_sizes))
+        declaration = None
+        for t in range(slots):
+            if declaration is None or (every is not None and t % every == 0):
+                forward_units = eps_table[by_type, rng.integers(0, eps_counts)]
+                forward_window = win_table[by_type, rng.integers(0, win_counts)]
+                declaration = DynamicRequirements(backward_window, backward_units,
+                                                  np.repeat(forward_window, type_sizes),
+                                                  np.repeat(forward_units, type_sizes))
+            yield declaration
 
     @property
     def max_window(self) -> int:

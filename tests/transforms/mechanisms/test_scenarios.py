@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from transforms.mechanisms.budget import to_units
-from transforms.mechanisms.scenarios import BACKWARD_EPSILON, EPSILON_GRID, WINDOW_GRID, PaperSetup, two_types
+from transforms.mechanisms.scenarios import (BACKWARD_EPSILON, EPSILON_GRID, SCENARIOS, WINDOW_GRID, PaperSetup,
+                                            redraw_every, two_types)
 
 
 def test_fixed_requirements_come_from_the_grids_around_the_static_point():
@@ -43,3 +44,40 @@ def test_two_types_splits_by_ratio():
     assert list(reqs.epsilon_units) == [to_units(1.0)] * 3 + [to_units(0.6)] * 7
     with pytest.raises(ValueError, match="ratio"):
         two_types(10, 1.5, (120, 1.0), (120, 0.6))
+
+
+def _forward(declarations):
+    return (np.stack([d.forward_units for d in declarations]), np.stack([d.forward_window for d in declarations]))
+
+
+def test_redrawn_is_the_default_and_redraws_every_slot():
+    setup = PaperSetup(users=200, epsilon=0.4, window=160)
+    default = list(setup.dynamic_declarations(np.random.default_rng(5), 50))
+    redrawn = list(setup.dynamic_declarations(np.random.default_rng(5), 50, every=redraw_every("redrawn", 7)))
+    for a, b in zip(_forward(default), _forward(redrawn)):
+        assert np.array_equal(a, b)
+    assert len({tuple(row) for row in _forward(default)[0]}) > 40          # a new draw (almost) every slot
+
+
+def test_held_keeps_the_first_draw_and_drifting_changes_only_every_k_slots():
+    setup = PaperSetup(users=200, epsilon=0.2, window=200)
+    redrawn_units, redrawn_windows = _forward(list(setup.dynamic_declarations(np.random.default_rng(9), 60)))
+    held_units, held_windows = _forward(list(setup.dynamic_declarations(np.random.default_rng(9), 60, every=None)))
+    assert (held_units == held_units[0]).all() and (held_windows == held_windows[0]).all()
+    assert np.array_equal(held_units[0], redrawn_units[0])                  # the same first draw
+    drift_units, drift_windows = _forward(list(setup.dynamic_declarations(np.random.default_rng(9), 60, every=20)))
+    for start in (0, 20, 40):
+        block = slice(start, start + 20)
+        assert (drift_units[block] == drift_units[start]).all() and (drift_windows[block] == drift_windows[start]).all()
+    # with 10 types and 5 x 5 candidates the three blocks' draws differ (probability of equality below 1e-13)
+    assert len({drift_units[s].tobytes() + drift_windows[s].tobytes() for s in (0, 20, 40)}) == 3
+
+
+def test_scenario_names_and_periods():
+    assert [redraw_every(s, 25) for s in SCENARIOS] == [1, None, 25]
+    with pytest.raises(ValueError, match="unknown requirement scenario"):
+        redraw_every("weekly", 7)
+    with pytest.raises(ValueError, match="drift_every"):
+        redraw_every("drifting", 0)
+    with pytest.raises(ValueError, match="every"):
+        next(PaperSetup(users=10).dynamic_declarations(np.random.default_rng(0), 5, every=0))

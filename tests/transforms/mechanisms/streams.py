@@ -58,3 +58,23 @@ class StreamSpec:
             every = users.size == n  # then say so, as a caller whose users all report would
             batches.append(SlotBatch.of(range(n) if every else users, level[users], reqs))
         return batches
+
+
+def stream_specs(max_slots: int = 40, max_join_spread: int = 10, dynamic=None):
+    """A hypothesis strategy of small streams with joins, absences and requirement changes."""
+    from hypothesis import strategies as st
+
+    return st.builds(
+        StreamSpec,
+        seed=st.integers(0, 2**32 - 1),
+        users=st.integers(1, 25),
+        bins=st.integers(1, 5),
+        slots=st.integers(1, max_slots),
+        windows=st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True).map(tuple),
+        epsilons=st.lists(st.sampled_from([0.05, 0.3, 0.6, 1.0, 4.0, 50.0]), min_size=1, max_size=3,
+                          unique=True).map(tuple),
+        presence=st.sampled_from([1.0, 0.7, 0.2]),
+        change=st.sampled_from([0.0, 0.05, 0.3]),
+        join_spread=st.integers(0, max_join_spread),
+        **({} if dynamic is None else {"dynamic": dynamic}),
+    )

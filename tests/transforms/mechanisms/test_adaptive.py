@@ -8,26 +8,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import drive, run_with_ledger, units
-from streams import StreamSpec
+from streams import StreamSpec, stream_specs
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirements, ReleaseKind, SlotBatch,
                                    make_mechanism)
 from transforms.mechanisms.adaptive import Adaptive, AdaptiveParams, DynamicAdaptive, DynamicAdaptiveParams
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
-specs = st.builds(
-    StreamSpec,
-    seed=st.integers(0, 2**32 - 1),
-    users=st.integers(1, 25),
-    bins=st.integers(1, 5),
-    slots=st.integers(1, 60),
-    windows=st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True).map(tuple),
-    epsilons=st.lists(st.sampled_from([0.05, 0.3, 0.6, 1.0, 4.0, 50.0]), min_size=1, max_size=3,
-                      unique=True).map(tuple),
-    presence=st.sampled_from([1.0, 0.7, 0.2]),
-    change=st.sampled_from([0.0, 0.05, 0.3]),
-    join_spread=st.integers(0, 20),
-    dynamic=st.booleans(),
-)
+specs = stream_specs(max_slots=60, max_join_spread=20, dynamic=st.booleans())
 
 
 def build(spec: StreamSpec, margin: float):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_with_ledger
-from streams import HOMOGENEOUS, StreamSpec
+from streams import HOMOGENEOUS, StreamSpec, stream_specs
 from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirement, FixedRequirements,
                                    ReleaseKind, SlotBatch, make_mechanism)
@@ -19,19 +19,7 @@ from transforms.mechanisms.noise import insecure_seeded_randomness
 ALL = sorted(MECHANISMS)
 FIXED = [name for name in ALL if name not in ("dpbd", "dpba")]
 
-specs = st.builds(
-    StreamSpec,
-    seed=st.integers(0, 2**32 - 1),
-    users=st.integers(1, 25),
-    bins=st.integers(1, 5),
-    slots=st.integers(1, 40),
-    windows=st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True).map(tuple),
-    epsilons=st.lists(st.sampled_from([0.05, 0.3, 0.6, 1.0, 4.0, 50.0]), min_size=1, max_size=3,
-                      unique=True).map(tuple),
-    presence=st.sampled_from([1.0, 0.7, 0.2]),
-    change=st.sampled_from([0.0, 0.05, 0.3]),
-    join_spread=st.integers(0, 10),
-)
+specs = stream_specs()
 
 
 @pytest.mark.slow

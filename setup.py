@@ -28,7 +28,7 @@ setup(
         "cryptography>=41",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3", "mypy>=1.10"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11", "pytest-timeout>=2.3", "mypy>=1.10", "matplotlib>=3.8"],
         "plot": ["matplotlib>=3.8"],
     },
 )

@@ -28,7 +28,7 @@ import numpy as np
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.noise import continuous_laplace_variance, discrete_laplace_variance
 
-_EXP_CAP = 700.0  # budgets above this are equal for the error model (e^700 is near float max)
+_EXP_CAP = 300.0  # budgets above this are equal for the error model: (e^300)², times a billion users, stays finite
 
 
 class ErrorModel(str, Enum):

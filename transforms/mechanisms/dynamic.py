@@ -67,6 +67,7 @@ class DynamicMechanism(PersonalizedMechanism):
 
     requirement_kind = DynamicRequirements
     params_type = DynamicParams
+    params: DynamicParams
 
     def __init__(self, params: DynamicParams):
         super().__init__(params)

@@ -31,6 +31,7 @@ class HomogeneousMechanism(Mechanism):
     """One budget trajectory for everyone."""
 
     params_type = HomogeneousParams
+    params: HomogeneousParams
     samples_cohorts = False
 
     def __init__(self, params: HomogeneousParams):

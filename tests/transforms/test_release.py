@@ -290,3 +290,21 @@ def test_the_release_stage_ships_what_users_declared_not_what_the_mechanism_appl
         assert {v["bound_units"] for v in violations} == {to_units("0.2")}
     else:
         assert violations == []
+
+
+def test_a_checkpoint_without_the_declarations_register_rebuilds_it_from_the_declarations():
+    """Checkpoints written before the release stage kept its own register still resume with every user's
+    requirement in force (their last declaration, or the default)."""
+    import dataclasses
+
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    run = _StreamRun.load(config, "s", None)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))
+            for e in make_events(seed=3, users=6, slots=4, bins=4)]
+    list(run.release_until(3, rows, final=False))
+    state = run.state()
+    assert state.requirements is not None
+    old = _StreamRun.load(config, "s", dataclasses.replace(state, requirements=None))
+    users = np.arange(len(state.user_ids))
+    assert old.requirements.matrix_of(users).tolist() == run.requirements.matrix_of(users).tolist()
+    assert old.requirements.knows(users).all()

@@ -25,11 +25,11 @@ import json
 import resource
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 from transforms.mechanisms import MECHANISMS, DynamicRequirements, SlotBatch
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.run import mechanism_for
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
@@ -50,18 +50,16 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
     values = gen.integers(0, bins, users)
-    rng = secure_randomness()
-    elapsed = 0.0
+    engine = Engine(mechanism, secure_randomness())
     for t in range(slots + 1):
         movers = gen.random(users) < 0.1
         values[movers] = gen.integers(0, bins, int(movers.sum()))
         requirements = next(declarations) if dynamic else (fixed if t == 0 else None)
         batch = SlotBatch.of(range(users), values.copy(), requirements)
-        start = time.perf_counter()
-        mechanism.step(batch, rng)
-        if t:  # slot 1 (registration of every user) is the warm-up
-            elapsed += time.perf_counter() - start
-    return {"seconds_per_slot": elapsed / slots, "peak_memory_bytes": peak_memory_bytes()}
+        engine.step(batch)
+        if t == 0:  # slot 1 (registration of every user) is the warm-up
+            engine.mechanism_seconds = 0.0
+    return {"seconds_per_slot": engine.mechanism_seconds / slots, "peak_memory_bytes": peak_memory_bytes()}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -43,6 +43,7 @@ from benchmarks.core import peak_memory_bytes
 from transforms.mechanisms import PrivacyLedger, ReleaseKind, SlotBatch
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
 from transforms.mechanisms.dynamic import DYNAMIC
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.run import mechanism_for
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
@@ -217,17 +218,12 @@ def soak(users: int = 10_000, slots: int = 100_000, mechanism: str = "dpbd", che
     kinds = {k.value: 0 for k in ReleaseKind}
     memory = PeakMemory()
     rows, warm, random_checks = [], None, 0
-    mech_seconds = ledger_seconds = 0.0
+    engine = Engine(mech, noise, ledger)
     began = interval_start = time.perf_counter()
     previous = 0
     for t, values in enumerate(stream, start=1):
         batch = SlotBatch.of(index, values, next(declarations))
-        start = time.perf_counter()
-        release = mech.step(batch, noise)
-        middle = time.perf_counter()
-        ledger.record(release.slot, release.charges)
-        mech_seconds += middle - start
-        ledger_seconds += time.perf_counter() - middle
+        release = engine.step(batch)
         kinds[release.kind.value] += 1
         exact.record(t, release.charges.users, release.charges.units)
         if check_rng.random() * random_check_every < 1:
@@ -243,7 +239,7 @@ def soak(users: int = 10_000, slots: int = 100_000, mechanism: str = "dpbd", che
         for length in check_lengths(t, max_window, check_rng):
             exact.check(ledger, index, length)
         done = t - previous
-        seconds = {"mechanism": mech_seconds / done, "ledger": ledger_seconds / done,
+        seconds = {"mechanism": engine.mechanism_seconds / done, "ledger": engine.ledger_seconds / done,
                    "all": (time.perf_counter() - interval_start) / done}
         rows.append({
             "slot": t, **memory.read(),
@@ -257,9 +253,9 @@ def soak(users: int = 10_000, slots: int = 100_000, mechanism: str = "dpbd", che
         if progress is not None:
             progress(rows[-1])
         memory.restart()
-        mech_seconds = ledger_seconds = 0.0
+        engine.mechanism_seconds = engine.ledger_seconds = 0.0
         interval_start, previous = time.perf_counter(), t
-    ledger.close()
+    engine.close()
     first, last = rows[0], rows[-1]
     growth = last["interval_peak_rss_mib"] - first["interval_peak_rss_mib"]
     allowed = max(tolerance_mib, tolerance_fraction * first["interval_peak_rss_mib"])

@@ -78,6 +78,7 @@ from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Fi
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
 
 TARGET = 0
@@ -329,15 +330,15 @@ def _llr_sign(value: float) -> float:
 def run_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Scenario, expected: np.ndarray, clean: np.ndarray,
              rng: Randomness, seen: list) -> RunOutcome:
     """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
-    ledger = PrivacyLedger(max_window=scenario.max_window)
+    engine = Engine(mechanism, rng, PrivacyLedger(max_window=scenario.max_window))
+    ledger = engine.ledger
     t = scenario.target_slot
     previous = np.zeros(scenario.bins, np.int64)
     residuals, fresh_slots = {}, []
     dis, weights, fresh, before = None, (0.0, 0.0), False, previous
     for batch in batches:
         del seen[:]
-        release = mechanism.step(batch, rng)
-        ledger.record(release.slot, release.charges)
+        release = engine.step(batch)
         slot = release.slot
         if release.kind is ReleaseKind.FRESH:
             fresh_slots.append(slot)
@@ -346,7 +347,7 @@ def run_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Scenario,
             dis = seen[0] if len(seen) == 1 else None
             weights, fresh, before = _target_charges(release), release.kind is ReleaseKind.FRESH, previous
         previous = release.histogram
-    ledger.close()
+    engine.close()
     stats = np.full(len(STATISTICS), np.nan)
     release_term = residuals.get(t)
     if release_term is not None:

@@ -4,8 +4,8 @@ Beam's local runners do not pace polling sources in real time (measured with
 ``fileio.MatchContinuously`` and ``PeriodicImpulse`` on the Direct and
 FnApi runners: the whole polling schedule runs in seconds, then the
 pipeline ends), so ``pipelines.streaming --watch`` runs the same stage code
-(``parse_record``, the per-user slot rule, the release stage's
-``_StreamRun`` and the ledger's ``check_windows``) in a plain loop: every
+(``parse_record``, the per-user slot rule, the stream engine
+``transforms.engine.StreamEngine`` and the ledger's ``check_windows``) in a plain loop: every
 ``poll`` seconds it reads new ``*.jsonl`` files, closes the slots whose
 end plus allowed lateness has passed on the wall clock, releases them in
 order and appends each release to ``releases-live.jsonl`` as it is made.
@@ -51,7 +51,8 @@ from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
-from transforms.release import _StreamRun
+from transforms.engine import (ChargeChunk, CheckpointSaved, DeadLetter, Duplicates, EvaluationRow, LateRecord,
+                               RecordsUsed, Released, StreamEngine, StreamOutputs)
 from transforms.release_range import range_report
 from transforms.slotting import close_slots
 from transforms.user_state import SEP
@@ -71,17 +72,21 @@ class LiveRelease:
         self.settle_seconds = settle_seconds
         self.read_signature: dict = {}  # path -> (size, mtime_ns) when read: a later change is reported
         self.clock, self.config = transform.clock, transform.config
+        if self.config.evaluate or self.config.checkpoint_every:
+            raise ValueError("the watch loop measures no utility and saves its own checkpoint (--checkpoint): "
+                             "build the transform without evaluate and checkpoint_every")
         self.max_window = transform.ledger_max_window
         self.checkpoint = checkpoint
         self.seen: set = set()
         self.pending: dict = {}       # (stream, user) -> events of open slots
         self.declared: dict = {}      # (stream, user) -> requirement in force
         self.last_closed: dict = {}   # (stream, user) -> last closed slot
-        self.runs: dict = {}          # stream -> _StreamRun
+        self.runs: dict = {}          # stream -> StreamEngine
         self.tails: dict = {}         # (stream, user) -> ledger tail
         self.counts = {"records_read": 0, "records_used": 0, "duplicates": 0, "late": 0, "dead_letters": 0,
                        "releases": 0, "fresh": 0, "ledger_violations": 0}
         self.outbox: collections.deque = collections.deque()  # (output name, line) of the round, not yet written
+        self.outputs = _LoopOutputs(self)
         self.consumed_since_commit = False
         os.makedirs(output, exist_ok=True)
         self.paths = {name: os.path.join(output, f"{name}-live.jsonl") for name in OUTPUTS}
@@ -184,42 +189,16 @@ class LiveRelease:
         if release_range is not None:  # every closed slot of the range, also in streams with no new data
             by_stream = {**{stream: [] for stream in self.runs}, **by_stream}
         for stream, contributions in by_stream.items():
-            run = self.runs.get(stream) or self.runs.setdefault(stream, _StreamRun.load(self.config, stream, None))
+            run = self.runs.get(stream) or self.runs.setdefault(stream, StreamEngine.load(self.config, stream, None))
             rows = [tuple(c) for c in contributions]
             last = (max(c.slot for c in contributions) if release_range is None
                     else release_range.last_due(self.clock, now * 1_000_000))
-            for kind, payload in run.release_until(last, rows, final=False):
-                released += self._output(stream, kind, payload)
-            for kind, payload in run._flush(final=False):
-                self._output(stream, kind, payload)
+            before = self.counts["releases"]
+            for output in (*run.release_until(last, rows, final=False), *run.flush(final=False)):
+                output.deliver(self.outputs)
+            released += self.counts["releases"] - before
         self.commit()
         return released
-
-    def _output(self, stream: str, kind: str, payload) -> int:
-        if kind == "release":
-            self.counts["releases"] += 1
-            self.counts["fresh"] += payload["kind"] == "fresh"
-            add_counts(released=1, fresh=payload["kind"] == "fresh")
-            self._write("releases", payload)
-            return 1
-        if kind == "used":
-            self.counts["records_used"] += payload
-        elif kind == "duplicates":
-            self.counts["duplicates"] += payload
-        elif kind == "dead":
-            self._dead(payload)
-        elif kind == "late":
-            self.counts["late"] += 1
-            self._write("dead_letters", payload)
-        elif kind == "charges":
-            key, charges = payload
-            tail, _, violations = check_windows(self.tails.get(key, empty_tail()), charge_chunk(*charges),
-                                                self.max_window)
-            self.tails[key] = tail
-            for violation in violations:
-                self.counts["ledger_violations"] += 1
-                self._write("violations", {"key": key, **violation})
-        return 0
 
     # ------------------------------------------------------------------ commit and resume
     def commit(self) -> None:
@@ -268,7 +247,7 @@ class LiveRelease:
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Continue ``checkpoint``; one a Beam job wrote has only the streams (every file is then read)."""
-        self.runs = {s: _StreamRun.load(self.config, s, state) for s, state in checkpoint.streams.items()}
+        self.runs = {s: StreamEngine.load(self.config, s, state) for s, state in checkpoint.streams.items()}
         live, arrays = checkpoint.live, checkpoint.arrays
         if live is None:
             return
@@ -331,3 +310,47 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
                    "warnings": run_warnings(transform.config.release_range, (k.split(SEP, 1) for k in live.tails))},
                   f, indent=2)
     return live.counts
+
+
+class _LoopOutputs(StreamOutputs):
+    """The stream engines' outputs as the loop's files and counts; charges go through the loop's ledger."""
+
+    def __init__(self, live: LiveRelease):
+        self.live = live
+
+    def released(self, output: Released) -> None:
+        counts = self.live.counts
+        fresh = output.record["kind"] == "fresh"
+        counts["releases"] += 1
+        counts["fresh"] += fresh
+        add_counts(released=1, fresh=fresh)
+        self.live._write("releases", output.record)
+
+    def records_used(self, output: RecordsUsed) -> None:
+        self.live.counts["records_used"] += output.count
+
+    def dead_letter(self, output: DeadLetter) -> None:
+        self.live._dead(output.letter)
+
+    def late(self, output: LateRecord) -> None:
+        self.live.counts["late"] += 1
+        self.live._write("dead_letters", output.letter)
+
+    def duplicates(self, output: Duplicates) -> None:
+        self.live.counts["duplicates"] += output.count
+
+    def evaluation(self, output: EvaluationRow) -> None:
+        raise AssertionError("refused in LiveRelease: the loop measures no utility")
+
+    def checkpoint(self, output: CheckpointSaved) -> None:
+        raise AssertionError("refused in LiveRelease: the loop saves its own checkpoint, with every stage's state")
+
+    def charges(self, output: ChargeChunk) -> None:
+        live = self.live
+        tail, _, violations = check_windows(live.tails.get(output.key, empty_tail()),
+                                            charge_chunk(output.table, output.dynamic, output.final, output.complete),
+                                            live.max_window)
+        live.tails[output.key] = tail
+        for violation in violations:
+            live.counts["ledger_violations"] += 1
+            live._write("violations", {"key": output.key, **violation})

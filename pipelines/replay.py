@@ -38,7 +38,7 @@ from pipelines.cli import ConfigError
 from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
 from transforms.binning import binner_from_spec
-from transforms.checkpoint import WriteCheckpoints
+from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,

@@ -47,7 +47,7 @@ from pipelines.cli import ConfigError
 from pipelines.replay import mechanism_params, parse_levels, parse_requirement
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
-from transforms.checkpoint import WriteCheckpoints
+from transforms.sinks import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents, time_seconds

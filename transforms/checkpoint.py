@@ -32,7 +32,6 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 
-import apache_beam as beam
 import numpy as np
 
 MAGIC = b"WEVENT-CHECKPOINT "
@@ -151,7 +150,7 @@ def decode(payload: bytes, source: str) -> Checkpoint:
         raise CheckpointError(f"checkpoint {source} cannot be read: {error}") from None
 
 
-def _local(path: str) -> bool:
+def is_local(path: str) -> bool:
     return "://" not in path
 
 
@@ -162,7 +161,7 @@ def save(path: str, checkpoint: Checkpoint) -> None:
 
 def write_atomically(path: str, payload: bytes) -> None:
     """Local files: temporary file, fsync, rename, fsync of the directory; object stores publish on close."""
-    if not _local(path):
+    if not is_local(path):
         from apache_beam.io.filesystems import FileSystems
 
         with FileSystems.create(path) as f:
@@ -191,7 +190,7 @@ def write_atomically(path: str, payload: bytes) -> None:
 def load(path: str) -> Checkpoint:
     """Read one checkpoint file."""
     try:
-        if _local(path):
+        if is_local(path):
             with open(path, "rb") as f:
                 payload = f.read()
         else:
@@ -210,9 +209,9 @@ def file_name(stream: str, next_slot: int) -> str:
     return f"checkpoint-{digest}-{next_slot:015d}{SUFFIX}"
 
 
-def _checkpoint_files(directory: str) -> list[str]:
+def checkpoint_files(directory: str) -> list[str]:
     pattern = f"checkpoint-*{SUFFIX}"
-    if _local(directory):
+    if is_local(directory):
         return sorted(glob.glob(os.path.join(directory, pattern))) if os.path.isdir(directory) else []
     from apache_beam.io.filesystems import FileSystems
 
@@ -222,11 +221,11 @@ def _checkpoint_files(directory: str) -> list[str]:
 
 def load_for_resume(path: str) -> Checkpoint:
     """A file, or a directory a Beam job wrote into: then each stream's latest checkpoint."""
-    files = _checkpoint_files(path)
+    files = checkpoint_files(path)
     if not files:
-        if _local(path) and os.path.isdir(path):
+        if is_local(path) and os.path.isdir(path):
             raise CheckpointError(f"checkpoint directory {path} holds no checkpoint-*{SUFFIX} file")
-        if _local(path) and not os.path.exists(path):
+        if is_local(path) and not os.path.exists(path):
             raise CheckpointError(f"checkpoint {path} does not exist")
         return load(path)
     latest: dict[str, str] = {}
@@ -277,36 +276,3 @@ def load_randomness(payload: bytes):
     if getattr(randomness, "is_secure", True):
         raise CheckpointError("checkpoint randomness is not a seeded generator")
     return randomness
-
-
-class WriteCheckpoints(beam.DoFn):
-    """Writes each ``(stream, next_slot, bytes)`` the release stage emits to ``directory``; keeps the latest
-    ``keep`` files per stream.  Yields the path written."""
-
-    def __init__(self, directory: str, keep: int = 3):
-        if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
-        self.directory, self.keep = directory, keep
-
-    def process(self, element):
-        stream, next_slot, payload = element
-        name = file_name(stream, next_slot)
-        path = os.path.join(self.directory, name) if _local(self.directory) else \
-            self.directory.rstrip("/") + "/" + name
-        write_atomically(path, payload)
-        prefix = name.rsplit("-", 1)[0] + "-"
-        older = [f for f in _checkpoint_files(self.directory) if os.path.basename(f).startswith(prefix)]
-        stale = sorted(older)[:-self.keep]
-        if stale:
-            if _local(self.directory):
-                for f in stale:
-                    try:
-                        os.remove(f)
-                    except FileNotFoundError:  # another worker pruned it first
-                        pass
-            else:
-                from apache_beam.io.filesystems import FileSystems
-
-                FileSystems.delete(stale)
-        yield path
-

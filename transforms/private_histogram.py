@@ -35,7 +35,8 @@ from apache_beam.transforms.window import TimestampedValue
 from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
 from transforms.mechanisms import DynamicRequirements, mechanism_class
-from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController
+from transforms.engine import ReleaseConfig
+from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseController
 from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
 from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, UserSlotState

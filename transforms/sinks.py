@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+import os
 
 import apache_beam as beam
 import fastavro
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from schemas import arrow_schema, avro_schema, validate
+from transforms import checkpoint
 
 FORMATS = ("jsonl", "avro", "parquet")
 STREAMING_FORMATS = ("jsonl",)
@@ -144,3 +146,36 @@ def read_records(path_pattern: str, file_format: str) -> list[dict]:
         else:
             records.extend(pq.read_table(path).to_pylist())
     return records
+
+
+class WriteCheckpoints(beam.DoFn):
+    """Writes each ``(stream, next_slot, bytes)`` the release stage emits to ``directory``; keeps the latest
+    ``keep`` files per stream.  Yields the path written."""
+
+    def __init__(self, directory: str, keep: int = 3):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        self.directory, self.keep = directory, keep
+
+    def process(self, element):
+        stream, next_slot, payload = element
+        name = checkpoint.file_name(stream, next_slot)
+        path = os.path.join(self.directory, name) if checkpoint.is_local(self.directory) else \
+            self.directory.rstrip("/") + "/" + name
+        checkpoint.write_atomically(path, payload)
+        prefix = name.rsplit("-", 1)[0] + "-"
+        older = [f for f in checkpoint.checkpoint_files(self.directory) if os.path.basename(f).startswith(prefix)]
+        stale = sorted(older)[:-self.keep]
+        if stale:
+            if checkpoint.is_local(self.directory):
+                for f in stale:
+                    try:
+                        os.remove(f)
+                    except FileNotFoundError:  # another worker pruned it first
+                        pass
+            else:
+                from apache_beam.io.filesystems import FileSystems
+
+                FileSystems.delete(stale)
+        yield path
+

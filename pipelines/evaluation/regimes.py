@@ -29,6 +29,7 @@ import numpy as np
 from pipelines.evaluation_data import DataUnavailable, EventSource, build_stream, taxi_source
 from transforms.binning import GridBins
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, ReleaseKind, SlotBatch, make_mechanism
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.obs import ErrorModel
@@ -104,16 +105,15 @@ def tdrive_checks(data_dir: str, seed: int = 0, regimes=REGIMES) -> tuple[list[d
                                     np.where(np.arange(stream.users) < half, e1, e2))
         present = truth.sum(axis=1)
         for name in CHECKED_MECHANISMS:
-            mechanism = make_mechanism(name, bins=stream.bins)
-            noise, ledger = insecure_seeded_randomness(seed), PrivacyLedger(max_window=max(w1, w2))
+            engine = Engine(make_mechanism(name, bins=stream.bins), insecure_seeded_randomness(seed),
+                            PrivacyLedger(max_window=max(w1, w2)))
             released, kinds = [], {kind: 0 for kind in ReleaseKind}
             for t, values in enumerate(stream.values()):
-                release = mechanism.step(SlotBatch.of(np.arange(stream.users), values, reqs if t == 0 else None),
-                                         noise)
-                ledger.record(release.slot, release.charges)
+                release = engine.step(SlotBatch.of(np.arange(stream.users), values, reqs if t == 0 else None))
                 released.append(release.histogram)
                 kinds[release.kind] += 1
-            ledger.close()
+            engine.close()
+            ledger = engine.ledger
             report = utility_report(np.array(released), truth)
             zero = float(np.mean(truth.astype(np.float64) ** 2))
             rows.append({"regime": regime.label, "mechanism": name, "users": stream.users, "bins": stream.bins,

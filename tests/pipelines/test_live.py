@@ -127,11 +127,13 @@ class Recording(LiveRelease):
     def __init__(self, *args, spent: list, **kwargs):
         self.spent, self.round_charges = spent, []
         super().__init__(*args, **kwargs)
+        check = self.outputs.charges
 
-    def _output(self, stream, kind, payload):
-        if kind == "charges":
-            self.round_charges.append(payload)
-        return super()._output(stream, kind, payload)
+        def recorded(chunk):
+            self.round_charges.append((chunk.key, (chunk.table, chunk.dynamic, chunk.final, chunk.complete)))
+            check(chunk)
+
+        self.outputs.charges = recorded
 
     def commit(self):
         if self.checkpoint is None:
@@ -198,7 +200,7 @@ def run_rounds(work, mechanism: str, crashes: dict | None = None, checkpoint: bo
             live = start(with_checkpoint=forget != "checkpoint")
             if forget == "mechanism":
                 for run in live.runs.values():
-                    run.mechanism = live.config.build()
+                    run.engine.mechanism = live.config.build()
         while True:
             point = crashes.get(k, [None]).pop(0) if crashes.get(k) else None
             try:

@@ -13,6 +13,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.records import NO_VALUE, Event
 
@@ -43,8 +44,8 @@ def make_events(seed: int, users: int, slots: int, bins: int, dynamic: bool = Fa
 
 def reference_releases(events: list[Event], mechanism: str, params: dict, seed: int) -> list[tuple]:
     """The core mechanism in a plain loop over the same events: (slot, kind, histogram) per slot."""
-    m = make_mechanism(mechanism, **params)
-    rng = insecure_seeded_randomness(seed)
+    engine = Engine(make_mechanism(mechanism, **params), insecure_seeded_randomness(seed))
+    m = engine.mechanism
     per_slot: dict[int, dict[str, Event]] = {}
     for e in sorted(events, key=lambda e: (e.time, e.raw)):
         per_slot.setdefault(int(e.time // SLOT), {})[e.user] = e  # last by event time wins
@@ -67,7 +68,7 @@ def reference_releases(events: list[Event], mechanism: str, params: dict, seed: 
             columns = DynamicRequirements.of(*[[reqs[i][k] for i in order] for k in range(1, 5)]) if reqs else None
         else:
             columns = FixedRequirements.of([reqs[i][1] for i in order], [reqs[i][2] for i in order]) if reqs else None
-        release = m.step(SlotBatch.of(np.array(users)[order], np.array(values)[order], columns), rng)
+        release = engine.step(SlotBatch.of(np.array(users)[order], np.array(values)[order], columns))
         out.append((slot, release.kind.value, tuple(int(x) for x in release.histogram)))
     return out
 

@@ -11,20 +11,19 @@ from decimal import Decimal
 import apache_beam as beam
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline,
                           streaming_source)
 from transforms import checkpoint as ckpt
-from transforms.ledger import charge_chunk, check_windows, empty_tail
+from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.declarations import RequirementPolicy
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import pack_contributions
-from transforms.release import (CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseConfig, ReleaseController,
-                                _group_by_user, _StreamRun)
+from transforms.engine import ReleaseConfig, StreamEngine
+from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseController
+from transforms.sinks import WriteCheckpoints
 from transforms.user_state import ACCOUNTING
 from transforms.slotting import SlotClock
 
@@ -48,7 +47,7 @@ def run_batch(events, directory=None, **kwargs) -> dict:
         for name in found:
             out[name] | f"Keep{name}" >> beam.Map(_keep, name)
         if directory:
-            out["checkpoints"] | beam.ParDo(ckpt.WriteCheckpoints(str(directory), keep=100))
+            out["checkpoints"] | beam.ParDo(WriteCheckpoints(str(directory), keep=100))
     return {name: _KEPT.pop(name, []) for name in found}
 
 
@@ -84,7 +83,7 @@ def whole_run_violations(entries: list, users: int) -> list:
 
 def small_checkpoint(seed: int | None = 7) -> tuple[ReleaseConfig, bytes]:
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=seed)
-    run = _StreamRun.load(config, "s", None)
+    run = StreamEngine.load(config, "s", None)
     events = make_events(seed=1, users=5, slots=3, bins=4)
     rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,)) for e in events]
     list(run.release_until(max(r[0] for r in rows), rows, final=False))
@@ -98,14 +97,14 @@ def test_a_checkpoint_round_trips_and_a_secure_generator_is_never_saved():
     assert state.next_slot == 3 and state.user_ids == [f"user{u:03d}" for u in range(5)]
     assert state.declared["user001"] == ("fixed", *FIXED_CHOICES[1])
     assert ckpt.encode(loaded) == payload
-    resumed = _StreamRun.load(config, "s", state)
+    resumed = StreamEngine.load(config, "s", state)
     assert resumed.state().mechanism == state.mechanism and resumed.randomness.uint32(3).size == 3
     secure_config, secure_payload = small_checkpoint(seed=None)
     assert ckpt.decode(secure_payload, "mem").streams["s"].randomness is None
     with pytest.raises(ValueError, match="never saved"):
-        ckpt.dump_randomness(_StreamRun.load(secure_config, "s", None).randomness)
+        ckpt.dump_randomness(StreamEngine.load(secure_config, "s", None).randomness)
     # a seeded checkpoint resumed without the seed draws secure noise
-    assert _StreamRun.load(secure_config, "s", state).randomness.is_secure
+    assert StreamEngine.load(secure_config, "s", state).randomness.is_secure
 
 
 def one_line(error) -> str:
@@ -154,7 +153,7 @@ def test_a_checkpoint_cannot_make_the_loader_run_code():
     loaded.streams["s"].randomness = pickle.dumps(_Exploit())
     forged = ckpt.decode(ckpt.encode(loaded), "forged")  # a valid checksum: anyone can compute one
     with pytest.raises(ckpt.CheckpointError, match=r"refers to (posix|os)\.system"):
-        _StreamRun.load(config, "s", forged.streams["s"])
+        StreamEngine.load(config, "s", forged.streams["s"])
 
 
 # ---------------------------------------------------------------- Beam jobs resumed
@@ -193,7 +192,7 @@ def test_a_resumed_streaming_job_continues_from_the_checkpoint_directory(tmp_pat
     directory = tmp_path / "checkpoints"
     with streaming_pipeline() as p:
         out = streaming_source(p, [e for e in events if e.time // SLOT < 6], 0.0) | private(checkpoint_every=100)
-        out["checkpoints"] | beam.ParDo(ckpt.WriteCheckpoints(str(directory)))
+        out["checkpoints"] | beam.ParDo(WriteCheckpoints(str(directory)))
     assert len(os.listdir(directory)) == 3  # one per firing, the latest three kept
     again = [e for e in events if e.time // SLOT >= 4]
     with streaming_pipeline() as p:
@@ -201,38 +200,6 @@ def test_a_resumed_streaming_job_continues_from_the_checkpoint_directory(tmp_pat
         assert_that(out["releases"] | beam.Map(summarize), equal_to([r for r in expected if r[0] >= 6]))
         assert_that(out["dead_letters"] | beam.Map(lambda d: (d["record"], d["reason"].split(":")[0])),
                     equal_to([(e.raw, "late") for e in again if e.time // SLOT < 6]), label="late")
-
-
-def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations():
-    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
-    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))  # declared once, then None
-            for e in make_events(seed=2, users=6, slots=6, bins=4)]
-    whole, split = _StreamRun.load(config, "s", None), _StreamRun.load(config, "s", None)
-    once = list(whole.release_until(5, rows, final=False))
-    twice = (list(split.release_until(2, [r for r in rows if r[0] <= 2], final=False))
-             + list(split.release_until(5, [r for r in rows if r[0] > 2], final=False)))
-    assert [p for kind, p in once if kind != "charges"] == [p for kind, p in twice if kind != "charges"]
-    assert not [p for kind, p in once if kind == "dead"]
-    assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids
-
-
-def test_a_second_contribution_for_a_user_and_slot_is_counted_as_duplicates_not_lost():
-    """A pipeline of one's own may send the release stage two contributions for one (user, slot): one is
-    used, the other's records are counted as duplicates (late ones stay late, counted once)."""
-    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
-    run = _StreamRun.load(config, "s", None)
-    declared = ("fixed", 3, "1.0")
-    list(run.release_until(1, [(0, "a", 1, declared, ("a0",)), (1, "a", 2, None, ("a1",))], final=False))
-    rows = [(1, "a", 3, None, ("late1", "late2")),             # slot 1 is released: late
-            (2, "a", 0, None, ("x",)), (2, "a", 1, None, ("y", "z")),  # two for (a, 2): ("y", "z") is kept
-            (3, "a", 2, None, ("w",))]
-    outputs = list(run.release_until(3, rows, final=False))
-    counts = {kind: 0 for kind in ("used", "duplicates", "late")}
-    for kind, payload in outputs:
-        if kind in counts:
-            counts[kind] += payload if kind != "late" else 1
-    assert counts == {"used": 3, "duplicates": 1, "late": 2}
-    assert sum(counts.values()) == sum(len(row[4]) for row in rows)
 
 
 def test_the_release_controller_counts_a_second_contribution_in_its_accounting():
@@ -244,67 +211,3 @@ def test_the_release_controller_counts_a_second_contribution_in_its_accounting()
                | beam.ParDo(ReleaseController(config, bounded=True)).with_outputs(
                    CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
         assert_that(out[ACCOUNTING] | beam.CombinePerKey(sum), equal_to([("records_used", 3), ("duplicates", 1)]))
-
-
-@settings(max_examples=200, deadline=None)
-@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), min_size=1, max_size=8))
-def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
-    users = np.array([u for run in runs for u in run], np.int64)
-    rows = np.stack([np.arange(users.size), users], axis=1)  # (entry number, user)
-    pending, at = [], 0
-    for run in runs:
-        pending.append((np.array(run, np.int64), rows[at:at + len(run)]))
-        at += len(run)
-    if not users.size:
-        return
-    grouped, first, counts = _group_by_user(pending)
-    assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
-    assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()
-
-
-@pytest.mark.parametrize("broken", [False, True])
-def test_the_release_stage_ships_what_users_declared_not_what_the_mechanism_applied(broken, monkeypatch):
-    """Power, in the Beam path: a mechanism that ignores a change to a stricter requirement is caught.
-
-    Users declare (w=2, E=1) at slot 0 and (w=2, E=0.2) at slot 2 (in force from slot 3); every slot
-    publishes.  The per-user ledger (``check_windows`` on the stage's charge rows) must see the overspend
-    only when the mechanism kept the old cohort.
-    """
-    import transforms.mechanisms.pwsm as pwsm
-    from transforms.mechanisms.population import Population
-
-    monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
-    if broken:
-        declare = Population._declare_fixed
-        monkeypatch.setattr(Population, "_declare_fixed",
-                            lambda self, batch, slot, rows: declare(self, batch, slot, rows) if rows.min() < 0 else None)
-    config = ReleaseConfig("pbd", {"bins": 2}, SlotClock(SLOT), insecure_seed=7)
-    run = _StreamRun.load(config, "s", None)
-    rows = [(slot, f"u{i}", i % 2, {0: ("fixed", 2, "1.0"), 2: ("fixed", 2, "0.2")}.get(slot), (f"{slot}{i}",))
-            for slot in range(6) for i in range(10)]
-    outputs = list(run.release_until(5, rows, final=True))
-    violations = [v for kind, (key, chunk) in ((k, p) for k, p in outputs if k == CHARGES)
-                  for v in check_windows(empty_tail(), charge_chunk(*chunk), 10)[2]]
-    if broken:
-        assert violations and {v["kind"] for v in violations} == {"fixed"}
-        assert {v["bound_units"] for v in violations} == {to_units("0.2")}
-    else:
-        assert violations == []
-
-
-def test_a_checkpoint_without_the_declarations_register_rebuilds_it_from_the_declarations():
-    """Checkpoints written before the release stage kept its own register still resume with every user's
-    requirement in force (their last declaration, or the default)."""
-    import dataclasses
-
-    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
-    run = _StreamRun.load(config, "s", None)
-    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))
-            for e in make_events(seed=3, users=6, slots=4, bins=4)]
-    list(run.release_until(3, rows, final=False))
-    state = run.state()
-    assert state.requirements is not None
-    old = _StreamRun.load(config, "s", dataclasses.replace(state, requirements=None))
-    users = np.arange(len(state.user_ids))
-    assert old.requirements.matrix_of(users).tolist() == run.requirements.matrix_of(users).tolist()
-    assert old.requirements.knows(users).all()

@@ -15,7 +15,7 @@ from beam_helpers import SLOT, batch_pipeline, make_events, streaming_pipeline
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.release import ReleaseConfig, _StreamRun
+from transforms.engine import Released, ReleaseConfig, StreamEngine
 from transforms.release_range import ReleaseRange, parse_range
 from transforms.slotting import SlotClock
 
@@ -116,9 +116,9 @@ def test_the_release_stage_never_drops_a_long_gap_inside_the_range():
     clock = SlotClock(SLOT)
     config = ReleaseConfig("pbd", {"bins": 4}, clock, insecure_seed=1, max_empty_slots=2,
                            release_range=ReleaseRange.of(clock, 0, 30 * SLOT))
-    run = _StreamRun.load(config, "s", None)
+    run = StreamEngine.load(config, "s", None)
     rows = [(5, "u", 1, ("fixed", 4, "1.0"), ("a",)), (25, "u", 2, None, ("b",))]
-    released = [p["slot"] for kind, p in run.release_until(29, rows, final=True) if kind == "release"]
+    released = [o.record["slot"] for o in run.release_until(29, rows, final=True) if isinstance(o, Released)]
     assert released == list(range(30))
-    gappy = _StreamRun.load(ReleaseConfig("pbd", {"bins": 4}, clock, insecure_seed=1, max_empty_slots=2), "s", None)
-    assert len([k for k, _ in gappy.release_until(25, rows, final=True) if k == "release"]) < 21
+    gappy = StreamEngine.load(ReleaseConfig("pbd", {"bins": 4}, clock, insecure_seed=1, max_empty_slots=2), "s", None)
+    assert len([o for o in gappy.release_until(25, rows, final=True) if isinstance(o, Released)]) < 21

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.records import Contribution
-from transforms.slot_batch import SlotBatchFn, SlotColumns
+from transforms.slot_batch import SlotBatchFn
+from transforms.slot_columns import SlotColumns
 
 contributions = st.lists(st.builds(
     Contribution, st.sampled_from([3, 4, 7]), st.sampled_from(["b", "a", "c", "u10", "u9"]), st.integers(-1, 5),

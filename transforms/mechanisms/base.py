@@ -267,13 +267,7 @@ class Mechanism(abc.ABC):
     # -- the protocol ---------------------------------------------------------------
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """Consume one slot's batch and release ``r_t``; raises before changing anything on bad input."""
-        extent = batch.validate(self.params.domain, self.requirement_kind)
-        rows = self.population.rows_of(batch.users, extent)
-        registered = self.population.validate(batch, rows, extent)
-        self.check_requirements(batch)
-        self.slot += 1
-        data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
-        self._last_cells = data.cells
+        data = self.admit(batch)
         decision = self.decide(data, rng)
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)
@@ -287,6 +281,21 @@ class Mechanism(abc.ABC):
             default_requirement=self.population.default_requirement)
         return Release(self.slot, self.last_release.copy(), decision.kind, decision.epsilon_units,
                        decision.predicted_error, charges, self.estimates, self.trust)
+
+    def admit(self, batch: SlotBatch) -> SlotData:
+        """The first half of :meth:`step`: validate ``batch``, start the next slot and admit its users.
+
+        Raises before changing anything on bad input.  Tests that fix a slot's decision by hand (the papers'
+        worked examples) call this and then the mechanism's own allocation steps.
+        """
+        extent = batch.validate(self.params.domain, self.requirement_kind)
+        rows = self.population.rows_of(batch.users, extent)
+        registered = self.population.validate(batch, rows, extent)
+        self.check_requirements(batch)
+        self.slot += 1
+        data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
+        self._last_cells = data.cells
+        return data
 
     def exact_histogram_for_evaluation(self) -> np.ndarray:
         """The TRUE histogram of the data the last step saw: NOT private.

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 
 from transforms.mechanisms import (MECHANISMS, HomogeneousParams, PrivacyLedger, ReleaseKind, SlotBatch,
                                    make_mechanism)
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import DynamicRequirements
@@ -51,26 +51,22 @@ def run(name: str, dataset: str, users: int, slots: int, epsilon: float, window:
     declarations = setup.dynamic_declarations(data_rng, slots) if dynamic else None
     fixed = None if dynamic else setup.fixed(data_rng)
     book = PrivacyLedger(max_window=setup.max_window) if ledger else None
+    engine = Engine(mechanism, noise, book)
     probabilities = stream_probabilities(dataset, slots, data_rng)
     users_index = np.arange(users)
-    released, truth, kinds, seconds = [], [], {k.value: 0 for k in ReleaseKind}, 0.0
+    released, truth, kinds = [], [], {k.value: 0 for k in ReleaseKind}
     for t, values in enumerate(binary_stream(probabilities, users, data_rng), start=1):
         reqs = next(declarations) if dynamic else (fixed if t == 1 else None)
         batch = SlotBatch.of(users_index, values, reqs)
-        start = time.perf_counter()
-        release = mechanism.step(batch, noise)
-        seconds += time.perf_counter() - start
-        if book is not None:
-            book.record(release.slot, release.charges)
+        release = engine.step(batch)
         released.append(release.histogram)
         truth.append(np.bincount(values, minlength=2))
         kinds[release.kind.value] += 1
-    if book is not None:
-        book.close()
+    engine.close()
     report = utility_report(np.array(released), np.array(truth))
     return {"mechanism": name, "dataset": dataset, "users": users, "slots": slots, "epsilon": epsilon,
             "window": window, "amre": report.amre, "ajsd": report.ajsd, "mre": report.mre, "mae": report.mae,
-            **kinds, "seconds_per_slot": seconds / slots,
+            **kinds, "seconds_per_slot": engine.mechanism_seconds / slots,
             "max_window_usage_ratio": None if book is None else book.max_usage_ratio,
             "ledger_violations": None if book is None else book.violation_count,
             "noise": "secure" if insecure_seed is None else f"INSECURE seeded replay (seed {insecure_seed})"}

@@ -7,6 +7,7 @@ from fractions import Fraction
 import numpy as np
 
 from transforms.mechanisms import PrivacyLedger, SlotBatch
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
@@ -25,11 +26,9 @@ def declaring(users, requirements) -> SlotBatch:
 
 
 def admit(mechanism, batch: SlotBatch, slot: int):
-    """The population side of ``mechanism.step`` alone: validate and admit ``batch`` at ``slot``."""
-    population = mechanism.population
-    extent = batch.validate(mechanism.params.domain, mechanism.requirement_kind)
-    rows = population.rows_of(batch.users, extent)
-    return population.admit(batch, slot, rows, extent, population.validate(batch, rows, extent), mechanism.samples_cohorts)
+    """``mechanism.admit(batch)``, checking that ``slot`` is the mechanism's next one."""
+    assert slot == mechanism.slot + 1, f"the mechanism's next slot is {mechanism.slot + 1}, not {slot}"
+    return mechanism.admit(batch)
 
 
 def drive(mechanism, batch: SlotBatch, publish: bool):
@@ -40,9 +39,7 @@ def drive(mechanism, batch: SlotBatch, publish: bool):
     decision and returns ``(dc, publication)`` per batch user, or
     ``(dc, None)`` when the mechanism nullifies the slot itself.
     """
-    mechanism.check_requirements(batch)
-    mechanism.slot += 1
-    data = admit(mechanism, batch, mechanism.slot)
+    data = mechanism.admit(batch)
     dc = mechanism.dc_budgets(data)
     publication = mechanism.publication_budgets(data)
     rows = mechanism.population.cohort_of[batch.users]
@@ -55,12 +52,7 @@ def drive(mechanism, batch: SlotBatch, publish: bool):
 
 def run_with_ledger(mechanism, batches, seed: int = 0, max_window: int = 200):
     """Step through ``batches`` with a seeded generator, checking every charge in a ledger."""
-    rng = insecure_seeded_randomness(seed)
-    ledger = PrivacyLedger(max_window=max_window)
-    releases = []
-    for batch in batches:
-        release = mechanism.step(batch, rng)
-        ledger.record(release.slot, release.charges)
-        releases.append(release)
-    ledger.close()
-    return releases, ledger
+    engine = Engine(mechanism, insecure_seeded_randomness(seed), PrivacyLedger(max_window=max_window))
+    releases = list(engine.run(batches))
+    engine.close()
+    return releases, engine.ledger

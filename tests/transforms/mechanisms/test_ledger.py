@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from per_user_ledger import PerUserLedger
 from streams import StreamSpec
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms import DynamicRequirements, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import no_statistics
@@ -244,13 +245,11 @@ def test_the_ledger_equals_the_per_user_check_on_mechanisms(seed, name, change, 
                       presence=0.7, change=change, join_spread=join_spread)
     mechanism = make_mechanism(name, **spec.mechanism_kwargs(name))
     dynamic = name in ("dpbd", "dpba")
-    rng = insecure_seeded_randomness(seed)
-    ledger, reference = PrivacyLedger(max_window=5), PerUserLedger(max_window=5)
-    for batch in spec.batches(dynamic=dynamic):
-        release = mechanism.step(batch, rng)
-        ledger.record(release.slot, release.charges)
+    engine = Engine(mechanism, insecure_seeded_randomness(seed), PrivacyLedger(max_window=5))
+    ledger, reference = engine.ledger, PerUserLedger(max_window=5)
+    for release in engine.run(spec.batches(dynamic=dynamic)):
         reference.record(release.slot, release.charges)
-    ledger.close()
+    engine.close()
     reference.close()
     assert_same(ledger, reference, spec.users)
 
@@ -278,11 +277,10 @@ def test_the_ledger_checks_what_users_declared_not_what_the_mechanism_applied(br
     users = np.arange(20)
     loose, strict = FixedRequirements.of([2] * 20, [1.0] * 20), FixedRequirements.of([2] * 20, [0.2] * 20)
     batches = [SlotBatch.of(users, users % 2, reqs) for reqs in (loose, None, strict, None, None, None)]
-    rng = insecure_seeded_randomness(0)
-    ledger = PrivacyLedger(max_window=4)
-    for batch in batches:
-        release = pbd.step(batch, rng)
-        ledger.record(release.slot, release.charges)
+    engine = Engine(pbd, insecure_seeded_randomness(0), PrivacyLedger(max_window=4))
+    for _ in engine.run(batches):
+        pass
+    ledger = engine.ledger
     if broken:
         assert ledger.violation_count > 0 and {v.kind for v in ledger.violations} == {"fixed"}
         assert all(v.bound_units == UNITS_PER_EPSILON // 5 for v in ledger.violations)

@@ -1,0 +1,114 @@
+"""Fingerprints of the jobs' outputs with seeded noise, to show a refactoring changed nothing.
+
+    python -m benchmarks.output_hashes --work /tmp/hashes > before.json   # on the old commit
+    python -m benchmarks.output_hashes --work /tmp/hashes > after.json    # on the new one
+    python -m benchmarks.output_hashes --compare before.json after.json
+
+runs the main job (``pipelines.local``), a T-Drive replay (when the shared
+data is beside the repository) and a quick evaluation, each with an
+``--insecure-seed`` (reproducible, not private), and prints the SHA-256 of
+every output file: line order as written, except that sharded outputs are
+compared as sorted lines; ``report.json`` and ``results.csv`` without their
+timing fields.  ``--compare`` prints the jobs and files that differ and
+exits 1 if any does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+TIMING = {"wall_seconds", "seconds_per_slot", "cpu_seconds"}
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+TDRIVE = os.path.join("tdrive_sample600", "taxi_log_2008_by_id.tar.xz")
+SEED = "7"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_hash(path: str) -> str:
+    name = os.path.basename(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    if name == "report.json" or name == "utility.json":
+        report = {k: v for k, v in json.loads(data).items() if k not in TIMING}
+        return _digest(json.dumps(report, sort_keys=True).encode())
+    if name.endswith(".csv"):
+        rows = list(csv.DictReader(io.StringIO(data.decode())))
+        kept = [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+        return _digest(json.dumps(kept, sort_keys=True).encode())
+    if "-of-" in name:  # a shard: records in any order
+        return _digest(b"".join(sorted(data.splitlines(keepends=True))))
+    return _digest(data)
+
+
+def _hashes(directory: str) -> dict[str, str]:
+    paths = sorted(p for p in glob.glob(os.path.join(directory, "**", "*"), recursive=True)
+                   if os.path.isfile(p) and not p.endswith((".png", ".md")))
+    return {os.path.relpath(p, directory): _file_hash(p) for p in paths}
+
+
+def _run(args: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def fingerprints(work: str, data_dir: str = DATA) -> dict[str, dict[str, str]]:
+    """Run every job into ``work`` and hash its outputs (the T-Drive sample read from ``data_dir``)."""
+    tdrive = os.path.join(data_dir, TDRIVE)
+    jobs: dict[str, dict[str, str]] = {}
+    main_out = os.path.join(work, "main")
+    _run(["pipelines.local", "--insecure-seed", SEED, "--output", main_out])
+    jobs["main_job"] = _hashes(main_out)
+    if os.path.exists(tdrive):
+        tdrive_out = os.path.join(work, "tdrive")
+        _run(["pipelines.replay", "--input", tdrive, "--input-format", "tdrive",
+              "--binning", "grid:116,116.8,39.5,40.3,5x5", "--slot-seconds", "600", "--carry-forward",
+              "--start", "2008-02-02T00:00:00Z", "--end", "2008-02-04T00:00:00Z",
+              "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0", "--level-ratios", "hour=0.5,two_hours=0.5",
+              "--ledger-detail", "--insecure-seed", SEED, "--output", tdrive_out, "--overwrite", "--quiet"])
+        jobs["tdrive_replay"] = _hashes(tdrive_out)
+    else:
+        jobs["tdrive_replay"] = {"skipped": f"no T-Drive sample at {tdrive}"}
+    evaluation_out = os.path.join(work, "evaluation")
+    _run(["pipelines.evaluate", "--datasets", "sin,log,tlns", "--users", "2000", "--slots", "300",
+          "--repeats", "1", "--sweep", "epsilon,ratio", "--seed", SEED, "--workers", "1", "--no-plots",
+          "--quiet", "--output", evaluation_out])
+    jobs["evaluation_quick"] = _hashes(evaluation_out)
+    return jobs
+
+
+def compare(before: dict, after: dict) -> list[str]:
+    """The job/file names whose hashes differ (or exist on one side only)."""
+    return [f"{job}/{name}" for job in sorted(set(before) | set(after))
+            for name in sorted(set(before.get(job, {})) | set(after.get(job, {})))
+            if before.get(job, {}).get(name) != after.get(job, {}).get(name)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.output_hashes", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", default="output/hashes", help="where the jobs write (overwritten)")
+    parser.add_argument("--data-dir", default=DATA, help="the shared datasets (the T-Drive sample)")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE.json", "AFTER.json"))
+    args = parser.parse_args(argv)
+    if args.compare:
+        with open(args.compare[0]) as f, open(args.compare[1]) as g:
+            before, after = json.load(f), json.load(g)
+        differing = compare(before, after)
+        print(json.dumps({"identical": not differing, "jobs": sorted(after),
+                          "files": sum(len(v) for v in after.values()), "differing": differing}, indent=2))
+        return 1 if differing else 0
+    print(json.dumps(fingerprints(args.work, args.data_dir), indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The stream engine (transforms/engine.py): records in, typed outputs out, outside Beam."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_helpers import SLOT, make_events
+from transforms.engine import (ChargeChunk, DeadLetter, Duplicates, LateRecord, RecordsUsed, ReleaseConfig,
+                               StreamEngine, _group_by_user)
+from transforms.ledger import charge_chunk, check_windows, empty_tail
+from transforms.mechanisms.budget import to_units
+from transforms.slotting import SlotClock
+
+
+def test_a_run_released_in_two_calls_equals_one_call_and_remembers_declarations():
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))  # declared once, then None
+            for e in make_events(seed=2, users=6, slots=6, bins=4)]
+    whole, split = StreamEngine.load(config, "s", None), StreamEngine.load(config, "s", None)
+    once = list(whole.release_until(5, rows, final=False))
+    twice = (list(split.release_until(2, [r for r in rows if r[0] <= 2], final=False))
+             + list(split.release_until(5, [r for r in rows if r[0] > 2], final=False)))
+    assert [o for o in once if not isinstance(o, ChargeChunk)] == [o for o in twice if not isinstance(o, ChargeChunk)]
+    assert not [o for o in once if isinstance(o, DeadLetter)]
+    assert whole.state().declared == split.state().declared and whole.state().user_ids == split.state().user_ids
+
+
+
+def test_a_second_contribution_for_a_user_and_slot_is_counted_as_duplicates_not_lost():
+    """A pipeline of one's own may send the release stage two contributions for one (user, slot): one is
+    used, the other's records are counted as duplicates (late ones stay late, counted once)."""
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    run = StreamEngine.load(config, "s", None)
+    declared = ("fixed", 3, "1.0")
+    list(run.release_until(1, [(0, "a", 1, declared, ("a0",)), (1, "a", 2, None, ("a1",))], final=False))
+    rows = [(1, "a", 3, None, ("late1", "late2")),             # slot 1 is released: late
+            (2, "a", 0, None, ("x",)), (2, "a", 1, None, ("y", "z")),  # two for (a, 2): ("y", "z") is kept
+            (3, "a", 2, None, ("w",))]
+    outputs = list(run.release_until(3, rows, final=False))
+    counts = {kind: 0 for kind in (RecordsUsed, Duplicates, LateRecord)}
+    for output in outputs:
+        if type(output) in counts:
+            counts[type(output)] += 1 if isinstance(output, LateRecord) else output.count
+    assert counts == {RecordsUsed: 3, Duplicates: 1, LateRecord: 2}
+    assert sum(counts.values()) == sum(len(row[4]) for row in rows)
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 30), unique=True), min_size=1, max_size=8))
+def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
+    users = np.array([u for run in runs for u in run], np.int64)
+    rows = np.stack([np.arange(users.size), users], axis=1)  # (entry number, user)
+    pending, at = [], 0
+    for run in runs:
+        pending.append((np.array(run, np.int64), rows[at:at + len(run)]))
+        at += len(run)
+    if not users.size:
+        return
+    grouped, first, counts = _group_by_user(pending)
+    assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
+    assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()
+
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_release_stage_ships_what_users_declared_not_what_the_mechanism_applied(broken, monkeypatch):
+    """Power, in the Beam path: a mechanism that ignores a change to a stricter requirement is caught.
+
+    Users declare (w=2, E=1) at slot 0 and (w=2, E=0.2) at slot 2 (in force from slot 3); every slot
+    publishes.  The per-user ledger (``check_windows`` on the stage's charge rows) must see the overspend
+    only when the mechanism kept the old cohort.
+    """
+    import transforms.mechanisms.pwsm as pwsm
+    from transforms.mechanisms.population import Population
+
+    monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
+    if broken:
+        declare = Population._declare_fixed
+        monkeypatch.setattr(Population, "_declare_fixed",
+                            lambda self, batch, slot, rows: declare(self, batch, slot, rows) if rows.min() < 0 else None)
+    config = ReleaseConfig("pbd", {"bins": 2}, SlotClock(SLOT), insecure_seed=7)
+    run = StreamEngine.load(config, "s", None)
+    rows = [(slot, f"u{i}", i % 2, {0: ("fixed", 2, "1.0"), 2: ("fixed", 2, "0.2")}.get(slot), (f"{slot}{i}",))
+            for slot in range(6) for i in range(10)]
+    outputs = list(run.release_until(5, rows, final=True))
+    violations = [v for chunk in outputs if isinstance(chunk, ChargeChunk)
+                  for v in check_windows(empty_tail(), charge_chunk(*chunk[1:]), 10)[2]]
+    if broken:
+        assert violations and {v["kind"] for v in violations} == {"fixed"}
+        assert {v["bound_units"] for v in violations} == {to_units("0.2")}
+    else:
+        assert violations == []
+
+
+
+def test_a_checkpoint_without_the_declarations_register_rebuilds_it_from_the_declarations():
+    """Checkpoints written before the release stage kept its own register still resume with every user's
+    requirement in force (their last declaration, or the default)."""
+    import dataclasses
+
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7)
+    run = StreamEngine.load(config, "s", None)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,))
+            for e in make_events(seed=3, users=6, slots=4, bins=4)]
+    list(run.release_until(3, rows, final=False))
+    state = run.state()
+    assert state.requirements is not None
+    old = StreamEngine.load(config, "s", dataclasses.replace(state, requirements=None))
+    users = np.arange(len(state.user_ids))
+    assert old.requirements.matrix_of(users).tolist() == run.requirements.matrix_of(users).tolist()
+    assert old.requirements.knows(users).all()

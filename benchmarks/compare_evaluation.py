@@ -50,7 +50,8 @@ def compare(before: str, after: str, shown: int = SHOWN) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_evaluation", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_evaluation",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("before", help="results.csv of the reference run")
     parser.add_argument("after", help="results.csv of the run to check")
     args = parser.parse_args(argv)

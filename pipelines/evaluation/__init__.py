@@ -3,8 +3,8 @@
     python -m pipelines.evaluate --sweep epsilon,window --repeats 10 --output results/
     python -m pipelines.evaluate --report docs/results.md ...   # the committed results document
 
-(``python -m pipelines.evaluation`` and ``wevent evaluate`` are the same command)
-runs the papers' experiments (spec/pwsm.md §5) in-process, without Beam:
+(the same command as ``python -m pipelines.evaluation`` and ``wevent evaluate``) runs the papers'
+experiments (spec/pwsm.md §5) in-process, without Beam:
 
 * datasets ``sin``, ``log``, ``tlns`` (N users, d = 2 bins, T slots); ``taxi`` (T-Drive, 1-minute
   slots) and ``foursquare`` (100-minute slots), each on a 10 x 10 grid, read from ``--data-dir``

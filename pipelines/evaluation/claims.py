@@ -13,6 +13,7 @@ from pipelines.evaluation.paper import PAPER_AMRE
 from pipelines.evaluation.stats import ALPHA, PairedResult, holm, paired_lower
 from pipelines.evaluation.sweeps import EVENTS, REAL, SWEEP_COLUMN, SYNTHETIC, base_mechanism, sweep_points
 
+
 @dataclass(frozen=True)
 class Claim:
     """A headline claim of the papers: ``better`` has a lower AMRE than ``worse`` on the ``scope`` datasets."""

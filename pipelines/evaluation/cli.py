@@ -16,7 +16,7 @@ import sys
 import time
 
 from pipelines import evaluation
-from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, write_csv)
+from pipelines.evaluation.experiment import COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, write_csv
 from pipelines.evaluation.plots import write_plots
 from pipelines.evaluation.report import command_line, document, git_commit, run_record
 from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRIFT_EVERY, DEFAULT_REPEATS,
@@ -27,6 +27,15 @@ from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOU
 from transforms.mechanisms import MECHANISMS
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
+
+RUN_JSON = "run.json"
+"""The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
+PARTIAL_CSV = "results.partial.csv"
+"""Rows written as runs finish (``--from-csv`` renders it if a long run is cut short)."""
+REGIME_PLOT = "useful_regimes.png"
+REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
+                  "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
+
 
 class ArgumentError(Exception):
     """A bad command line: printed as one ``error:`` line, exit code 2."""
@@ -187,16 +196,7 @@ def load_streams(args) -> tuple[dict[str, EventStream], dict[str, str]]:
     return streams, skipped
 
 
-RUN_JSON = "run.json"
-"""The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
-PARTIAL_CSV = "results.partial.csv"
-"""Rows written as runs finish (``--from-csv`` renders it if a long run is cut short)."""
-REGIME_PLOT = "useful_regimes.png"
-REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
-                  "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
-
-
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the evaluation (or render it again ``--from-csv``) and write its outputs; the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     started, commit = time.perf_counter(), git_commit()

@@ -337,7 +337,8 @@ def _adaptive_section(rows: list[dict], datasets: list[str]) -> list[str]:
             better_both = all(t.p_value < ALPHA for t in tests.values())
             within += ratio <= 1.1
             beats.setdefault(dataset, []).append(better_both)
-            body.append([dataset_name(dataset), str(epsilon)] + [_mean_std(values[m]) for m in ("adaptive", "pbd", "pba")]
+            body.append([dataset_name(dataset), str(epsilon)]
+                        + [_mean_std(values[m]) for m in ("adaptive", "pbd", "pba")]
                         + [f"{ratio:.3f}", _p(tests["pbd"].p_value), _p(tests["pba"].p_value),
                            "yes" if better_both else "no"])
     if not body:
@@ -376,14 +377,15 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
                 continue
             at = {p: [r for r in mine if r[SWEEP_COLUMN[sweep]] == p] for p in points}
             amre.append([label_name(mechanism)] + [_mean_std([r["amre"] for r in at[p]]) if at[p] else "–"
-                                              for p in points])
+                                                   for p in points])
             if paper and mechanism in paper:
                 amre.append(["*papers*"] + [f"*{v:,.2f}*" for v in paper[mechanism]])
             ajsd.append([label_name(mechanism)] + [_mean_std([r["ajsd"] for r in at[p]]) if at[p] else "–"
-                                              for p in points])
+                                                   for p in points])
             kinds = " / ".join(f"{np.mean([r[k + '_fraction'] for r in mine]):.3f}"
                                for k in ("fresh", "skipped", "nullified"))
-            behaviour.append([label_name(mechanism), kinds, f"{1e3 * np.mean([r['seconds_per_slot'] for r in mine]):.3f}",
+            behaviour.append([label_name(mechanism), kinds,
+                              f"{1e3 * np.mean([r['seconds_per_slot'] for r in mine]):.3f}",
                               f"{max(r['max_window_usage_ratio'] for r in mine):.4f}"])
         lines += [f"### {dataset_name(dataset)}: {SWEEP_LABELS[sweep]} varies", "", "AMRE (mean squared error):", ""]
         lines += _table(header, amre) + [""]
@@ -420,8 +422,8 @@ def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
         estimate = full_sweep_estimate(rows, dataset, args.workers)
         if estimate is not None:
             seconds, users, slots = estimate
-            lines += [f"* **Extrapolated, not measured**: the full default epsilon sweep on {dataset_name(dataset)} (BD, BA, "
-                      f"PBD, PBA, DPBD, DPBA × 5 values of E × {EPSILON_REPEATS} repeats at N = {users:,}, "
+            lines += [f"* **Extrapolated, not measured**: the full default epsilon sweep on {dataset_name(dataset)} "
+                      f"(BD, BA, PBD, PBA, DPBD, DPBA × 5 values of E × {EPSILON_REPEATS} repeats at N = {users:,}, "
                       f"T = {slots:,}) would take about {seconds / 60:.0f} minutes on {args.workers} workers"
                       + (" with a free core each" if by_cpu else "") + ": the measured mean "
                       + ("CPU" if by_cpu else "wall") + " time per run (data, mechanism and ledger) of each "

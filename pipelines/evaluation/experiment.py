@@ -151,7 +151,7 @@ def evaluate_point(task: Task) -> dict:
     return row
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StreamRun:
     """What :func:`run_task_stream` measured over one task's slots."""
 

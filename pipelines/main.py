@@ -19,7 +19,7 @@ from collections.abc import Sequence
 COMMANDS = {
     "replay": ("pipelines.replay", "run", "batch replay of historical logs through the private release graph"),
     "stream": ("pipelines.streaming", "run", "the continuous job: --watch DIR, --demo, Pub/Sub or Kafka"),
-    "evaluate": ("pipelines.evaluate", "run", "utility and running-time sweeps over the evaluation datasets"),
+    "evaluate": ("pipelines.evaluation.cli", "main", "utility and running-time sweeps over the evaluation datasets"),
     "audit": ("pipelines.audit", "run", "empirical privacy audit of every mechanism"),
     "run": ("pipelines.local", "main", "the main job: a private replay of the project's own taxi stream"),
 }

@@ -16,16 +16,16 @@ exits 1 if any does.
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import hashlib
-import io
 import json
 import os
 import subprocess
 import sys
 
-TIMING = {"wall_seconds", "seconds_per_slot", "cpu_seconds"}
+from benchmarks.compare_evaluation import read as read_results
+from pipelines.evaluation.experiment import TIMING_COLUMNS
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 TDRIVE = os.path.join("tdrive_sample600", "taxi_log_2008_by_id.tar.xz")
 SEED = "7"
@@ -39,13 +39,11 @@ def _file_hash(path: str) -> str:
     name = os.path.basename(path)
     with open(path, "rb") as f:
         data = f.read()
-    if name == "report.json" or name == "utility.json":
-        report = {k: v for k, v in json.loads(data).items() if k not in TIMING}
+    if name.endswith(".json"):
+        report = {k: v for k, v in json.loads(data).items() if k not in TIMING_COLUMNS}
         return _digest(json.dumps(report, sort_keys=True).encode())
     if name.endswith(".csv"):
-        rows = list(csv.DictReader(io.StringIO(data.decode())))
-        kept = [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
-        return _digest(json.dumps(kept, sort_keys=True).encode())
+        return _digest(json.dumps(read_results(path)).encode())
     if "-of-" in name:  # a shard: records in any order
         return _digest(b"".join(sorted(data.splitlines(keepends=True))))
     return _digest(data)
@@ -61,15 +59,25 @@ def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", *args], check=True, stdout=subprocess.DEVNULL)
 
 
+JOBS = {"main_job": "main", "tdrive_replay": "tdrive", "evaluation_quick": "evaluation"}
+"""Each job's output directory under the work directory."""
+
+
+def fingerprints_of(work: str) -> dict[str, dict[str, str]]:
+    """The hashes of outputs already in ``work`` (e.g. written by an older commit's run of this script)."""
+    return {job: _hashes(os.path.join(work, folder)) if os.path.isdir(os.path.join(work, folder))
+            else {"skipped": f"no {folder}/ output"} for job, folder in JOBS.items()}
+
+
 def fingerprints(work: str, data_dir: str = DATA) -> dict[str, dict[str, str]]:
     """Run every job into ``work`` and hash its outputs (the T-Drive sample read from ``data_dir``)."""
     tdrive = os.path.join(data_dir, TDRIVE)
     jobs: dict[str, dict[str, str]] = {}
-    main_out = os.path.join(work, "main")
+    main_out = os.path.join(work, JOBS["main_job"])
     _run(["pipelines.local", "--insecure-seed", SEED, "--output", main_out])
     jobs["main_job"] = _hashes(main_out)
     if os.path.exists(tdrive):
-        tdrive_out = os.path.join(work, "tdrive")
+        tdrive_out = os.path.join(work, JOBS["tdrive_replay"])
         _run(["pipelines.replay", "--input", tdrive, "--input-format", "tdrive",
               "--binning", "grid:116,116.8,39.5,40.3,5x5", "--slot-seconds", "600", "--carry-forward",
               "--start", "2008-02-02T00:00:00Z", "--end", "2008-02-04T00:00:00Z",
@@ -77,8 +85,8 @@ def fingerprints(work: str, data_dir: str = DATA) -> dict[str, dict[str, str]]:
               "--ledger-detail", "--insecure-seed", SEED, "--output", tdrive_out, "--overwrite", "--quiet"])
         jobs["tdrive_replay"] = _hashes(tdrive_out)
     else:
-        jobs["tdrive_replay"] = {"skipped": f"no T-Drive sample at {tdrive}"}
-    evaluation_out = os.path.join(work, "evaluation")
+        jobs["tdrive_replay"] = {"skipped": f"no T-Drive sample ({TDRIVE} in --data-dir)"}
+    evaluation_out = os.path.join(work, JOBS["evaluation_quick"])
     _run(["pipelines.evaluate", "--datasets", "sin,log,tlns", "--users", "2000", "--slots", "300",
           "--repeats", "1", "--sweep", "epsilon,ratio", "--seed", SEED, "--workers", "1", "--no-plots",
           "--quiet", "--output", evaluation_out])
@@ -97,6 +105,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.output_hashes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", default="output/hashes", help="where the jobs write (overwritten)")
     parser.add_argument("--data-dir", default=DATA, help="the shared datasets (the T-Drive sample)")
+    parser.add_argument("--hash-only", action="store_true",
+                        help="run nothing: hash the outputs already in --work (an older commit's run)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE.json", "AFTER.json"))
     args = parser.parse_args(argv)
     if args.compare:
@@ -106,7 +116,8 @@ def main(argv=None) -> int:
         print(json.dumps({"identical": not differing, "jobs": sorted(after),
                           "files": sum(len(v) for v in after.values()), "differing": differing}, indent=2))
         return 1 if differing else 0
-    print(json.dumps(fingerprints(args.work, args.data_dir), indent=2, sort_keys=True))
+    hashes = fingerprints_of(args.work) if args.hash_only else fingerprints(args.work, args.data_dir)
+    print(json.dumps(hashes, indent=2, sort_keys=True))
     return 0
 
 

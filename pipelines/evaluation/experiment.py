@@ -22,6 +22,7 @@ from pipelines.evaluation.sweeps import (BINS, DEFAULT_DRIFT_EVERY, RATIO_HIGH_E
                                          scenario_of, takes_ratios)
 from pipelines.evaluation_data import EventStream
 from transforms.mechanisms import PrivacyLedger, ReleaseKind, SlotBatch
+from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.run import mechanism_for
@@ -183,29 +184,30 @@ def run_task_stream(task: Task, setup: PaperSetup, bins: int, slots, declaration
     truth = np.empty((task.slots, bins), np.int64)
     kinds = {kind: 0 for kind in ReleaseKind}
     cross = PrivacyLedger(max_window=setup.max_window) if task.segment_reset else None
-    mechanism = book = None
+    engine: Engine | None = None
     worst, violations, offset, seconds = 0.0, 0, 0, 0.0
+
+    def end_segment(engine: Engine) -> tuple[float, int, float]:
+        engine.close()
+        book = engine.ledger
+        return max(worst, book.max_usage_ratio), violations + book.violation_count, seconds + engine.mechanism_seconds
+
     for t, (values, true_histogram) in enumerate(slots):
-        new_segment = mechanism is None or (task.segment_reset and t % task.segment_reset == 0)
+        new_segment = engine is None or (task.segment_reset and t % task.segment_reset == 0)
         if new_segment:
-            if book is not None:
-                book.close()
-                worst, violations = max(worst, book.max_usage_ratio), violations + book.violation_count
-            mechanism, book, offset = (mechanism_for(base_mechanism(task.mechanism), setup, bins),
-                                       PrivacyLedger(setup.max_window), t)
+            if engine is not None:
+                worst, violations, seconds = end_segment(engine)
+            engine = Engine(mechanism_for(base_mechanism(task.mechanism), setup, bins), noise,
+                            PrivacyLedger(setup.max_window), clock=time.process_time)
+            offset = t
         requirements = next(declarations) if dynamic else (fixed if new_segment else None)
-        batch = SlotBatch.of(users, values, requirements)
-        start = time.process_time()
-        release = mechanism.step(batch, noise)
-        seconds += time.process_time() - start
-        book.record(release.slot, release.charges)
+        release = engine.step(SlotBatch.of(users, values, requirements))
         if cross is not None:
             cross.record(offset + release.slot, release.charges)
         released[t] = release.histogram
         truth[t] = true_histogram
         kinds[release.kind] += 1
-    book.close()
-    worst, violations = max(worst, book.max_usage_ratio), violations + book.violation_count
+    worst, violations, seconds = end_segment(engine)
     if cross is not None:
         cross.close()
     return StreamRun(released, truth, kinds, worst, violations, seconds,

@@ -484,13 +484,13 @@ def fresh_threshold(mechanism, policy, levels: Iterable[str] | None = None) -> i
     """
     import math
 
-    from transforms.mechanisms import DynamicRequirement, HomogeneousParams
+    from transforms.mechanisms import DynamicRequirement
 
     params = mechanism.params
-    if mechanism.name in ("uniform", "sample"):
+    if mechanism.publishes_on_schedule:
         return None
-    if isinstance(params, HomogeneousParams):
-        epsilons = [params.epsilon]
+    if params.shared_epsilon is not None:
+        epsilons = [params.shared_epsilon]
     else:
         requirements = [policy.default] if policy.default is not None else []
         requirements += [policy.levels[name] for name in (policy.levels if levels is None else levels)]

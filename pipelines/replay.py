@@ -41,9 +41,8 @@ from transforms.binning import binner_from_spec
 from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
-from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   HomogeneousParams,
-                                   mechanism_class)
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, FixedRequirement,
+                                   params_from_options)
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
@@ -85,20 +84,17 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
     return mapping, shares
 
 
-def mechanism_params(args) -> tuple[str, dict]:
-    """The mechanism's name and the parameters the command line gives it (shared by both jobs)."""
+def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
+    """The mechanism's name and its parameters from the command line (shared by both jobs), as keywords."""
     name = args.mechanism.lower()
     if name not in MECHANISMS:
         raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-    cls = mechanism_class(name)
-    params = {"carry_forward": args.carry_forward}
-    if issubclass(cls.params_type, HomogeneousParams):
-        if args.epsilon is None or args.window is None:
-            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
-        params.update(epsilon=args.epsilon, window=args.window)
-    if cls.requirement_kind is DynamicRequirements:
-        params["max_window"] = args.max_window
-    return name, params
+    try:
+        params = params_from_options(name, bins, epsilon=args.epsilon, window=args.window,
+                                     max_window=args.max_window, carry_forward=args.carry_forward, **common)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}".replace("epsilon and window", "--epsilon and --window")) from None
+    return name, params.kwargs()
 
 
 @dataclass(frozen=True)
@@ -156,8 +152,7 @@ def build_config(argv=None) -> ReplayConfig:
         binner = binner_from_spec(args.binning)
     except ValueError as error:
         raise ConfigError(f"--binning: {error}") from None
-    name, params = mechanism_params(args)
-    params.update(bins=binner.bins, sensitivity=args.sensitivity)
+    name, params = mechanism_params(args, binner.bins, sensitivity=args.sensitivity)
     levels, shares = parse_levels(args.levels or "", args.level_ratios)
     default = parse_requirement(args.requirement) if args.requirement else None
     cli.check_requirement_source(args, "--requirements-file")

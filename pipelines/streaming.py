@@ -109,7 +109,8 @@ def check_checkpoint_flags(args) -> None:
 
 
 def private_transform(args, bins: int) -> PrivateStreamHistogram:
-    name, params = mechanism_params(args)
+    name, params = mechanism_params(args, bins)
+    del params["bins"]  # the transform takes them apart
     levels, _ = parse_levels(args.levels or "", None)
     cli.check_requirement_source(args)
     policy = RequirementPolicy(levels, parse_requirement(args.requirement))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import declaring, run_with_ledger
+from mechanism_helpers import declaring, run_with_ledger
 from transforms.mechanisms import DynamicRequirements, Family, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, least_charge_units

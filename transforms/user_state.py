@@ -31,7 +31,7 @@ from __future__ import annotations
 import typing
 
 import apache_beam as beam
-from apache_beam.coders import FastPrimitivesCoder, VarIntCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -39,7 +39,8 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.records import KEY_SEPARATOR, Event, dead_letter, pack_contributions
+from transforms.coders import DeclarationCoder, ValueCoder
+from transforms.records import KEY_SEPARATOR, DeadLetterRecord, Event, dead_letter, pack_contributions
 from transforms.slotting import SlotClock, close_user_slots
 
 SEP = KEY_SEPARATOR
@@ -48,6 +49,19 @@ LATE = "late"
 ACCOUNTING = "accounting"
 
 UserKeyed = typing.Tuple[typing.Tuple[str, str], typing.Any]
+Packed = typing.Tuple[str, bytes]
+"""``(stream, records.pack_contributions bytes)``: how closed slots leave this stage."""
+Counted = typing.Tuple[str, int]
+"""An accounting record: ``(counter, n)``."""
+OUTPUT_TYPES = {"contributions": Packed, LATE: DeadLetterRecord, ACCOUNTING: Counted}
+"""The element type of each output of this stage (main: ``contributions``): Beam picks their coders by these."""
+
+
+def closing_stage(closing: beam.DoFn) -> beam.ParDo:
+    """``closing`` (:class:`CloseUserSlots` or :class:`UserSlotState`) as a ParDo with its typed outputs."""
+    types = dict(OUTPUT_TYPES)
+    return (beam.ParDo(closing).with_output_types(types.pop("contributions"), **types)
+            .with_outputs(LATE, ACCOUNTING, main="contributions"))
 
 
 def compact(event: Event) -> tuple:
@@ -166,8 +180,8 @@ class UserSlotState(beam.DoFn):
     """Streaming: closes each user's slots as event time passes: dedupes, applies lateness and the requirement in
     force."""
 
-    EVENTS = BagStateSpec("events", FastPrimitivesCoder())
-    REQUIREMENT = ReadModifyWriteStateSpec("requirement", FastPrimitivesCoder())
+    EVENTS = BagStateSpec("events", ValueCoder())  # compact events: (time, value, declaration, raw)
+    REQUIREMENT = ReadModifyWriteStateSpec("requirement", DeclarationCoder())
     LAST_CLOSED = ReadModifyWriteStateSpec("last_closed", VarIntCoder())
     NEXT_CLOSE = ReadModifyWriteStateSpec("next_close", VarIntCoder())
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)

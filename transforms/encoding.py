@@ -237,13 +237,25 @@ def _get_ints(reader: Reader, n: int) -> list:
     return get_int_array(reader, n).tolist()
 
 
+_SEPARATED, _COUNTED = 0, 1
+
+
 def put_texts(out: bytearray, values: list) -> None:
-    """Optional str column: each length in code points (-1: None), then all of them as one UTF-8 text."""
-    if None in values:
+    """Optional str column as one UTF-8 text: joined by NUL when none holds one (split back in one call), else
+    each length in code points (-1: None) first."""
+    if None not in values:
+        joined = "\x00".join(values)
+        if joined.count("\x00") == max(len(values) - 1, 0):
+            out.append(_SEPARATED)
+            data = _text(joined)
+            write_varint(out, len(data))
+            out += data
+            return
+        lengths = np.fromiter(map(len, values), np.int64, len(values))
+    else:
         lengths = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, len(values))
         values = [v for v in values if v is not None]
-    else:
-        lengths = np.fromiter(map(len, values), np.int64, len(values))
+    out.append(_COUNTED)
     put_int_array(out, lengths)
     data = _text("".join(values))
     write_varint(out, len(data))
@@ -252,6 +264,15 @@ def put_texts(out: bytearray, values: list) -> None:
 
 def get_texts(reader: Reader, n: int) -> list:
     """Inverse of :func:`put_texts`."""
+    mode = reader.byte()
+    if mode == _SEPARATED:
+        text = reader.take(reader.varint()).decode("utf-8", "surrogatepass")
+        values = text.split("\x00") if n else []
+        if len(values) != n:
+            raise ValueError(f"encoded text column holds {len(values)} values, not {n}")
+        return values
+    if mode != _COUNTED:
+        raise ValueError(f"encoded text column has an unknown mode {mode}")
     lengths = get_int_array(reader, n)
     text = reader.take(reader.varint()).decode("utf-8", "surrogatepass")
     missing = lengths < 0

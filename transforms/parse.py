@@ -13,7 +13,6 @@ from typing import Any
 
 import apache_beam as beam
 
-import transforms.coders  # noqa: F401  (registers the coders of Event and DeadLetterRecord)
 from transforms.lines import LineBatch
 from transforms.parsing import (EVENT_RAW_LIMIT, FILE_FORMATS, MAX_TIME, PARSE_NAMESPACE, PARSE_STAGE, FieldMapping,
                                 ParseConfig, fast_path, parse_record, time_seconds, validated_record)
@@ -69,5 +68,7 @@ class ParseEvents(beam.PTransform):
         self.config = config
 
     def expand(self, raw_records):
+        import transforms.coders  # noqa: F401  registers the Event and DeadLetterRecord coders (no import cycle here)
+
         parse = beam.ParDo(_ParseFn(self.config)).with_output_types(Event, dead_letters=DeadLetterRecord)
         return raw_records | "ParseRecords" >> parse.with_outputs("dead_letters", main="events")

@@ -1,7 +1,10 @@
 """Per-user state: one bounded contribution per user per slot, lateness, requirements.
 
-Events are keyed by ``(stream, user)`` and travel as compact ``(time, value,
-requirement, raw)`` tuples: the key already names the stream and the user.
+Events are keyed by ``(stream, user)``; in batch they travel as compact
+``(time, value, requirement, raw)`` tuples (the key already names the stream
+and the user), in streaming one ``Event`` per element (``EventCoder``) and
+the state keeps the compact tuple.  Every state cell and output has a coder
+that never pickles (``transforms.coders``, ``docs/state_layout.md``).
 
 * **Streaming**: ``UserSlotState`` is a stateful DoFn whose state cells hold
   the requirement in force, the user's last closed slot and the events of open
@@ -120,16 +123,17 @@ class _GatherUserEvents(_HeldPerBundle):
 
 
 class GroupUserEvents(beam.PTransform):
-    """Key events by ``(stream, user)``: ``(key, [[compact event, ...], ...])``, in batch each key once."""
+    """Key events by ``(stream, user)``: in batch ``(key, [[compact event, ...], ...])``, each key once; streaming
+    ``(key, event)``, one event per element."""
 
     def __init__(self, bounded: bool):
         super().__init__()
         self.bounded = bounded
 
     def expand(self, events):
-        if not self.bounded:
+        if not self.bounded:  # the whole Event travels, through its registered coder (EventCoder)
             return events | "OneEventPerElement" >> beam.Map(
-                lambda e: ((e[0], e[1]), ([compact(e)],))).with_output_types(UserKeyed)
+                lambda e: ((e[0], e[1]), e)).with_output_types(typing.Tuple[typing.Tuple[str, str], Event])
         if not isinstance(events.windowing.windowfn, GlobalWindows):
             raise ValueError("a bounded input must be in the global window (slots are the only windows)")
         return (events
@@ -195,30 +199,22 @@ class UserSlotState(beam.DoFn):
                 requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        key, lists = element
-        stream, user = key
-        slot_of = self.clock.slot_of
+        (stream, user), event = element
+        report = compact(event)
+        slot = self.clock.slot_of(report[0])
         last_closed = last_closed_state.read()
-        on_time = []
-        for report in (r for held in lists for r in held):
-            slot = slot_of(report[0])
-            if last_closed is not None and slot <= last_closed:
-                self.late.inc()
-                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
-                yield beam.pvalue.TaggedOutput(LATE, dead_letter(
-                    f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
-                    report[3], "user_slot_state", stream, user))
-            else:
-                on_time.append(report)
-        if not on_time:
+        if last_closed is not None and slot <= last_closed:
+            self.late.inc()
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
+            yield beam.pvalue.TaggedOutput(LATE, dead_letter(
+                f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
+                report[3], "user_slot_state", stream, user))
             return
-        for report in on_time:
-            events_state.add(report)
-        earliest = min(slot_of(r[0]) for r in on_time)
+        events_state.add(report)
         pending = next_close_state.read()
-        if pending is None or earliest < pending:
-            next_close_state.write(earliest)
-            close.set(Timestamp(micros=self.clock.close_micros(earliest)))
+        if pending is None or slot < pending:
+            next_close_state.write(slot)
+            close.set(Timestamp(micros=self.clock.close_micros(slot)))
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,

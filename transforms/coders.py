@@ -23,7 +23,7 @@ import numpy as np
 from apache_beam.coders import Coder, registry
 
 from schemas import avro_schema
-from transforms.encoding import (COMPACT_EVENT_ROWS, CONTRIBUTION_ROWS, VERSION, decode_value, encode_value,
+from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encode_value,
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord
@@ -44,7 +44,7 @@ class _VersionedCoder(Coder):
 
 
 class ValueCoder(_VersionedCoder):
-    """Any value of the tagged format (declarations, compact events, the ledger's tail and usage)."""
+    """Any value of the tagged format (the per-user stage's compact events, the ledger's tail, combiner totals)."""
 
     what = "value"
 
@@ -138,19 +138,6 @@ class ContributionsCoder(_VersionedCoder):
 
     def to_type_hint(self):
         return typing.List[Contribution]
-
-
-class CompactEventsCoder(_VersionedCoder):
-    """A list of the per-user stage's compact events ``(time, value, declaration, raw)``, by columns."""
-
-    def encode(self, value: list) -> bytes:
-        return COMPACT_EVENT_ROWS.encode(value)
-
-    def decode(self, encoded: bytes) -> list:
-        return COMPACT_EVENT_ROWS.decode(encoded)
-
-    def to_type_hint(self):
-        return typing.List[tuple]
 
 
 class UsersCoder(_VersionedCoder):

@@ -11,8 +11,8 @@ a tag byte, then None, bool, int (any size, zigzag varint), float (IEEE
 double), str (UTF-8, lone surrogates kept), bytes, tuple, list, dict with str
 keys, or a numpy array of int64, float64 or bool (dtype, shape,
 little-endian bytes).  Anything else is refused with a TypeError: nothing
-falls back to pickle.  Lists of many small rows (contributions, a user's
-events) are written by columns (:class:`Rows`): one numpy call per column,
+falls back to pickle.  Lists of many small rows (contributions, the release
+stage's users) are written by columns (:class:`Rows`): one numpy call per column,
 not one per value.  The Beam coders in ``transforms.coders`` wrap these.
 """
 
@@ -351,8 +351,3 @@ class Rows:
 
 CONTRIBUTION_ROWS = Rows("list of contributions", ("int", "text", "int", "object", "texts"))
 """``Contribution`` fields: slot, user, value, declaration (tagged, dictionary-encoded), the records' texts."""
-
-COMPACT_EVENT_ROWS = Rows("list of compact events", ("object", "int", "object", "text"))
-"""The per-user stage's ``(time, value, declaration, raw)``; time is tagged (int or float, kept)."""
-
-

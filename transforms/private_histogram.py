@@ -41,7 +41,8 @@ from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, r
 from transforms.records import Event
 from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
-from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, Packed, UserSlotState, closing_stage
+from transforms.user_state import (ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, Packed, UserSlotState,
+                                   closing_stage)
 
 ACCOUNTING_COUNTERS = ("records_used", "duplicates", "late", "dead_letters")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+from operator import itemgetter
 
 import numpy as np
 
@@ -313,6 +314,8 @@ def _put_text_tuples(out: bytearray, values: list) -> None:
 def _get_text_tuples(reader: Reader, n: int) -> list:
     counts = get_int_array(reader, n)
     flat = get_texts(reader, reader.varint())
+    if len(flat) == n and (counts == 1).all():  # one text each, the common case
+        return list(zip(flat))
     ends = np.cumsum(counts).tolist()
     return list(map(tuple, map(flat.__getitem__, map(slice, [0, *ends[:-1]], ends))))
 
@@ -331,11 +334,10 @@ class Rows:
         out = start()
         write_varint(out, len(rows))
         if rows:
-            columns = list(zip(*rows))
-            if len(columns) != len(self.kinds) or len(set(map(len, rows))) != 1:
+            if len(set(map(len, rows))) != 1 or len(rows[0]) != len(self.kinds):
                 raise TypeError(f"every {self.what} must have {len(self.kinds)} fields")
-            for kind, column in zip(self.kinds, columns):
-                _COLUMN_WRITERS[kind](out, list(column))
+            for k, kind in enumerate(self.kinds):  # (one pass per column: zip(*rows) is slower)
+                _COLUMN_WRITERS[kind](out, list(map(itemgetter(k), rows)))
         return bytes(out)
 
     def decode(self, data: bytes) -> list:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transforms.mechanisms import (NO_VALUE, DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   FixedRequirements, Mechanism, SlotBatch)
+from transforms.mechanisms import (DynamicRequirement, DynamicRequirements, FixedRequirement,
+                                   FixedRequirements, Mechanism)
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,7 @@ class DeclarationTranslator:
             else:
                 requirement = _as_requirement(declaration)
             self._check_bounds(requirement)
-            columns = self._columns(requirement)
-            self.mechanism.check_requirements(SlotBatch.of([0], [NO_VALUE], columns))
+            columns = self.mechanism.validate_requirement(requirement)
         except ValueError as error:
             return None, f"requirement refused: {error}"
         if self.dynamic:
@@ -142,16 +141,6 @@ class DeclarationTranslator:
         if policy.max_epsilon is not None and max(float(e) for e in epsilons) > policy.max_epsilon:
             raise ValueError(f"epsilon {max(float(e) for e in epsilons)} exceeds the operator's maximum "
                              f"{policy.max_epsilon}")
-
-    def _columns(self, requirement):
-        if isinstance(requirement, DynamicRequirement):
-            if not self.dynamic:
-                raise ValueError(f"{self.mechanism.name} takes fixed (w, epsilon) requirements, not dynamic ones")
-            return DynamicRequirements.uniform(requirement, 1)
-        fixed = FixedRequirements.uniform(requirement, 1)
-        if self.dynamic:
-            return DynamicRequirements(fixed.window, fixed.epsilon_units, fixed.window, fixed.epsilon_units)
-        return fixed
 
     def columns(self, rows):
         """Requirement columns for accepted rows (a list of them, or their matrix) in the mechanism's kind."""

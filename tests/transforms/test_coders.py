@@ -102,6 +102,13 @@ def test_packed_contributions_keep_unicode_users_and_every_declaration():
     assert not pack_contributions(rows).startswith(b"\x80")  # not pickle
 
 
+def test_the_contributions_coder_is_the_packing_the_release_stage_keeps():
+    rows = [(3, "ü", 1, DECLARATIONS[1], ("a", "b")), (4, "", -1, None, ())]
+    coder = coders.ContributionsCoder()
+    assert coder.encode(rows) == pack_contributions(rows) and coder.is_deterministic()
+    assert same(coder.decode(pack_contributions(rows)), rows)
+
+
 def test_packed_contributions_refuse_what_they_cannot_hold_exactly():
     with pytest.raises(TypeError, match="int64"):
         pack_contributions([(0, "u", 1.5, None, ("r",))])  # a float where a bin belongs
@@ -239,9 +246,12 @@ def test_beam_picks_the_registered_coders_at_every_boundary_of_the_release_stage
                 "DeadLetters.None": coders.DeadLetterCoder(), "Accounting.None": COUNTED}
     if streaming:
         expected["AtEventTime.None"] = coders.EventCoder()
+        expected["GroupUserEvents/OneEventPerElement.None"] = TupleCoder([TupleCoder([StrUtf8Coder(), StrUtf8Coder()]),
+                                                                          coders.EventCoder()])
     assert {name: found[name] for name in expected} == expected
-    for name in ("KeyByStream.None", "KeyByUser.None"):  # keys of stateful stages: deterministic
-        assert found[name].is_deterministic()
+    keyed = ["KeyByStream.None", "KeyByUser.None"] + (["GroupUserEvents/OneEventPerElement.None"] if streaming else [])
+    for name in keyed:  # inputs of stateful stages: their key coders must be deterministic
+        assert found[name].coders()[0].is_deterministic()
 
 
 # ---------------------------------------------------------------------------------------------- state cells

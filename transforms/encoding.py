@@ -74,7 +74,7 @@ class Reader:
         return chunk
 
     def array(self, dtype: np.dtype, n: int) -> np.ndarray:
-        """``n`` values of ``dtype`` as a new native int64/float64/bool array (writable)."""
+        """``n`` values of ``dtype`` (little-endian) as a new, writable array in native byte order."""
         raw = self.take(n * dtype.itemsize)
         return np.frombuffer(raw, dtype, n).astype(dtype.newbyteorder("="))
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.coders import FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
+from transforms.coders import ValueCoder
+from transforms.engine import ChargeChunk
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 from transforms.user_state import NAMESPACE, SEP
@@ -99,11 +101,16 @@ def empty_tail() -> dict:
     return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "dc": np.zeros(0, np.int64), "open": []}
 
 
+def _chunk(charges: ChargeChunk) -> dict:
+    return charge_chunk(charges.table, charges.dynamic, charges.final, charges.complete)
+
+
+@beam.typehints.with_input_types(beam.typehints.Tuple[str, ChargeChunk])
 class UserLedgerFn(beam.DoFn):
     """Exact sliding-window sums per user; emits usage, violations and (on request) every charge."""
 
-    TAIL = ReadModifyWriteStateSpec("tail", FastPrimitivesCoder())
-    USAGE = ReadModifyWriteStateSpec("usage", FastPrimitivesCoder())
+    TAIL = ReadModifyWriteStateSpec("tail", ValueCoder())  # check_windows' tail: a dict of int64 arrays and ints
+    USAGE = ReadModifyWriteStateSpec("usage", TupleCoder([VarIntCoder(), FloatCoder(), VarIntCoder()]))
 
     def __init__(self, max_window: int, detail: bool = False):
         self.max_window = max_window
@@ -112,7 +119,7 @@ class UserLedgerFn(beam.DoFn):
 
     def process(self, element, tail_state=beam.DoFn.StateParam(TAIL), usage_state=beam.DoFn.StateParam(USAGE)):
         key, charges = element
-        chunk = charge_chunk(*charges)
+        chunk = _chunk(charges)
         if chunk["final"] and chunk["complete"]:  # a bounded input's one chunk: nothing before or after it
             yield from self._complete(key, chunk)
             return
@@ -149,7 +156,7 @@ class CompleteChunkLedgerFn(UserLedgerFn):
 
     def process(self, element):
         key, charges = element
-        chunk = charge_chunk(*charges)
+        chunk = _chunk(charges)
         if not (chunk["final"] and chunk["complete"]):
             raise ValueError("CompleteChunkLedgerFn got a partial chunk of charges; use UserLedgerFn")
         yield from self._complete(key, chunk)

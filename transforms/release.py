@@ -29,8 +29,6 @@ already spent, so no window is overspent across the restart.
 
 from __future__ import annotations
 
-import pickle
-
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
@@ -40,26 +38,41 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.checkpoint import StreamState
+from transforms.coders import UsersCoder
 from transforms.engine import (ChargeChunk, CheckpointSaved, DeadLetter, Duplicates, EvaluationRow, LateRecord,
                                RecordsUsed, Released, ReleaseConfig, StreamEngine, StreamOutputs)
-from transforms.records import pack_contributions, unpack_contributions
-from transforms.user_state import ACCOUNTING, NAMESPACE
+from transforms.records import DeadLetterRecord, ReleaseRecord, pack_contributions, unpack_contributions
+from transforms.user_state import ACCOUNTING, NAMESPACE, Counted
 
 CHARGES = "charges"
 CHECKPOINTS = "checkpoints"
 DEAD_LETTERS = "dead_letters"
 EVALUATION = "evaluation"
 
+OUTPUT_TYPES = {"releases": ReleaseRecord, CHARGES: ChargeChunk, DEAD_LETTERS: DeadLetterRecord,
+                ACCOUNTING: Counted, EVALUATION: EvaluationRow, CHECKPOINTS: CheckpointSaved}
+"""The element type of each of the stage's outputs (main: ``releases``): Beam picks their coders by these."""
+_USERS = UsersCoder()
+
+
+def release_stage(config: ReleaseConfig, bounded: bool) -> beam.ParDo:
+    """The release stage as a ParDo with its tagged outputs and their types (see :data:`OUTPUT_TYPES`)."""
+    types = dict(OUTPUT_TYPES)
+    return (beam.ParDo(ReleaseController(config, bounded))
+            .with_output_types(types.pop("releases"), **types)
+            .with_outputs(CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+
 
 class ReleaseController(beam.DoFn):
     """Runs one stream's mechanism over its slots, strictly in order."""
 
-    # Large values are kept as pickled bytes: the SDK's state cache measures every object it holds.
-    CONTRIBUTIONS = BagStateSpec("contributions", BytesCoder())
-    MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())
-    USERS = ReadModifyWriteStateSpec("users", BytesCoder())
+    # Large values are kept as bytes made by a versioned encoding (docs/state_layout.md), never pickle: the SDK's
+    # state cache measures every object it holds, and one bytes object is cheap to measure.
+    CONTRIBUTIONS = BagStateSpec("contributions", BytesCoder())  # records.pack_contributions (ContributionsCoder)
+    MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())  # Mechanism.to_bytes (.npz, no pickle)
+    USERS = ReadModifyWriteStateSpec("users", BytesCoder())  # UsersCoder: user ids, each user's last declaration
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
-    RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())
+    RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())  # checkpoint.dump_randomness: seeded only
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
@@ -124,7 +137,7 @@ class ReleaseController(beam.DoFn):
         if mechanism_bytes is None:  # the stream's first firing in this job: maybe a resumed one
             state = self._resume.get(key)
         else:
-            user_ids, declared = pickle.loads(users_state.read())
+            user_ids, declared = _USERS.decode(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
         run = StreamEngine.load(self.config, key, state)
         if release_range is None:
@@ -143,7 +156,7 @@ class ReleaseController(beam.DoFn):
                 release.set(Timestamp(micros=at))
         state = run.state()
         mechanism_state.write(state.mechanism)
-        users_state.write(pickle.dumps((state.user_ids, state.declared), protocol=pickle.HIGHEST_PROTOCOL))
+        users_state.write(_USERS.encode((state.user_ids, state.declared)))
         next_slot_state.write(state.next_slot)
         if state.randomness is not None:
             randomness_state.write(state.randomness)
@@ -164,7 +177,7 @@ class _StageOutputs(StreamOutputs):
 
     def released(self, output: Released) -> None:
         self.stage.kinds[output.record["kind"]].inc()
-        self.pending.append(output.record)
+        self.pending.append(ReleaseRecord(output.record))
 
     def records_used(self, output: RecordsUsed) -> None:
         self.stage.used.inc(output.count)
@@ -185,11 +198,10 @@ class _StageOutputs(StreamOutputs):
         self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.count)))
 
     def evaluation(self, output: EvaluationRow) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(EVALUATION, tuple(output)))
+        self.pending.append(beam.pvalue.TaggedOutput(EVALUATION, output))
 
     def checkpoint(self, output: CheckpointSaved) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(CHECKPOINTS, tuple(output)))
+        self.pending.append(beam.pvalue.TaggedOutput(CHECKPOINTS, output))
 
     def charges(self, output: ChargeChunk) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(
-            CHARGES, (output.key, (output.table, output.dynamic, output.final, output.complete))))
+        self.pending.append(beam.pvalue.TaggedOutput(CHARGES, output))

@@ -74,6 +74,7 @@ class ReleaseController(beam.DoFn):
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
     RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())  # checkpoint.dump_randomness: seeded only
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
+    REQUIREMENTS = ReadModifyWriteStateSpec("requirements", BytesCoder())  # DeclaredRequirements.to_bytes (.npz)
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
     def __init__(self, config: ReleaseConfig, bounded: bool):
@@ -113,7 +114,8 @@ class ReleaseController(beam.DoFn):
                    contributions=beam.DoFn.StateParam(CONTRIBUTIONS), mechanism_state=beam.DoFn.StateParam(MECHANISM),
                    users_state=beam.DoFn.StateParam(USERS), next_slot_state=beam.DoFn.StateParam(NEXT_SLOT),
                    randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
-                   release=beam.DoFn.TimerParam(RELEASE)):
+                   release=beam.DoFn.TimerParam(RELEASE),
+                   requirements_state=beam.DoFn.StateParam(REQUIREMENTS)):
         clock = self.config.clock
         held = [c for packed in contributions.read() for c in unpack_contributions(packed)]
         contributions.clear()
@@ -138,7 +140,8 @@ class ReleaseController(beam.DoFn):
             state = self._resume.get(key)
         else:
             user_ids, declared = _USERS.decode(users_state.read())
-            state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
+            state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
+                                requirements_state.read())  # None only in a job started before the cell existed
         run = StreamEngine.load(self.config, key, state)
         if release_range is None:
             last = max(due_slots)
@@ -158,6 +161,7 @@ class ReleaseController(beam.DoFn):
         mechanism_state.write(state.mechanism)
         users_state.write(_USERS.encode((state.user_ids, state.declared)))
         next_slot_state.write(state.next_slot)
+        requirements_state.write(state.requirements)
         if state.randomness is not None:
             randomness_state.write(state.randomness)
 

@@ -24,7 +24,8 @@ from transforms import coders
 from transforms.checkpoint import load_randomness
 from transforms.declarations import RequirementPolicy
 from transforms.encoding import VERSION, decode_value, encode_value
-from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow, ReleaseConfig
+from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow, ReleaseConfig, StreamEngine
+from transforms.mechanisms.declared import DeclaredRequirements
 from transforms.ledger import UserLedgerFn
 from transforms.mechanisms import FixedRequirement, mechanism_class
 from transforms.private_histogram import PrivateStreamHistogram
@@ -285,7 +286,7 @@ def test_the_state_cells_keep_their_names():
     assert set(_state_coders(UserSlotState(SlotClock(SLOT)))) == {"events", "requirement", "last_closed", "next_close"}
     assert set(_state_coders(UserLedgerFn(10))) == {"tail", "usage"}
     assert set(_state_coders(ReleaseController(ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT)), True))) == {
-        "contributions", "mechanism", "users", "next_slot", "randomness", "armed"}
+        "contributions", "mechanism", "users", "next_slot", "randomness", "armed", "requirements"}
 
 
 class _Cell:
@@ -337,11 +338,11 @@ def test_the_release_stage_writes_no_pickled_bytes_into_its_cells():
             key="s", fired=Timestamp(micros=config.clock.release_micros(max(r[0] for r in slot_rows))),
             contributions=cells["contributions"], mechanism_state=cells["mechanism"], users_state=cells["users"],
             next_slot_state=cells["next_slot"], randomness_state=cells["randomness"], armed=cells["armed"],
-            release=timer) if isinstance(o, dict)]
+            release=timer, requirements_state=cells["requirements"]) if isinstance(o, dict)]
     assert [r["slot"] for r in released] == [0, 1, 2]
     decoders = {"contributions": unpack_contributions, "users": coders.UsersCoder().decode,
                 "mechanism": lambda b: mechanism_class("pbd").from_bytes(config.build().params, b),
-                "randomness": load_randomness}
+                "randomness": load_randomness, "requirements": DeclaredRequirements.from_bytes}
     assert cells["contributions"].written and cells["users"].written and cells["mechanism"].written
     for name, cell in cells.items():
         for value in cell.written:
@@ -354,6 +355,33 @@ def test_the_release_stage_writes_no_pickled_bytes_into_its_cells():
     user_ids, declared_now = coders.UsersCoder().decode(cells["users"].written[-1])
     assert user_ids == ["b", "ü", "新"]
     assert declared_now == {"ü": declared, "b": declared, "新": ("fixed", 2, "2.0")}
+
+
+def test_the_release_stage_keeps_pending_requirement_changes_across_firings():
+    """What users declared (a change still waiting for its public delay included) survives between firings:
+    the register after two firings is the one a single engine keeps over both. Rebuilt from each user's last
+    declaration instead (the stage before it had this cell), the looser (w=3, E=2.0) that ``u`` declares at slot 1
+    would be in force at once, and the ledger would check slots 2-3 against it rather than (w=3, E=1.0)."""
+    config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=3)
+    stage = ReleaseController(config, bounded=False)
+    cells = {name: (_Bag if name == "contributions" else _Cell)(coder) for name, coder in _state_coders(stage).items()}
+    firings = [[(0, "u", 1, ("fixed", 3, "1.0"), ("a",)), (0, "v", 0, ("fixed", 3, "1.0"), ("b",)),
+                (1, "u", 2, ("fixed", 3, "2.0"), ("c",))], [(2, "u", 3, None, ("d",)), (2, "v", 1, None, ("e",))]]
+    timer = _Timer()
+    for slot_rows in firings:
+        stage.process(("s", pack_contributions(slot_rows)), contributions=cells["contributions"],
+                      armed=cells["armed"], release=timer)
+        list(stage.on_release(
+            key="s", fired=Timestamp(micros=config.clock.release_micros(max(r[0] for r in slot_rows))),
+            contributions=cells["contributions"], mechanism_state=cells["mechanism"], users_state=cells["users"],
+            next_slot_state=cells["next_slot"], randomness_state=cells["randomness"], armed=cells["armed"],
+            release=timer, requirements_state=cells["requirements"]))
+    whole = StreamEngine.load(config, "s", None)
+    list(whole.release_until(2, firings[0] + firings[1], final=False))
+    kept = DeclaredRequirements.from_bytes(cells["requirements"].read())
+    users = np.arange(2)
+    assert kept.matrix_of(users).tolist() == whole.requirements.matrix_of(users).tolist()
+    assert cells["requirements"].read() == whole.requirements.to_bytes()
 
 
 # ---------------------------------------------------------------------------------------------- pipelines

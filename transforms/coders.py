@@ -72,7 +72,7 @@ class DeclarationCoder(ValueCoder):
 class _NamedTupleCoder(ValueCoder):
     """A NamedTuple written as its fields in the tagged format; decoded as the NamedTuple again."""
 
-    named: type
+    named: typing.Any  # a NamedTuple class
 
     def __init__(self):
         self.what = self.named.__name__

@@ -96,6 +96,8 @@ class ReleaseConfig:
 
     def resume_state(self) -> dict:
         """stream -> StreamState saved in ``resume_from`` (checked against this configuration)."""
+        if self.resume_from is None:
+            return {}
         checkpoint = load_for_resume(self.resume_from)
         self.check_checkpoint(checkpoint, self.resume_from)
         return checkpoint.streams
@@ -144,7 +146,7 @@ class Released(NamedTuple):
 class RecordsUsed(NamedTuple):
     """How many input records a released slot used."""
 
-    count: int
+    records: int
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.records_used(self)
@@ -171,7 +173,7 @@ class LateRecord(NamedTuple):
 class Duplicates(NamedTuple):
     """Input records of a user's second contribution to a slot: counted, not used."""
 
-    count: int
+    records: int
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.duplicates(self)
@@ -356,6 +358,7 @@ class StreamEngine:
         inside, outside = release_range.split(contributions)
         for c in map(Contribution._make, sorted(outside, key=_SLOT)):
             reason = release_range.outside(c.slot)
+            assert reason is not None  # split put the contribution outside
             for raw in c.raws:
                 yield DeadLetter(dead_letter(reason, raw, "release", self.stream, c.user))
         return inside
@@ -370,7 +373,9 @@ class StreamEngine:
 
     def _release(self, slot: int, start: int, end: int):
         """Release ``slot`` from the firing's rows ``start:end`` (that slot's, sorted by user id)."""
-        firing, columns = self._firing, self._firing.columns
+        firing = self._firing
+        assert firing is not None, "a slot is released only inside release_until"
+        columns = firing.columns
         codes = columns.users[start:end]
         in_force = firing.declare(codes, start, end)
         accepted = firing.accepted[in_force + 1]
@@ -409,7 +414,8 @@ class StreamEngine:
         # that carry a declaration of their own this slot, and users seen for the first time (their default).
         declaring = (firing.own[start:end][accepted][order] >= 0) | ~self.requirements.knows(batch.users)
         self.requirements.declare(release.slot, batch.users[declaring],
-                                  batch.requirements.take(declaring) if declaring.any() else None, None)
+                                  batch.requirements.take(declaring) if batch.requirements is not None
+                                  and declaring.any() else None, None)
         self.pending_charges.append((charges.users, np.column_stack(
             [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
              least_charges_of_registered(charges), self._declared_in_force(charges.users)])))

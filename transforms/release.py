@@ -184,8 +184,8 @@ class _StageOutputs(StreamOutputs):
         self.pending.append(ReleaseRecord(output.record))
 
     def records_used(self, output: RecordsUsed) -> None:
-        self.stage.used.inc(output.count)
-        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", output.count)))
+        self.stage.used.inc(output.records)
+        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", output.records)))
 
     def dead_letter(self, output: DeadLetter) -> None:
         self.stage.dead.inc()
@@ -198,8 +198,8 @@ class _StageOutputs(StreamOutputs):
                          beam.pvalue.TaggedOutput(DEAD_LETTERS, output.letter)]
 
     def duplicates(self, output: Duplicates) -> None:
-        self.stage.duplicates.inc(output.count)
-        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.count)))
+        self.stage.duplicates.inc(output.records)
+        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.records)))
 
     def evaluation(self, output: EvaluationRow) -> None:
         self.pending.append(beam.pvalue.TaggedOutput(EVALUATION, output))

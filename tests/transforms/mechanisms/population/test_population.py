@@ -1,0 +1,83 @@
+"""The population as a whole: cohorts, joining users, the memberships releases report, and its state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import admit, run_with_ledger
+from streams import StreamSpec
+from test_mechanisms import specs
+from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.population import WAITING
+
+
+def fixed(windows, epsilons):
+    return FixedRequirements.of(windows, epsilons)
+
+
+def test_cohorts_are_distinct_requirements_and_obs_counts_registered_users():
+    pbd = make_mechanism("pbd", bins=2)
+    gen = np.random.default_rng(0)
+    n = 3000
+    reqs = fixed(gen.choice([10, 20], n), gen.choice([0.5, 1.0], n))
+    pbd.step(SlotBatch.of(np.arange(n), gen.integers(0, 2, n), reqs), insecure_seeded_randomness(0))
+    assert pbd.population.table.rows == 4
+    # Only 10 users report next: the public cohort sizes (what OBS uses) still count everyone.
+    data = admit(pbd, SlotBatch.of(np.arange(10), np.zeros(10, np.int64)), 2)
+    assert data.sizes.sum() == n
+    assert data.cells.count.sum() == 10
+
+
+def test_a_joining_user_shares_the_cohort_trajectory_from_the_slot_they_join():
+    pbd = make_mechanism("pbd", bins=2)
+    batches = [SlotBatch.of([0], [t % 2], fixed([3], [1.0]) if t == 0 else None) for t in range(10)]
+    batches[6] = SlotBatch.of([0, 5], [0, 1], fixed([3, 3], [1.0, 1.0]))
+    releases, ledger = run_with_ledger(pbd, batches)
+    assert ledger.ok
+    assert 5 not in releases[5].charges.users
+    joined = releases[6].charges
+    assert list(joined.units[joined.users == 5]) == list(joined.units[joined.users == 0])
+
+
+def test_every_user_batches_are_recognized_only_when_exactly_0_to_n_minus_1():
+    """``SlotBatch.of(range(n), ...)`` skips scanning the users; nothing else is taken for it."""
+    from transforms.mechanisms.batch import every_user
+
+    assert SlotBatch.of(range(4), [0, 1, 1, 0]).validate(2).dense
+    assert SlotBatch.of(np.asarray(every_user(100)[:3]).reshape(-1), [0, 1, 1]).validate(2).dense
+    users = every_user(6)
+    with pytest.raises(ValueError):
+        users[0] = 5  # bytes-backed: no view of it can be written to
+    for lookalike in (users[1:], users[::2], users.copy()[::-1], np.arange(3)[::-1]):
+        extent = SlotBatch.of(lookalike, np.zeros(lookalike.size, np.int64)).validate(2)
+        assert not extent.dense
+    with pytest.raises(ValueError, match="distinct"):
+        SlotBatch.of([0, 1, 1], [0, 0, 0]).validate(2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(spec=specs, name=st.sampled_from(["pbd", "pba", "bd", "dpba"]))
+def test_releases_report_the_memberships_and_requirements_of_their_slot(spec, name):
+    """Snapshots of memberships are shared between slots in which nobody joins or changes; each
+    release must still report exactly the cohort rows, waiting users and requirements of its slot."""
+    dynamic = name == "dpba"
+    mechanism = make_mechanism(name, **StreamSpec.mechanism_kwargs(spec, name))
+    rng = insecure_seeded_randomness(spec.seed)
+    for batch in spec.batches(dynamic=dynamic):
+        release = mechanism.step(batch, rng)
+        population = mechanism.population
+        charges = release.charges
+        assert np.array_equal(charges.cohort_of, population.cohort_of)
+        assert not charges.cohort_of.flags.writeable
+        assert np.array_equal(charges.waiting_users, np.flatnonzero(population.cohort_of == WAITING))
+        if not dynamic:
+            table = population.table.data
+            assert np.array_equal(charges.cohort_requirements.window, table["window"])
+            assert np.array_equal(charges.cohort_requirements.epsilon_units, table["epsilon_units"])
+            waiting = charges.waiting_users
+            if waiting.size:
+                assert np.array_equal(charges.waiting_requirements.window, population.cohorts.requirement_of(waiting).window)

@@ -1,9 +1,10 @@
 """Writes ``population_old_layout.npz``: mechanism state saved by the single-class ``Population``.
 
-Run with the code of commit d3e53d7 (the last with ``population.*`` state arrays) first on the path::
+Run it with the code of commit d3e53d7 (the last with ``population.*`` state arrays) on the path::
 
-    git archive d3e53d7 | tar -x -C /tmp/old
-    cd /tmp/old && python /path/to/tests/transforms/mechanisms/old_population_layout.py /path/to/tests/transforms/mechanisms/data
+    git archive d3e53d7 | tar -x -C /tmp/old && cd /tmp/old
+    HERE=$REPO/tests/transforms/mechanisms/population
+    PYTHONPATH=. python $HERE/old_population_layout.py $HERE/data
 
 For each mechanism it runs :func:`batches` for ``SAVED`` slots, stores ``to_bytes()``, then continues
 with a fresh seeded generator and stores what every later slot released, so that a test can load the

@@ -6,10 +6,11 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from conftest import admit, run_with_ledger
+from conftest import run_with_ledger
 from transforms.mechanisms import DynamicRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.population import CohortTable, DynamicCohorts, UserRegistry
 
 
 def test_dynamic_cohorts_split_exactly_and_move_whole_in_place():
@@ -94,3 +95,23 @@ def test_declaring_per_cohort_equals_the_general_path(data):
     for name in fast_state:
         assert np.array_equal(fast_state[name], slow_state[name]), name
     event(f"per-cohort declarations: {sum(shortcuts)}")
+
+
+def test_memberships_are_shared_while_cohorts_declare_in_place_and_renewed_when_one_splits():
+    policy = DynamicCohorts(UserRegistry(), CohortTable(DynamicCohorts.columns), None)
+
+    def declare(slot, users, levels):
+        batch = SlotBatch.of(users, [0] * len(users), DynamicRequirements.of(*zip(*levels)))
+        policy.registry.grow(int(batch.users.max()))
+        policy.declare(batch, slot, policy.registry.rows(batch.users))
+        policy.compact()
+
+    a, b = (1, 5.0, 4, 1.0), (2, 3.0, 3, 0.8)
+    declare(1, range(4), [a] * 4)
+    first = policy.memberships()
+    declare(2, range(4), [b] * 4)  # the whole cohort declares anew: in place
+    assert policy.memberships() is first and policy.in_force().forward_window.tolist() == [3]
+    declare(3, range(4), [a, a, b, b])  # half of it splits off
+    split = policy.memberships()
+    assert split.cohort_of[:4].tolist() == [1, 1, 0, 0] and first.cohort_of[:4].tolist() == [0, 0, 0, 0]
+    assert policy.sizes().tolist() == [2, 2] and policy.in_force().forward_window.tolist() == [3, 4]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import admit, run_with_ledger
+from conftest import run_with_ledger
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from transforms.mechanisms.personalized import fixed_share
-from transforms.mechanisms.population import WAITING
+from transforms.mechanisms.population import WAITING, CohortTable, FixedCohorts, UserRegistry
 
 
 def fixed(windows, epsilons):
@@ -122,3 +121,66 @@ def test_a_cancelled_change_rejoins_the_old_history_even_after_compaction(monkey
     releases, ledger = run_with_ledger(pbd, batches)
     assert pbd.population.table.rows == n  # the held cohorts survived compaction
     assert ledger.ok, ledger.violations[:3]
+
+
+# ---------------------------------------------------------------- the policy on its own
+
+
+def fixed_cohorts() -> FixedCohorts:
+    return FixedCohorts(UserRegistry(), CohortTable(FixedCohorts.columns), None)
+
+
+def declare(policy: FixedCohorts, slot: int, users, requirements: FixedRequirements | None = None) -> None:
+    """What the population does with a slot's declarations: rows first, then the policy."""
+    batch = SlotBatch.of(users, [0] * len(users), requirements)
+    policy.registry.grow(int(batch.users.max(initial=-1)))
+    policy.declare(batch, slot, policy.registry.rows(batch.users))
+    policy.compact()
+
+
+def test_requirements_in_force_follow_the_cohorts_as_they_are_created():
+    policy = fixed_cohorts()
+    declare(policy, 1, [0, 1], fixed([2, 2], [1.0, 1.0]))
+    first = policy.in_force()
+    assert first.window.tolist() == [2] and policy.in_force() is first  # kept while nothing changes
+    declare(policy, 2, [2], fixed([5], [1.0]))
+    assert policy.in_force().window.tolist() == [2, 5] and first.window.tolist() == [2]
+    assert policy.sizes().tolist() == [2, 1]
+
+
+def test_memberships_follow_a_change_from_waiting_to_in_force():
+    policy = fixed_cohorts()
+    declare(policy, 1, [0, 1], fixed([2, 2], [1.0, 1.0]))
+    declare(policy, 2, [0], fixed([3], [0.5]))  # in force from slot 2 + 3 - 1 = 4
+    waiting = policy.memberships()
+    assert waiting.waiting_users.tolist() == [0] and waiting.waiting_requirements.window.tolist() == [2]
+    assert waiting.cohort_of[0] == WAITING and policy.sizes().tolist() == [1]
+    declare(policy, 3, [])
+    assert policy.memberships().waiting_users.tolist() == [0]
+    declare(policy, 4, [])
+    active = policy.memberships()
+    assert active.waiting_users.size == 0 and active.waiting_requirements is None
+    assert policy.in_force().window[active.cohort_of[0]] == 3 and policy.sizes().tolist() == [1, 1]
+    assert waiting.cohort_of[0] == WAITING  # the snapshot a release of slot 2 holds did not change
+
+
+def test_a_waiting_user_who_declares_a_third_requirement_waits_for_that_one():
+    policy = fixed_cohorts()
+    declare(policy, 1, [0], fixed([2], [1.0]))
+    declare(policy, 2, [0], fixed([5], [1.0]))   # would take effect at 6
+    declare(policy, 3, [0], fixed([2], [2.0]))   # replaces it: takes effect at 4
+    assert policy.memberships().waiting_users.tolist() == [0] and policy.waiting == 1
+    declare(policy, 4, [])
+    assert policy.waiting == 0 and policy.requirement_of(np.array([0])).epsilon_units.tolist() == [to_units(2.0)]
+
+
+def test_state_round_trips_with_users_waiting():
+    policy = fixed_cohorts()
+    declare(policy, 1, [0, 1, 2], fixed([2, 2, 3], [1.0, 1.0, 1.0]))
+    declare(policy, 2, [1], fixed([4], [1.0]))
+    copy = FixedCohorts(policy.registry, policy.table, None)
+    copy.load_state_arrays(policy.state_arrays())
+    assert copy.waiting == 1 and copy.memberships().waiting_users.tolist() == [1]
+    assert copy.memberships().waiting_requirements.window.tolist() == [2]
+    declare(copy, 5, [])
+    assert copy.requirement_of(np.array([1])).window.tolist() == [4]

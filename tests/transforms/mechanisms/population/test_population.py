@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import old_population_layout
 from conftest import admit, run_with_ledger
 from streams import StreamSpec
 from test_mechanisms import specs
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.personalized import fixed_share
 from transforms.mechanisms.population import WAITING
+
+FIXTURE = Path(__file__).parent / "data" / "population_old_layout.npz"
 
 
 def fixed(windows, epsilons):
@@ -81,3 +88,77 @@ def test_releases_report_the_memberships_and_requirements_of_their_slot(spec, na
             waiting = charges.waiting_users
             if waiting.size:
                 assert np.array_equal(charges.waiting_requirements.window, population.cohorts.requirement_of(waiting).window)
+
+
+@settings(max_examples=30, deadline=None)
+@given(spec=specs, name=st.sampled_from(["pbd", "pba", "adaptive", "dpbd", "bd"]), carry=st.booleans())
+def test_everything_kept_between_slots_equals_a_recomputation(spec, name, carry):
+    """Sizes, shares, requirements in force and cells are kept while nothing changes; at every slot each
+    must equal what the live state gives when computed afresh."""
+    dynamic = name == "dpbd"
+    mechanism = make_mechanism(name, carry_forward=carry, **StreamSpec.mechanism_kwargs(spec, name))
+    population = mechanism.population
+    rng = insecure_seeded_randomness(spec.seed)
+    last = np.full(spec.users + 16, -1)  # the registry's capacity is at least 16
+    for batch in spec.batches(dynamic=dynamic):
+        mechanism.step(batch, rng)
+        table = population.table
+        live = population.registry.state_arrays()["cohort_of"]
+        rows = live[live >= 0]
+        assert np.array_equal(population.cohorts.sizes(), np.bincount(rows, minlength=table.rows))
+        assert np.array_equal(population.cohorts.sizes(), table.size)
+        if not dynamic:
+            in_force = population.in_force()
+            assert np.array_equal(in_force.window, table.data["window"])
+            assert np.array_equal(in_force.epsilon_units, table.data["epsilon_units"])
+            if name != "bd":
+                share = fixed_share(population)
+                assert np.array_equal(share, table.data["epsilon_units"] // (2 * table.data["window"]))
+        reporting = batch.values >= 0
+        last[batch.users[reporting]] = batch.values[reporting]
+        users, values = (np.arange(live.size), last[:live.size]) if carry else (batch.users, batch.values)
+        groups = live[users]
+        keep = (groups >= 0) & (values >= 0)
+        if mechanism.samples_cohorts:
+            cells = mechanism._last_cells
+            counts = np.bincount(cells.cohort * spec.bins + cells.bin, weights=cells.count,
+                                 minlength=table.rows * spec.bins).astype(np.int64)
+            assert np.array_equal(counts, np.bincount(groups[keep] * spec.bins + values[keep],
+                                                      minlength=table.rows * spec.bins))
+        assert np.array_equal(mechanism.exact_histogram_for_evaluation(),
+                              np.bincount(values[keep], minlength=spec.bins))
+
+
+# ---------------------------------------------------------------- state
+
+
+@pytest.mark.parametrize("name", list(old_population_layout.MECHANISMS))
+def test_a_checkpoint_of_the_single_class_population_resumes_identically(name):
+    """State saved before the split (``population.*`` arrays, by commit d3e53d7's code, see
+    old_population_layout.py) loads, continues with the same releases and charges, and saves in the new layout."""
+    with np.load(FIXTURE) as data:
+        fixture = {key[len(name) + 1:]: data[key] for key in data.files if key.startswith(f"{name}.")}
+    with np.load(io.BytesIO(fixture["payload"].tobytes()), allow_pickle=False) as data:
+        arrays = {key: data[key] for key in data.files if key != "__header__"}
+    assert "population.cohort_of" in arrays  # the old layout
+    stream = old_population_layout.batches(dynamic=name.startswith("dp"))
+    mechanism = make_mechanism(name, **old_population_layout.MECHANISMS[name])
+    mechanism.load_state_arrays(arrays)
+    resaved = mechanism.to_bytes()
+    continued = old_population_layout.continuation(mechanism, stream)
+    for key in ("histograms", "kinds", "units"):
+        assert np.array_equal(continued[key], fixture[key]), key
+    again = type(mechanism).from_bytes(mechanism.params, resaved)
+    assert not any(key.startswith("population.") for key in again.state_arrays())
+    for key, values in old_population_layout.continuation(again, stream).items():
+        assert np.array_equal(values, fixture[key]), key
+
+
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_each_part_saves_its_own_state(name):
+    mechanism = make_mechanism(name, **old_population_layout.MECHANISMS[name])
+    rng = insecure_seeded_randomness(0)
+    for batch in old_population_layout.batches(dynamic=name.startswith("dp"))[:4]:
+        mechanism.step(batch, rng)
+    parts = {key.split(".")[0] for key in mechanism.state_arrays()} - {"slot", "last_release", "extra"}
+    assert parts == ({"registry", "table", "cohorts"} if name == "pbd" else {"registry", "table"})

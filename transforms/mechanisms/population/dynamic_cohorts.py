@@ -8,6 +8,8 @@ place.  Every live forward declaration repeats at each slot unless replaced.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
@@ -36,10 +38,11 @@ class DynamicCohorts(CohortPolicy):
         table = self.table
         table.push("declared_forward_window", table.data["forward_window"])
         table.push("declared_forward_units", table.data["forward_units"])
-        users, reqs = self.declarations(batch, rows)
-        if reqs is None:
+        users, declaration = self.declarations(batch, rows)
+        if declaration is None:
             return
-        declared = (reqs.backward_window, reqs.backward_units, reqs.forward_window, reqs.forward_units)
+        reqs = cast(DynamicRequirements, declaration)  # the batch was validated against the kind
+        declared: tuple[np.ndarray, ...] = (reqs.backward_window, reqs.backward_units, reqs.forward_window, reqs.forward_units)
         table.widen(int(max(reqs.backward_window.max(), reqs.forward_window.max())))
         rows = self.registry.rows(users)
         if self._declare_per_cohort(rows, declared):

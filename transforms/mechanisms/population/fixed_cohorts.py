@@ -9,12 +9,15 @@ Declaring the old requirement again during the wait cancels the change
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.population.cohorts import CohortPolicy, Memberships
-from transforms.mechanisms.population.table import UNREGISTERED, WAITING, Column, read_only_copy
-from transforms.mechanisms.requirements import FixedRequirements
+from transforms.mechanisms.population.registry import UserRegistry
+from transforms.mechanisms.population.table import UNREGISTERED, WAITING, CohortTable, Column, read_only_copy
+from transforms.mechanisms.requirements import FixedRequirements, Requirements
 
 _PER_USER = ("window_of", "units_of", "pending_from", "pending_window", "pending_units")
 
@@ -24,7 +27,7 @@ class FixedCohorts(CohortPolicy):
 
     columns = {"window": Column(), "epsilon_units": Column()}
 
-    def __init__(self, registry, table, default_requirement):
+    def __init__(self, registry: UserRegistry, table: CohortTable, default_requirement: Requirements | None):
         super().__init__(registry, table, default_requirement)
         self._per_user = {name: np.zeros(0, np.int64) for name in _PER_USER}
         self.waiting = 0  # how many users wait for a changed requirement
@@ -101,9 +104,10 @@ class FixedCohorts(CohortPolicy):
         return rows[inverse.reshape(-1)]
 
     def _declare(self, batch: SlotBatch, slot: int, rows: np.ndarray) -> None:
-        users, reqs = self.declarations(batch, rows)
-        if reqs is None:
+        users, declared = self.declarations(batch, rows)
+        if declared is None:
             return
+        reqs = cast(FixedRequirements, declared)  # the batch was validated against the kind
         w, u = reqs.window, reqs.epsilon_units
         state = self.registry.rows(users)
         window_of, units_of = self._user_array("window_of"), self._user_array("units_of")

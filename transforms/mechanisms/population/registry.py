@@ -18,7 +18,7 @@ from transforms.mechanisms.population.table import UNREGISTERED, WAITING, read_o
 class UserRegistry:
     """Who is registered, in which cohort row (or WAITING), and each user's last value (carry-forward)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cohort_of = np.zeros(0, np.int64)
         self._value_of = np.zeros(0, np.int64)
         self.version = 0

@@ -26,7 +26,7 @@ class CohortTable:
     (or state is loaded), so what is derived from the rows can be kept until it does.
     """
 
-    def __init__(self, columns: dict[str, Column]):
+    def __init__(self, columns: dict[str, Column]) -> None:
         self.columns = dict(columns)
         self.width = 1
         self.rows = 0
@@ -65,7 +65,7 @@ class CohortTable:
         self.version += 1
         for name, col in self.columns.items():
             if col.history:
-                pad = np.full((self.rows, width - self.width), col.fill, dtype=col.dtype)
+                pad: np.ndarray = np.full((self.rows, width - self.width), col.fill, dtype=col.dtype)
                 self.data[name] = np.concatenate([self.data[name], pad], axis=1)
         self.width = width
 

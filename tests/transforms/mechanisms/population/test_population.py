@@ -99,7 +99,7 @@ def test_everything_kept_between_slots_equals_a_recomputation(spec, name, carry)
     mechanism = make_mechanism(name, carry_forward=carry, **StreamSpec.mechanism_kwargs(spec, name))
     population = mechanism.population
     rng = insecure_seeded_randomness(spec.seed)
-    last = np.full(spec.users + 16, -1)  # the registry's capacity is at least 16
+    last = np.full(2 * spec.users + 16, -1)  # the registry grows at most to twice the users, or 16
     for batch in spec.batches(dynamic=dynamic):
         mechanism.step(batch, rng)
         table = population.table

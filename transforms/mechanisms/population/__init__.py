@@ -75,7 +75,6 @@ class Population:
         if overlap:
             raise ValueError(f"column names reserved by the population: {sorted(overlap)}")
         self.kind = kind
-        self.bins = bins
         self.default_requirement = default_requirement
         self.registry = UserRegistry()
         self.table = CohortTable({**policy.columns, **columns})

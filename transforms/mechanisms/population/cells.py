@@ -24,8 +24,8 @@ class CellBuilder:
         self.bins = bins
         self.carry_forward = carry_forward
         self.registry = registry
-        self._row_keys: tuple[tuple[int, int], np.ndarray] | None = None
-        self._dense_index: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
+        self._row_keys: tuple[int, np.ndarray] | None = None
+        self._dense_index: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def cells(self, batch: SlotBatch, groups: np.ndarray, rows: np.ndarray, all_report: bool, by_cohort: bool,
               cohorts: int, registered: bool = False, dense: bool = False) -> Cells:
@@ -64,14 +64,15 @@ class CellBuilder:
 
     def _keys_of_rows(self, rows: np.ndarray) -> np.ndarray:
         """``rows * bins`` for the rows of users 0..n-1, kept while memberships are unchanged."""
-        key = (self.registry.version, rows.size)
-        if self._row_keys is None or self._row_keys[0] != key:
-            self._row_keys = (key, rows * self.bins)
-        return self._row_keys[1]
+        kept = self._row_keys
+        if kept is None or kept[0] != self.registry.version or kept[1].size != rows.size:
+            kept = self._row_keys = (self.registry.version, rows * self.bins)
+        return kept[1]
 
     def _index(self, cohorts: int) -> tuple[np.ndarray, np.ndarray]:
         """The (cohort, bin) of every dense cell."""
-        key = (cohorts, self.bins)
-        if self._dense_index is None or self._dense_index[0] != key:
-            self._dense_index = (key, (np.repeat(np.arange(cohorts), self.bins), np.tile(np.arange(self.bins), cohorts)))
-        return self._dense_index[1]
+        kept = self._dense_index
+        if kept is None or kept[0] != cohorts:
+            kept = self._dense_index = (cohorts, (np.repeat(np.arange(cohorts), self.bins),
+                                                  np.tile(np.arange(self.bins), cohorts)))
+        return kept[1]

@@ -3,8 +3,8 @@
 A policy (:class:`~.fixed_cohorts.FixedCohorts` or
 :class:`~.dynamic_cohorts.DynamicCohorts`, chosen once by the requirement
 kind) owns the cohort table's requirement columns and applies each slot's
-declarations.  Everything it derives is kept per ``(registry version, table
-version)``, which every change of memberships or rows moves.
+declarations.  Everything it derives is kept per version: the registry's and the
+table's counters, which every change of memberships or rows moves.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class CohortPolicy(abc.ABC):
         self.registry = registry
         self.table = table
         self.default_requirement = default_requirement
-        self._kept: dict[str, tuple[tuple, object]] = {}
+        self._kept: dict[str, tuple[int, object]] = {}
 
     # ------------------------------------------------------------------ per slot
     @abc.abstractmethod
@@ -67,12 +67,13 @@ class CohortPolicy(abc.ABC):
         return self.kept("sizes", lambda: read_only_copy(self.table.size))
 
     # ------------------------------------------------------------------ derived state
-    def _version(self) -> tuple:
-        return self.registry.version, self.table.version
+    def version(self) -> int:
+        """Moves whenever memberships or the table's rows change (a sum of counters that only grow)."""
+        return self.registry.version + self.table.version
 
     def kept(self, name: str, compute):
-        """``compute()``, kept until memberships or the table's rows change (so never stale)."""
-        version = self._version()
+        """``compute()``, kept until :meth:`version` moves (so never stale)."""
+        version = self.version()
         entry = self._kept.get(name)
         if entry is None or entry[0] != version:
             entry = self._kept[name] = (version, compute())

@@ -31,7 +31,7 @@ class FixedCohorts(CohortPolicy):
         super().__init__(registry, table, default_requirement)
         self._per_user = {name: np.zeros(0, np.int64) for name in _PER_USER}
         self.waiting = 0  # how many users wait for a changed requirement
-        self.version = 0  # moves with every change of the per-user arrays
+        self.changes = 0  # moves with every change of the per-user arrays
 
     def _user_array(self, name: str) -> np.ndarray:
         """Per-user array ``name``, as long as the registry's capacity (new users read 0)."""
@@ -42,11 +42,11 @@ class FixedCohorts(CohortPolicy):
         return values
 
     def _write(self, name: str, users: np.ndarray, values) -> None:
-        self.version += 1
+        self.changes += 1
         self._user_array(name)[users] = values
 
-    def _version(self) -> tuple:
-        return self.registry.version, self.table.version, self.version
+    def version(self) -> int:
+        return self.registry.version + self.table.version + self.changes
 
     # ------------------------------------------------------------------ reading
     def steady(self, batch: SlotBatch) -> bool:
@@ -161,7 +161,7 @@ class FixedCohorts(CohortPolicy):
         return arrays
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        self.version += 1
+        self.changes += 1
         self.waiting = int(arrays["waiting"])
         for name in _PER_USER:
             self._per_user[name] = np.array(arrays[name], np.int64)

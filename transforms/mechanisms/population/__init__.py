@@ -34,6 +34,12 @@ same budget at every slot, so a mechanism keeps one budget trajectory per
 * the number of registered users per cohort is public (the requirements are
   public mechanism parameters, spec §1.7), so OBS counts registered users,
   never only the ones present in a slot, which would leak presence.
+
+**Parts**, each owning its state, what it derives from it, and its saved arrays:
+``registry`` (users: cohort row, last value), ``table`` (per-cohort rows),
+``cohorts`` (the policy of the requirement kind: ``fixed_cohorts`` or
+``dynamic_cohorts``, chosen once), ``cells`` (each slot's counts).
+:class:`Population` puts them together for :class:`~transforms.mechanisms.base.Mechanism`.
 """
 
 from __future__ import annotations
@@ -74,7 +80,6 @@ class Population:
         overlap = policy.columns.keys() & columns.keys()
         if overlap:
             raise ValueError(f"column names reserved by the population: {sorted(overlap)}")
-        self.kind = kind
         self.default_requirement = default_requirement
         self.registry = UserRegistry()
         self.table = CohortTable({**policy.columns, **columns})
@@ -147,21 +152,23 @@ class Population:
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Inverse of :meth:`state_arrays`; also reads the single-object layout older checkpoints have."""
         if "population.waiting" in arrays:
-            arrays = _from_old_layout(arrays, self.kind)
+            arrays = _from_old_layout(arrays)
         for part in self._PARTS:
             prefix = f"{part}."
             getattr(self, part).load_state_arrays(
                 {name[len(prefix):]: values for name, values in arrays.items() if name.startswith(prefix)})
 
 
-def _from_old_layout(arrays: dict[str, np.ndarray], kind: type) -> dict[str, np.ndarray]:
+_REGISTRY_ARRAYS = ("cohort_of", "value_of")
+
+
+def _from_old_layout(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Names of checkpoints written when one class held the population (``population.*``)."""
     renamed = {name: values for name, values in arrays.items() if name.startswith("table.")}
-    renamed["registry.cohort_of"] = arrays["population.cohort_of"]
-    renamed["registry.value_of"] = arrays["population.value_of"]
-    if kind is FixedRequirements:
-        for name in ("window_of", "units_of", "pending_from", "pending_window", "pending_units", "waiting"):
-            renamed[f"cohorts.{name}"] = arrays[f"population.{name}"]
+    for name, values in arrays.items():
+        if name.startswith("population."):
+            short = name[len("population."):]
+            renamed[f"registry.{short}" if short in _REGISTRY_ARRAYS else f"cohorts.{short}"] = values
     return renamed
 
 

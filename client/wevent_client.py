@@ -114,7 +114,7 @@ def oracle_parameters(oracle: str, epsilon_units: int, d: int) -> tuple[int, int
     while not small_enough(q):
         q += 1
     p = denominator - others * q
-    if p < q:
+    if p <= q:  # a ratio of 1 would be pure noise: refuse rather than report nothing
         raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of {oracle}"
                          f" with d={d}")
     return p, q, denominator
@@ -127,10 +127,10 @@ def realised_epsilon_units(oracle: str, epsilon_units: int, d: int) -> int:
     ratio = Fraction(p, q)
     with decimal.localcontext() as context:
         context.prec = 50
-        units = max(0, int((decimal.Decimal(p) / q).ln() * UNITS_PER_EPSILON))  # a guess
+        units = max(1, int((decimal.Decimal(p) / q).ln() * UNITS_PER_EPSILON))  # a guess
     while not _exp_at_least(units, ratio):
         units += 1
-    while units > 0 and _exp_at_least(units - 1, ratio):
+    while units > 1 and _exp_at_least(units - 1, ratio):
         units -= 1
     return units
 
@@ -284,5 +284,5 @@ class WEventClient:
         client = cls(data["user"], data["window"], data["budget"], value_of, randbits=randbits)
         for slot, spent in data["spent"]:
             client._slots.append(int(slot))
-            client._spent[int(slot)] = epsilon_units_from_string(spent) if spent != "0" else 0
+            client._spent[int(slot)] = epsilon_units_from_string(spent)
         return client

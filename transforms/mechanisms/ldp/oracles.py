@@ -98,10 +98,8 @@ def _exact_parameters(kind: str, epsilon_units: int, d: int) -> tuple[int, int, 
 
     q = _certified(q_bounds)
     p = denominator - others * q
-    if p < q:
+    if p <= q:  # a ratio of 1 would be pure noise: refuse rather than report nothing
         raise ValueError(f"epsilon of {epsilon_units} units is below the resolution of {kind} with d={d}")
-    if p == q:
-        return p, q, denominator, 0
 
     def units_bounds(precision: int) -> tuple[int, int]:
         p_low, p_high = _bracket("ln", decimal.Decimal(p), precision)  # ln(P/Q) = ln P - ln Q, P and Q exact

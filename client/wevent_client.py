@@ -157,8 +157,10 @@ def _check_oracle_arguments(oracle: str, epsilon_units: int, d: int) -> None:
 
 def epsilon_units_from_string(text: str) -> int:
     """Exact budget units of a decimal string; ``ValueError`` unless it is a positive multiple of 10^-12."""
+    if not isinstance(text, str):
+        raise ValueError(f"epsilon must be a decimal string, got {text!r}")
     try:
-        value = Fraction(decimal.Decimal(str(text).strip()))
+        value = Fraction(decimal.Decimal(text.strip()))
     except (ArithmeticError, ValueError):
         raise ValueError(f"epsilon must be a decimal string, got {text!r}") from None
     units = value * UNITS_PER_EPSILON
@@ -200,9 +202,10 @@ def perturb(oracle: str, value: int, epsilon_units: int, d: int, randbits=secret
 class WEventClient:
     """One user's device: answers requests while every window of ``window`` slots spends at most ``budget``.
 
-    ``value_of(slot)`` returns the user's value (an int in ``[0, d)``) at a slot.  The spent budget is kept
-    for the last ``window`` answered slots only; a request older than that horizon is refused as ``stale``
-    because its windows can no longer be checked.  :meth:`state` / :meth:`from_state` persist the
+    ``value_of(slot)`` returns the user's value (an int in ``[0, d)``) at a slot.  Slots may be answered out of
+    order within one window: a request for a slot ``window`` or more before the latest answered one is refused
+    as ``stale``, and the spent budget is kept for the slots a window of an acceptable request can contain
+    (the last ``2·window - 1``).  :meth:`state` / :meth:`from_state` persist the
     bookkeeping (JSON) across restarts.
     """
 
@@ -245,7 +248,9 @@ class WEventClient:
         payload = perturb(oracle, value, units, d, self._randbits)
         bisect.insort(self._slots, slot)
         self._spent[slot] = charge
-        horizon = self._slots[-1] - self.window  # keep what a later window can still contain
+        # A later request is for a slot s > latest - window (else stale); its windows reach back to
+        # s - window + 1 > latest - 2·window + 1, so older slots can go.
+        horizon = self._slots[-1] - 2 * self.window + 1
         while self._slots[0] <= horizon:
             del self._spent[self._slots.pop(0)]
         return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,

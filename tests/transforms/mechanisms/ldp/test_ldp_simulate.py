@@ -1,7 +1,8 @@
 """Simulated users: per-user reports and the aggregate shortcut agree in distribution; the estimators are unbiased.
 
 False-failure budget: each statistical assertion here has false-failure probability (FFP) ``ALPHA = 1e-7``
-when the implementation is right; there are 14 of them, so the file's joint FFP is below 2e-6.  Every test of
+when the implementation is right (or, for a power rejection, a miss probability below ``POWER_MISS``); there
+are 16 of them, so their joint FFP is below 2e-6 (the large-batch check states its own).  Every test of
 a null hypothesis has a power check: the same test applied to draws from a deliberately wrong oracle
 (eps 20% off) must reject, and its miss probability is computed (noncentral chi-square or normal) and
 asserted below ``POWER_MISS = 1e-7``.  The generator is the secure one, so the draws are fresh every run.

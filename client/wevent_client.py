@@ -158,7 +158,7 @@ def _check_oracle_arguments(oracle: str, epsilon_units: int, d: int) -> None:
 def epsilon_units_from_string(text: str) -> int:
     """Exact budget units of a decimal string; ``ValueError`` unless it is a positive multiple of 10^-12."""
     if not isinstance(text, str):
-        raise ValueError(f"epsilon must be a decimal string, got {text!r}")
+        raise ValueError(f"epsilon must be a decimal string, got {text!r}")  # noqa: TRY004
     try:
         value = Fraction(decimal.Decimal(text.strip()))
     except (ArithmeticError, ValueError):
@@ -283,7 +283,7 @@ class WEventClient:
                            "spent": [[t, units_to_decimal_string(self._spent[t])] for t in self._slots]})
 
     @classmethod
-    def from_state(cls, text: str, value_of, *, randbits=secrets.randbits) -> "WEventClient":
+    def from_state(cls, text: str, value_of, *, randbits=secrets.randbits) -> WEventClient:
         """A client continuing the bookkeeping saved by :meth:`state`."""
         data = json.loads(text)
         client = cls(data["user"], data["window"], data["budget"], value_of, randbits=randbits)

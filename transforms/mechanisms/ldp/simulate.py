@@ -4,7 +4,9 @@ Two ways to get what a batch of reporters would send, equal in distribution
 (spec §3.5; a test checks it):
 
 * :func:`perturb_values`, user by user: each reporter's value in, each report
-  out (GRR: the reported value; OUE: the d bits).
+  out (GRR: the reported value from one 64-bit draw; OUE: the d bits, each an
+  exact coin from :func:`~transforms.mechanisms.noise.coins.coins_below`, about
+  2 bytes of keystream per bit).
 * :func:`aggregate_counts`, the aggregate shortcut: the true counts in, the
   counts the reports would sum to out, without any user's report.  OUE draws
   ``C'[k] = Binomial(m[k], 1/2) + Binomial(n' - m[k], q)`` as exact coins
@@ -23,8 +25,9 @@ import numpy as np
 
 from transforms.mechanisms.ldp.oracles import FrequencyOracle, oracle_for
 from transforms.mechanisms.noise import Randomness, count_successes, secure_randomness
+from transforms.mechanisms.noise.coins import coins_below
 
-CHUNK_COINS = 1 << 22
+CHUNK_COINS = 1 << 20
 """Largest number of coins (OUE bits) drawn in one piece: bounds the memory of large batches."""
 _HALF = np.uint64(1 << 31)
 
@@ -52,16 +55,22 @@ def perturb_values(oracle: FrequencyOracle, values, rng: Randomness | None = Non
     values = _check_values(values, oracle.d)
     if oracle.kind == "grr":
         return _grr(oracle, values, rng)
-    bits = np.empty((values.size, oracle.d), dtype=bool)
     rows = max(1, CHUNK_COINS // oracle.d)
-    for start in range(0, values.size, rows):
-        chunk = values[start:start + rows]
-        draws = rng.uint32(chunk.size * oracle.d).reshape(chunk.size, oracle.d)
-        out = bits[start:start + chunk.size]
-        np.less(draws, np.uint32(oracle.other), out=out)
-        index = np.arange(chunk.size)
-        out[index, chunk] = draws[index, chunk] < _HALF
-    return bits
+    return np.concatenate([_oue(oracle, values[start:start + rows], rng) for start in range(0, values.size, rows)]
+                          or [np.zeros((0, oracle.d), dtype=bool)])
+
+
+def _oue(oracle: FrequencyOracle, values: np.ndarray, rng: Randomness) -> np.ndarray:
+    """OUE bits: coin ``(i, k)`` is 1 iff a uniform 32-bit draw is below 2**31 (k = value) or ``Q`` (else)."""
+    index = np.arange(values.size)
+    high = np.full((values.size, oracle.d), oracle.other >> 16, dtype=np.uint16)
+    high[index, values] = 1 << 15  # 2**31 = 0x8000 · 2**16 + 0
+
+    def low_thresholds_of(ties: np.ndarray) -> np.ndarray:
+        own = values[ties // oracle.d] == ties % oracle.d
+        return np.where(own, 0, oracle.other & 0xFFFF).astype(np.uint32)
+
+    return coins_below(high, low_thresholds_of, rng)
 
 
 def _grr(oracle: FrequencyOracle, values: np.ndarray, rng: Randomness) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 False-failure budget: each statistical assertion here has false-failure probability (FFP) ``ALPHA = 1e-7``
 when the implementation is right (or, for a power rejection, a miss probability below ``POWER_MISS``); there
-are 16 of them, so their joint FFP is below 2e-6 (the large-batch check states its own).  Every test of
+are 20 of them, so their joint FFP is below 2e-6 (the large-batch check states its own).  Every test of
 a null hypothesis has a power check: the same test applied to draws from a deliberately wrong oracle
 (eps 20% off) must reject, and its miss probability is computed (noncentral chi-square or normal) and
 asserted below ``POWER_MISS = 1e-7``.  The generator is the secure one, so the draws are fresh every run.
@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from transforms.mechanisms.budget import to_units
-from transforms.mechanisms.ldp import aggregate_counts, locsan, oracle_for, perturb_values, report_counts
+from transforms.mechanisms.ldp import aggregate_counts, ldp_variance, locsan, oracle_for, perturb_values, report_counts
 from transforms.mechanisms.ldp.oracles import FrequencyOracle
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 
@@ -107,7 +107,8 @@ def test_a_wrong_probability_is_detected(kind):
 
 @pytest.mark.parametrize("kind, d", [("grr", 5), ("oue", 20)])
 def test_estimates_are_unbiased(kind, d):
-    """Mean of R estimates vs the truth: z-test per item (Bonferroni over d), with the exact variance."""
+    """Mean of R estimates vs the truth: z-test per item (Bonferroni over d), with the exact variance; the
+    sample variances fit it too, and V(eps, n) is its average."""
     rng = secure_randomness()
     oracle = oracle_for(to_units("1"), d, kind)
     n, repeats = 2000, 2000
@@ -124,6 +125,16 @@ def test_estimates_are_unbiased(kind, d):
         return np.abs(mean - truth) >= z * sd_mean
 
     assert not rejected(oracle).any()
+    # V(eps, n) of spec §3.4 is the item-averaged exact variance (nominal e^eps vs the rounded p, q: 1e-6).
+    assert variance.mean() == pytest.approx(ldp_variance(1.0, d, n), rel=1e-6)
+    # Sample variances: (R-1)s^2/sigma^2 is chi-square with R-1 df (the estimates are near normal at n = 2000).
+    ratio = (repeats - 1) * np.array([oracle.estimate(c, n) for c in counts]).var(axis=0, ddof=1) / variance
+    assert (stats.chi2.cdf(ratio, repeats - 1) > ALPHA / (2 * d)).all()
+    assert (stats.chi2.sf(ratio, repeats - 1) > ALPHA / (2 * d)).all()
+    # Power: a variance 1.5 times off (the paper's printed GRR V is 1.6 times the exact one at d = 5) fails.
+    low, high = stats.chi2.isf([1 - ALPHA / (2 * d), ALPHA / (2 * d)], repeats - 1)
+    assert stats.chi2.cdf(1.5 * high, repeats - 1) - stats.chi2.cdf(1.5 * low, repeats - 1) < POWER_MISS
+    assert not low <= ratio[0] / 1.5 <= high
     # Power: estimating with the oracle of another budget (spec trap T11: eps 1.2 instead of 1) is biased.
     wrong = oracle_for(to_units("1.2"), d, kind)
     biased = (truth * p + (1 - truth) * q - float(wrong.q)) / float(wrong.p - wrong.q)

@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 
 GRR_DENOMINATOR = 1 << 64
@@ -159,14 +161,12 @@ class FrequencyOracle:
         """Size of one report: ``ceil(log2 d)`` for GRR, ``d`` for OUE (spec §6.3)."""
         return (self.d - 1).bit_length() if self.kind == "grr" else self.d
 
-    def estimate(self, counts, reporters: int):
+    def estimate(self, counts, reporters: int) -> np.ndarray:
         """Unbiased frequency estimates ``(C'/n' - q) / (p - q)`` from the report counts of ``n'`` reporters.
 
         ``counts[k]`` is the number of reports equal to k (GRR) or with bit k set (OUE); ``reporters`` is the
         number of users whose reports were counted (spec trap T1), not the population.
         """
-        import numpy as np
-
         if reporters <= 0:
             raise ValueError(f"reporters must be positive, got {reporters}")
         values = np.asarray(counts, dtype=np.float64)

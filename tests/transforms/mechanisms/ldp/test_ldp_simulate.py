@@ -2,9 +2,10 @@
 
 False-failure budget: each statistical assertion here has false-failure probability (FFP) ``ALPHA = 1e-7``
 when the implementation is right (or, for a power rejection, a miss probability below ``POWER_MISS``); there
-are 20 of them, so their joint FFP is below 2e-6 (the large-batch check states its own).  Every test of
+are 24 of them, so their joint FFP is below 3e-6 (the large-batch check states its own).  Every test of
 a null hypothesis has a power check: the same test applied to draws from a deliberately wrong oracle
-(eps 20% off) must reject, and its miss probability is computed (noncentral chi-square or normal) and
+(eps 20% off; 50% for the two-sample test of the joint counts, which has hundreds of degrees of freedom) must
+reject, and its miss probability is computed (noncentral chi-square or normal) and
 asserted below ``POWER_MISS = 1e-7``.  The generator is the secure one, so the draws are fresh every run.
 """
 
@@ -83,26 +84,43 @@ def test_aggregate_and_per_user_simulation_have_the_same_law(kind):
         pmf = _marginal_pmf(oracle, m, k)
         assert _gof_pvalue(per_user[:, k], pmf) > ALPHA
         assert _gof_pvalue(aggregate[:, k], pmf) > ALPHA
-    # Two-sample homogeneity of the joint vectors (categories seen fewer than 10 times in all are pooled).
-    keys, inverse = np.unique(np.vstack([per_user, aggregate]), axis=0, return_inverse=True)
+    assert _homogeneity(per_user, aggregate)[0] > ALPHA
+
+
+def _homogeneity(first: np.ndarray, second: np.ndarray) -> tuple[float, int]:
+    """p-value and degrees of freedom of the two-sample chi-square test of the joint C' vectors (categories
+    seen fewer than 10 times in all are pooled)."""
+    keys, inverse = np.unique(np.vstack([first, second]), axis=0, return_inverse=True)
     table = np.zeros((2, keys.shape[0]))
-    np.add.at(table, (np.repeat([0, 1], REPEATS), inverse.ravel()), 1)
+    np.add.at(table, (np.repeat([0, 1], [len(first), len(second)]), inverse.ravel()), 1)
     rare = table.sum(axis=0) < 10
     table = np.column_stack([table[:, ~rare], table[:, rare].sum(axis=1)])
-    assert stats.chi2_contingency(table).pvalue > ALPHA
+    result = stats.chi2_contingency(table)
+    return result.pvalue, result.dof
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["grr", "oue"])
 def test_a_wrong_probability_is_detected(kind):
-    """Power: per-user draws from the oracle at eps = 1.2 fail the fit to the law at eps = 1."""
+    """Power: per-user draws from the oracle at eps = 1.2 fail the fit to the law at eps = 1, and the
+    two-sample test tells draws at eps = 1.5 from draws at eps = 1."""
     rng = secure_randomness()
     m = BATCH[kind]
     right = oracle_for(to_units("1"), m.size, kind)
     wrong = oracle_for(to_units("1.2"), m.size, kind)
     pmf, wrong_pmf = _marginal_pmf(right, m, 0), _marginal_pmf(wrong, m, 0)
     assert _gof_power_miss(pmf, wrong_pmf, REPEATS) < POWER_MISS
-    assert _gof_pvalue(_per_user_counts(wrong, m, REPEATS, rng)[:, 0], pmf) <= ALPHA
+    wrong_counts = _per_user_counts(wrong, m, REPEATS, rng)
+    assert _gof_pvalue(wrong_counts[:, 0], pmf) <= ALPHA
+    # The two-sample test of the joint vectors has hundreds of degrees of freedom: it must catch eps = 1.5.
+    # Its noncentrality is at least that of the C'[0] marginal (coarsening can only lose it), so the miss
+    # probability at the joint test's degrees of freedom is at most this bound.
+    far = oracle_for(to_units("1.5"), m.size, kind)
+    far_pmf = _marginal_pmf(far, m, 0)
+    pvalue, dof = _homogeneity(_per_user_counts(right, m, REPEATS, rng), _per_user_counts(far, m, REPEATS, rng))
+    noncentrality = REPEATS * float(((pmf - far_pmf) ** 2 / (pmf + far_pmf)).sum())
+    assert stats.ncx2.cdf(stats.chi2.isf(ALPHA, dof), dof, noncentrality) < POWER_MISS
+    assert pvalue <= ALPHA
 
 
 @pytest.mark.parametrize("kind, d", [("grr", 5), ("oue", 20)])

@@ -265,13 +265,16 @@ class WEventClient:
             raise RequestRefused("invalid", f"missing fields {missing}")
         if request["user"] != self.user:
             raise RequestRefused("wrong_user", f"request for {request['user']!r}, this is {self.user!r}")
+        if not all(isinstance(request[k], str) for k in ("stream", "method")) \
+                or not isinstance(request.get("request_id", ""), (str, type(None))):
+            raise RequestRefused("invalid", "stream and method must be strings, request_id a string or null")
         slot, d = request["slot"], request["domain_size"]
         if type(slot) is not int or slot < 0:
             raise RequestRefused("invalid", f"slot must be an int >= 0, got {slot!r}")
         try:
             units = epsilon_units_from_string(request["epsilon"])
+            _check_oracle_arguments(request.get("oracle") or "grr", units, d)
             oracle = request.get("oracle") or choose_oracle(units, d)
-            _check_oracle_arguments(oracle, units, d)
         except ValueError as error:
             raise RequestRefused("invalid", str(error)) from None
         return slot, oracle, units, d

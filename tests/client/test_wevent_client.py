@@ -85,7 +85,9 @@ def test_refusals_charge_nothing_and_duplicates_are_refused():
     device.respond(_request(5))
     for request, code in [(_request(5), "duplicate"), (_request(1), "stale"), (_request(6, user="u2"), "wrong_user"),
                           (_request(6, epsilon="0.1234567890123"), "invalid"), (_request(6, epsilon=0.5), "invalid"),
-                          (_request(6, d=1), "invalid"), (_request(6, oracle="rappor"), "invalid"),
+                          (_request(6, d=1), "invalid"), (_request(6, d="5"), "invalid"),
+                          (_request(6, d=[5]), "invalid"), (_request(6, method=3), "invalid"),
+                          (_request(6, request_id=7), "invalid"), (_request(6, oracle=["grr"]), "invalid"), (_request(6, oracle="rappor"), "invalid"),
                           ({"slot": 6}, "invalid"), (_request(-1), "invalid"), ("{}", "invalid"),
                           (_request(6, epsilon="30"), "invalid")]:
         with pytest.raises(RequestRefused) as refused:

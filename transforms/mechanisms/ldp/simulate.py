@@ -78,9 +78,9 @@ def _grr(oracle: FrequencyOracle, values: np.ndarray, rng: Randomness) -> np.nda
     draws = _uint64(values.size, rng)
     keep = np.uint64(oracle.keep)
     moved = draws >= keep
-    other = (draws[moved] - keep) // np.uint64(oracle.other)  # uniform on [0, d-1): P + (d-1)Q = 2**64
+    other = ((draws[moved] - keep) // np.uint64(oracle.other)).astype(np.int64)  # uniform on [0, d-1)
     reports = values.copy()
-    reports[moved] = other.astype(np.int64) + (other.astype(np.int64) >= values[moved])
+    reports[moved] = other + (other >= values[moved])  # skip the true value
     return reports
 
 

@@ -17,16 +17,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client import wevent_client as client
-from client.wevent_client import RequestRefused, WEventClient
+import wevent_client as client
+from wevent_client import RequestRefused, WEventClient
 from schemas import validate
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp import FrequencyOracle, choose_oracle
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "transforms" / "mechanisms" / "ldp"))
-from ldp_grid import GRID  # noqa: E402
+from tests.transforms.mechanisms.ldp.ldp_grid import GRID
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 ALPHA = POWER_MISS = 1e-7
 
 
@@ -36,7 +35,7 @@ def test_client_imports_with_the_standard_library_only():
         "import sys\n"
         "for name in ('numpy', 'apache_beam', 'fastavro', 'pyarrow', 'scipy', 'transforms', 'schemas'):\n"
         "    sys.modules[name] = None\n"
-        f"sys.path.insert(0, {str(ROOT / 'client')!r})\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import wevent_client as c\n"
         "device = c.WEventClient('u1', 3, '1', lambda slot: 1)\n"
         "r = device.respond({'stream': 's', 'user': 'u1', 'slot': 0, 'method': 'lbu', 'epsilon': '0.5',"

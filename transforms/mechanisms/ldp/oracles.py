@@ -103,13 +103,19 @@ def _exact_parameters(kind: str, epsilon_units: int, d: int) -> tuple[int, int, 
     if p <= q:  # a ratio of 1 would be pure noise: refuse rather than report nothing
         raise ValueError(f"epsilon of {epsilon_units} units is below the resolution of {kind} with d={d}")
 
+    return p, q, denominator, log_ratio_units(p, q)
+
+
+def log_ratio_units(p: int, q: int) -> int:
+    """``ln(p/q)`` in budget units rounded up (the realised epsilon of a largest ratio ``p/q``), certified."""
+
     def units_bounds(precision: int) -> tuple[int, int]:
         p_low, p_high = _bracket("ln", decimal.Decimal(p), precision)  # ln(P/Q) = ln P - ln Q, P and Q exact
         q_low, q_high = _bracket("ln", decimal.Decimal(q), precision)
         low, high = p_low - q_high, p_high - q_low
         return math.ceil(low * UNITS_PER_EPSILON), math.ceil(high * UNITS_PER_EPSILON)
 
-    return p, q, denominator, _certified(units_bounds)
+    return _certified(units_bounds)
 
 
 @dataclass(frozen=True)

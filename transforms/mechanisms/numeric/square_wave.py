@@ -38,7 +38,8 @@ What the discretisation changes: the input moves to the grid (≤ ``1/(2m)``),
 continuous SW at the realised ``b, p, q`` is this law plus an independent
 uniform offset within the cell: the mean is the same, the variance smaller by
 ``1/(12m²)``), and the realised epsilon ``ln(P/Q)`` (rounded up to budget units,
-certified; ledgers charge it) is below the nominal one by about ``2**-31``.
+certified; ledgers charge it) is below the nominal one by the residue step of ``Q``: at most 3e-10 at the
+default 16 bits on the evaluation grid, up to 2e-5 at 24 bits (a budget below the step is refused).
 The spec's moment formulas (§2.3) hold exactly for the realised rational
 ``b = B/m``, ``p = P·m/2**64``, ``q = Q·m/2**64`` (they satisfy ``2bp + q = 1``).
 Draws come from the project's generator, secure by default.  The device module

@@ -28,6 +28,12 @@ tail bound), so the result does not depend on any floating-point or decimal
 rounding.  The collector's core (``transforms/mechanisms/ldp``) computes the
 same integers independently; a test asserts they agree.
 
+Numeric values: :class:`SquareWave` is the discretised Square Wave of
+``transforms/mechanisms/numeric/square_wave.py`` with the same integers (``B``,
+``P``, ``Q`` and the realised eps, certified here with the same Taylor bounds); its
+report is an output cell, drawn with one 64-bit integer.  It is a randomizer only:
+requests for numeric streams are not defined yet.
+
 Requests and reports are plain dicts (JSON): see ``schemas/request.avsc`` and
 ``schemas/report.avsc``.
 """
@@ -38,6 +44,7 @@ import bisect
 import decimal
 import functools
 import json
+import math
 import secrets
 from fractions import Fraction
 
@@ -228,8 +235,7 @@ class SquareWave:
     def grid_index(self, value: float, low: float = 0.0, high: float = 1.0, clip: bool = False) -> int:
         """The nearest grid point (half-way to even) of ``value`` in ``[low, high]``; outside raises unless
         ``clip``."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
-                or value in (float("inf"), float("-inf")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"value must be a finite number, got {value!r}")
         v = (float(value) - float(low)) / (float(high) - float(low))
         if clip:

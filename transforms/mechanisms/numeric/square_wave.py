@@ -58,7 +58,12 @@ import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.domain import Interval
-from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS, _certified, _exp_bracket, log_ratio_units
+from transforms.mechanisms.ldp.oracles import (
+    MAX_LDP_EPSILON_UNITS,
+    _certified,
+    _exp_bracket,
+    log_ratio_units,
+)
 from transforms.mechanisms.noise import Randomness, secure_randomness
 
 DENOMINATOR = 1 << 64
@@ -172,7 +177,7 @@ class SquareWave:
     realised_units: int
 
     @classmethod
-    def create(cls, epsilon_units: int, grid_bits: int = DEFAULT_GRID_BITS) -> "SquareWave":
+    def create(cls, epsilon_units: int, grid_bits: int = DEFAULT_GRID_BITS) -> SquareWave:
         """The square wave at ``epsilon_units`` budget units on a grid of ``2**grid_bits`` steps."""
         _check(epsilon_units, grid_bits)
         return cls(epsilon_units, grid_bits, *_exact_parameters(epsilon_units, grid_bits))

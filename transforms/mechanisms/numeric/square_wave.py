@@ -26,7 +26,7 @@ rational:
 * Rounding to the safe side: ``Q`` is the least integer with
   ``P/Q <= e^eps`` (``Q >= 2**64/(m + 2B·e^eps)``) in the residue class that
   makes ``P`` an integer (``Q ≡ 2**(64 - grid_bits)`` modulo the odd part of
-  ``2B``; a step of at most ``2B`` in about ``2**47``).  Every output cell
+  ``2B``: a step of at most ``2B``).  Every output cell
   has probability ``P`` or ``Q`` under every input, so the largest ratio of
   one output's probabilities under two inputs is ``P/Q <= e^eps``.  ``B`` and
   ``Q`` are certified, not trusted to floats: ``e^eps`` is bracketed by the
@@ -70,7 +70,7 @@ DENOMINATOR = 1 << 64
 """Every cell probability is an integer over this (one uniform 64-bit draw per report)."""
 DEFAULT_GRID_BITS = 16
 GRID_BITS_RANGE = (4, 24)
-"""Accepted ``grid_bits``: above 24 the residue step of ``Q`` would cost more than 1e-4 relative epsilon."""
+"""Accepted ``grid_bits``: above 24 the residue step of ``Q`` would cost about 1e-4 of epsilon or more."""
 
 
 # ------------------------------------------------------------------ the continuous law (spec §2.1, §2.3)

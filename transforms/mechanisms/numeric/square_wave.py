@@ -111,8 +111,8 @@ def sw_variance(v, b, p, q):
 
 
 def deviation_mean(v, b, p, q):
-    """``E[v - SW(v)] = q((1+2b)v - (b + 1/2))`` (the paper's formula, spec §2.3)."""
-    return q * ((1 + 2 * b) * v - b - Fraction(1, 2))
+    """``E[v - SW(v)] = q((1+2b)v - (b + 1/2)) = q(1+2b)(v - 1/2)`` (the paper's formula, spec §2.3)."""
+    return q * (1 + 2 * b) * (2 * v - 1) / 2
 
 
 def deviation_variance_at_one(b, p, q):

@@ -58,12 +58,8 @@ import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.domain import Interval
-from transforms.mechanisms.ldp.oracles import (
-    MAX_LDP_EPSILON_UNITS,
-    _certified,
-    _exp_bracket,
-    log_ratio_units,
-)
+from transforms.mechanisms.certified import certified, exp_bracket, log_ratio_units
+from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
 from transforms.mechanisms.noise import Randomness, secure_randomness
 
 DENOMINATOR = 1 << 64
@@ -136,7 +132,7 @@ def _exact_parameters(epsilon_units: int, grid_bits: int) -> tuple[int, int, int
     eps = Fraction(epsilon_units, UNITS_PER_EPSILON)
 
     def half_band_bounds(precision: int) -> tuple[int, int]:
-        low, high = _exp_bracket(epsilon_units, precision)
+        low, high = exp_bracket(epsilon_units, precision)
         if low <= 1 + eps:  # the bracket must separate e^eps from 1 + eps (b's denominator)
             return 0, 1
         numerators = ((eps - 1) * low + 1, (eps - 1) * high + 1)  # positive for eps > 0
@@ -144,15 +140,15 @@ def _exact_parameters(epsilon_units: int, grid_bits: int) -> tuple[int, int, int
         b_high = max(numerators) / (2 * low * (low - eps - 1))
         return math.floor(b_low * m + Fraction(1, 2)), math.floor(b_high * m + Fraction(1, 2))
 
-    half_band = max(1, _certified(half_band_bounds))  # b·m is never a half-integer: e^eps is transcendental
+    half_band = max(1, certified(half_band_bounds))  # b·m is never a half-integer: e^eps is transcendental
     band = 2 * half_band
 
     def least_q_bounds(precision: int) -> tuple[int, int]:
-        low, high = _exp_bracket(epsilon_units, precision)
+        low, high = exp_bracket(epsilon_units, precision)
         return math.ceil(DENOMINATOR / (m + band * high)), math.ceil(DENOMINATOR / (m + band * low))
 
     odd = band >> ((band & -band).bit_length() - 1)
-    least = _certified(least_q_bounds)
+    least = certified(least_q_bounds)
     q = least + ((DENOMINATOR // m - least) % odd)  # P = (2**64 - m·Q) / 2B is then an integer
     p, remainder = divmod(DENOMINATOR - m * q, band)
     if remainder or p <= q:

@@ -164,11 +164,16 @@ class BudgetSeries:
         return sum(self.slot_units(i) for i in range(1, n + 1))
 
     def crossing(self, s_units: float) -> int:
-        """The largest index whose budget is at least ``s_units`` (0 if none): galloping, then bisection."""
+        """The largest index whose budget is at least ``s_units`` (0 if none): galloping, then bisection.
+
+        Budgets are integers, so a target below one unit has the crossing of ``1/2``
+        (the last index with a non-zero budget): the search always ends.
+        """
+        s_units = max(s_units, 0.5)
         if self.slot_units(1) < s_units:
             return 0
         low, high = 1, 2
-        while self.slot_units(high) >= s_units:  # terminates: the budgets fall to 0 units
+        while self.slot_units(high) >= s_units:  # terminates: the budgets fall to 0 units, below s_units
             low, high = high, 2 * high
         while high - low > 1:
             middle = (low + high) // 2

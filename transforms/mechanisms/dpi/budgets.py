@@ -205,15 +205,15 @@ class _FreeIndices:
         self.used: set[int] = set()
         self._links = {-1: {}, 1: {}}
 
-    def nearest(self, i: int, step: int) -> int | None:
-        """The first free index from ``i`` in direction ``step`` (``None`` below 1)."""
+    def nearest(self, i: int, step: int) -> int:
+        """The first free index from ``i`` in direction ``step`` (0 when there is none down to 1)."""
         links, path = self._links[step], []
         while i in self.used:
             path.append(i)
             i = links.get(i, i + step)
         for visited in path:
             links[visited] = i
-        return i if i >= 1 else None
+        return max(i, 0)
 
     def take(self, i: int) -> None:
         self.used.add(i)
@@ -243,9 +243,9 @@ class ExponentialRBA:
         """The pick for a given target ``S`` (in units): nearest free index below vs above the crossing, by value."""
         crossing = self.series.crossing(s_units)
         above = self._free.nearest(crossing + 1, 1)
-        below = self._free.nearest(crossing, -1) if crossing else None
+        below = self._free.nearest(crossing, -1)
         pick = above
-        if below is not None and self.series.slot_units(below) - s_units < s_units - self.series.slot_units(above):
+        if below and self.series.slot_units(below) - s_units < s_units - self.series.slot_units(above):
             pick = below  # ties go to the smaller budget (above)
         self._free.take(pick)
         units = self.series.slot_units(pick)

@@ -47,9 +47,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 
-from transforms.mechanisms.budget import UNITS_PER_EPSILON, _exact, to_units
+from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_fraction, to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
 
 FIXED_BITS = 128
@@ -110,14 +111,14 @@ class BudgetSeries:
     """The slot budgets of DPI for a lifetime ``epsilon`` in exact units (spec §2.3 as corrected; module doc).
 
     ``epsilon`` (as for :func:`~transforms.mechanisms.budget.to_units`), ``mu`` in
-    ``(0, 1]``, ``zeta > 0`` and the sensitivity ``delta`` (2 for PDFs) are exact
+    ``(0, 1]`` and ``zeta > 0`` (read on the 1e-12 grid of budget units) and the sensitivity ``delta`` (2 for PDFs) are exact
     decimals.  ``m_fixed`` is ``m~·2**128``; ``feasible`` is False when ``epsilon``
     exceeds what the series can spend (I-7; it then sums to ``C·pi²/3``).
     """
 
-    epsilon: object
-    mu: object
-    zeta: object
+    epsilon: float | str | Fraction | Decimal
+    mu: float | str | Fraction | Decimal
+    zeta: float | str | Fraction | Decimal
     delta: int = 2
     epsilon_units: int = field(init=False)
     c: Fraction = field(init=False)
@@ -126,7 +127,9 @@ class BudgetSeries:
 
     def __post_init__(self):
         units = to_units(self.epsilon, "epsilon")
-        mu, zeta = _exact(self.mu, "mu"), _exact(self.zeta, "zeta")
+        # mu and zeta on the 1e-12 grid (exact for decimals with up to 12 places); C, m and every term
+        # below use these same values, so the lifetime bound holds for them exactly
+        mu, zeta = to_fraction(to_units(self.mu, "mu")), to_fraction(to_units(self.zeta, "zeta"))
         if not 0 < mu <= 1:
             raise ValueError(f"mu must be in (0, 1], got {self.mu!r}")
         if not zeta > 0:

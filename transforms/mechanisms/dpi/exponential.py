@@ -41,7 +41,6 @@ import numpy as np
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.dpi.pool import SynopsisPool
 from transforms.mechanisms.noise import Randomness, secure_randomness
-from transforms.mechanisms.noise.samplers import _bernoulli_exp1
 
 SENSITIVITY = 2
 """l1 sensitivity of a PDF, hence of the utility ``-||y - A_j||_1`` (spec §2.1)."""
@@ -51,18 +50,20 @@ _INT64_SAFE = 1 << 62
 def bernoulli_exp(numerator: int, denominator: int, randbelow) -> bool:
     """Exact Bernoulli(exp(-gamma)) for a rational ``gamma = numerator/denominator >= 0`` (CKS20 Algorithm 1).
 
-    ``floor(gamma)`` Bernoulli(exp(-1)) coins must all succeed; then for the
-    fractional part ``g`` count ``k`` while Bernoulli(g/k) succeeds and accept
-    iff the final ``k`` is odd (probability ``exp(-g)``).
+    ``exp(-gamma)`` is the product of ``n = ceil(gamma)`` factors ``exp(-gamma/n)``
+    with ``gamma/n <= 1``, each an independent coin: count ``k`` while
+    Bernoulli(gamma/(n·k)) succeeds (``randbelow(n·denominator·k) < numerator``)
+    and the factor's coin is 1 iff the final ``k`` is odd.
     """
-    whole, rest = divmod(numerator, denominator)
-    for _ in range(whole):
-        if not _bernoulli_exp1(randbelow):
+    parts = max(1, -(-numerator // denominator))
+    part_denominator = parts * denominator
+    for _ in range(parts):
+        k = 1
+        while randbelow(part_denominator * k) < numerator:
+            k += 1
+        if not k & 1:
             return False
-    k = 1
-    while randbelow(denominator * k) < rest:
-        k += 1
-    return bool(k & 1)
+    return True
 
 
 def l1_numerators(histogram, candidate_counts, n_units: int) -> tuple[list[int], int]:
@@ -99,7 +100,7 @@ def exponential_draw(numerators, denominator: int, epsilon_units: int, rng: Rand
 
     ``eps = epsilon_units/10**12``; exact rejection sampler of the module doc.
     """
-    if not numerators:
+    if len(numerators) == 0:
         raise ValueError("the exponential mechanism needs at least one candidate")
     if isinstance(epsilon_units, bool) or not isinstance(epsilon_units, Integral) or epsilon_units < 0:
         raise ValueError(f"epsilon_units must be a non-negative int, got {epsilon_units!r}")

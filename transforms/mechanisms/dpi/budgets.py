@@ -111,9 +111,10 @@ class BudgetSeries:
     """The slot budgets of DPI for a lifetime ``epsilon`` in exact units (spec §2.3 as corrected; module doc).
 
     ``epsilon`` (as for :func:`~transforms.mechanisms.budget.to_units`), ``mu`` in
-    ``(0, 1]`` and ``zeta > 0`` (read on the 1e-12 grid of budget units) and the sensitivity ``delta`` (2 for PDFs) are exact
-    decimals.  ``m_fixed`` is ``m~·2**128``; ``feasible`` is False when ``epsilon``
-    exceeds what the series can spend (I-7; it then sums to ``C·pi²/3``).
+    ``(0, 1]`` and ``zeta > 0`` are read as decimals on the 1e-12 grid of budget
+    units; ``delta`` is the sensitivity (2 for PDFs).  ``m_fixed`` is ``m~·2**128``;
+    ``feasible`` is False when ``epsilon`` exceeds what the series can spend (I-7;
+    it then sums to ``C·pi²/3``).
     """
 
     epsilon: float | str | Fraction | Decimal

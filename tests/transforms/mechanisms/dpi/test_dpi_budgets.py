@@ -6,8 +6,9 @@ digits (independent of the module's float ``li2``).
 
 Statistical tests use the secure generator (fresh draws every run).  Each has false-failure probability
 ``ALPHA = 1e-7`` and a power check: the same test applied to a deliberately wrong law must reject, with
-a miss probability (noncentral chi-square) asserted below ``POWER_MISS = 1e-7``.  There are 2 of them,
-so their joint false-failure probability is below 2e-7.  The TV6 comparisons are loose (about 10 standard
+a miss probability (noncentral chi-square) asserted below ``POWER_MISS = 1e-7``.  There are 3 statistical
+assertions (two goodness-of-fit tests and one realised power rejection), so their joint false-failure
+probability is below 3e-7.  The TV6 comparisons are loose (about 10 standard
 deviations), their false-failure probability is negligible.
 """
 

@@ -44,6 +44,7 @@ spent next, and the ledger charges that budget exactly.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -277,7 +278,7 @@ class RangesRBA:
         if not ranges or any(not 1 <= a < b for a, b in ranges):
             raise ValueError(f"ranges must be non-empty [start, stop) with 1 <= start < stop, got {ranges!r}")
         ordered = sorted(ranges)
-        if any(prev[1] > nxt[0] for prev, nxt in zip(ordered, ordered[1:])):
+        if any(prev[1] > nxt[0] for prev, nxt in itertools.pairwise(ordered)):
             raise ValueError(f"ranges must be disjoint, got {ranges!r}")
         self.series, self.ranges = series, ranges
         self.rng = rng or secure_randomness()

@@ -14,6 +14,7 @@ deviations), their false-failure probability is negligible.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from decimal import Decimal, localcontext
@@ -145,7 +146,7 @@ def test_tv3_sequential_slot_totals_and_learning_rates():
 def test_prefix_sums_never_exceed_epsilon(eps, mu, zeta, n):
     series = _series(eps, mu, zeta)
     units = [series.slot_units(i) for i in range(1, n + 1)]
-    assert all(a >= b >= 0 for a, b in zip(units, units[1:]))  # non-increasing
+    assert all(a >= b >= 0 for a, b in itertools.pairwise(units))  # non-increasing
     assert sum(units) <= series.epsilon_units
     # "forever": the infinite series of (unfloored) terms, which bounds every prefix, is at most eps
     eps_exact = Decimal(series.epsilon_units) / UNITS_PER_EPSILON

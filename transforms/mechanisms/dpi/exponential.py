@@ -41,29 +41,11 @@ import numpy as np
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.dpi.pool import SynopsisPool
 from transforms.mechanisms.noise import Randomness, secure_randomness
+from transforms.mechanisms.noise.coins import bernoulli_exp
 
 SENSITIVITY = 2
 """l1 sensitivity of a PDF, hence of the utility ``-||y - A_j||_1`` (spec §2.1)."""
 _INT64_SAFE = 1 << 62
-
-
-def bernoulli_exp(numerator: int, denominator: int, randbelow) -> bool:
-    """Exact Bernoulli(exp(-gamma)) for a rational ``gamma = numerator/denominator >= 0`` (CKS20 Algorithm 1).
-
-    ``exp(-gamma)`` is the product of ``n = ceil(gamma)`` factors ``exp(-gamma/n)``
-    with ``gamma/n <= 1``, each an independent coin: count ``k`` while
-    Bernoulli(gamma/(n·k)) succeeds (``randbelow(n·denominator·k) < numerator``)
-    and the factor's coin is 1 iff the final ``k`` is odd.
-    """
-    parts = max(1, -(-numerator // denominator))
-    part_denominator = parts * denominator
-    for _ in range(parts):
-        k = 1
-        while randbelow(part_denominator * k) < numerator:
-            k += 1
-        if not k & 1:
-            return False
-    return True
 
 
 def l1_numerators(histogram, candidate_counts, n_units: int) -> tuple[list[int], int]:

@@ -104,3 +104,22 @@ def _count_random_coins(trials: np.ndarray, thresholds: np.ndarray, rng: Randomn
 
     successes = coins_below(np.repeat((thresholds >> _U64_16).astype(np.uint16), trials), low_thresholds_of, rng)
     return np.add.reduceat(successes.view(np.uint8), starts, dtype=np.int64)
+
+
+def bernoulli_exp(numerator: int, denominator: int, randbelow) -> bool:
+    """Exact Bernoulli(exp(-gamma)) for a rational ``gamma = numerator/denominator >= 0`` (CKS20 Algorithm 1).
+
+    ``exp(-gamma)`` is the product of ``n = ceil(gamma)`` factors ``exp(-gamma/n)``
+    with ``gamma/n <= 1``, each an independent coin: count ``k`` while
+    Bernoulli(gamma/(n·k)) succeeds (``randbelow(n·denominator·k) < numerator``)
+    and the factor's coin is 1 iff the final ``k`` is odd.
+    """
+    parts = max(1, -(-numerator // denominator))
+    part_denominator = parts * denominator
+    for _ in range(parts):
+        k = 1
+        while randbelow(part_denominator * k) < numerator:
+            k += 1
+        if not k & 1:
+            return False
+    return True

@@ -21,13 +21,13 @@ from scipy import stats
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.dpi.exponential import (
     SENSITIVITY,
-    bernoulli_exp,
     exponential_draw,
     l1_numerators,
     select_synopses,
 )
 from transforms.mechanisms.dpi.pool import SynopsisPool
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
+from transforms.mechanisms.noise.coins import bernoulli_exp
 
 ALPHA = 1e-7
 POWER_MISS = 1e-7

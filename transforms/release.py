@@ -192,4 +192,4 @@ class _StageOutputs(StreamOutputs):
 
     def charges(self, output: ChargeChunk) -> None:
         self.pending.append(beam.pvalue.TaggedOutput(
-            CHARGES, (output.key, (output.table, output.dynamic, output.final, output.complete))))
+            CHARGES, (output.key, output.ledger_input())))

@@ -130,7 +130,7 @@ class Recording(LiveRelease):
         check = self.outputs.charges
 
         def recorded(chunk):
-            self.round_charges.append((chunk.key, (chunk.table, chunk.dynamic, chunk.final, chunk.complete)))
+            self.round_charges.append((chunk.key, chunk.ledger_input()))
             check(chunk)
 
         self.outputs.charges = recorded
@@ -155,10 +155,10 @@ def whole_run_violations(spent: list, max_window: int = 1000) -> list:
     found = []
     for key, chunks in by_user.items():
         whole = {name: np.concatenate([c[name] for c in chunks])
-                 for name in ("slots", "dc", "publication", "least", "requirements")}
+                 for name in ("slots", "charge", "dc", "least", "requirements")}
         order = np.argsort(whole["slots"], kind="stable")
         whole = {name: values[order] for name, values in whole.items()}
-        whole.update(dynamic=chunks[0]["dynamic"], final=True)
+        whole.update(kind=chunks[0]["kind"], final=True)
         found += [(key, v) for v in check_windows(empty_tail(), whole, max_window)[2]]
     return found
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 
 from transforms.mechanisms.adaptive import Adaptive
-from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
-                                        UserCharges)
+from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
+from transforms.mechanisms.charges import (DISSIMILARITY, PUBLICATION, Charges, CohortCharges, ReporterCharges,
+                                           SparseCharges)
 from transforms.mechanisms.domain import Categorical, Estimate, Interval, TrustModel
 from transforms.mechanisms.dynamic import DYNAMIC, DPBAParams, DynamicParams
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
@@ -28,7 +29,7 @@ from transforms.mechanisms.ledger import PrivacyLedger, Violation
 from transforms.mechanisms.obs import ErrorModel
 from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                                FixedRequirements)
+                                                FixedRequirements, LifetimeRequirement, LifetimeRequirements)
 
 MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive}
 """Every registered mechanism by its lower-case name."""
@@ -52,7 +53,8 @@ def make_mechanism(name: str, **params) -> Mechanism:
     return cls(cls.params_type(**params))
 
 
-__all__ = ["MECHANISMS", "NO_VALUE", "Categorical", "Estimate", "Interval", "TrustModel", "DPBAParams", "DynamicParams", "DynamicRequirement", "DynamicRequirements",
-           "ErrorModel", "FixedRequirement", "FixedRequirements", "HomogeneousParams", "Mechanism",
-           "MechanismParams", "PrivacyLedger", "Release", "ReleaseKind", "SlotBatch", "UserCharges", "Violation",
+__all__ = ["DISSIMILARITY", "MECHANISMS", "NO_VALUE", "PUBLICATION", "Categorical", "Charges", "CohortCharges", "Estimate", "Interval", "TrustModel", "DPBAParams", "DynamicParams", "DynamicRequirement", "DynamicRequirements",
+           "ErrorModel", "FixedRequirement", "FixedRequirements", "HomogeneousParams", "LifetimeRequirement",
+           "LifetimeRequirements", "Mechanism", "MechanismParams", "PrivacyLedger", "Release", "ReleaseKind",
+           "ReporterCharges", "SlotBatch", "SparseCharges", "Violation",
            "make_mechanism", "mechanism_class"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from conftest import admit, run_with_ledger
 from streams import StreamSpec
 from test_mechanisms import specs
-from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms import DISSIMILARITY, PUBLICATION, DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import WAITING
@@ -40,7 +40,7 @@ def test_absent_users_are_charged_and_carry_forward_keeps_their_bin():
         pbd.step(SlotBatch.of([0, 1, 2], [0, 1, 2], fixed([4] * 3, [1.0] * 3)), rng)
         release = pbd.step(SlotBatch.of([0], [1]), rng)
         assert list(release.charges.users) == [0, 1, 2]
-        assert np.all(release.charges.dc_units == to_units(1.0) // 8)
+        assert np.all(release.charges.part_units(DISSIMILARITY) == to_units(1.0) // 8)
         data = admit(pbd, SlotBatch.empty(), 3)
         assert data.cells.histogram(3).tolist() == ([0, 2, 1] if carry else [0, 0, 0])
 
@@ -93,7 +93,7 @@ def test_a_window_of_one_takes_effect_at_once():
     pbd.step(SlotBatch.of([0], [0], fixed([6], [1.0])), rng)
     release = pbd.step(SlotBatch.of([0], [0], fixed([1], [0.2])), rng)
     assert int(release.charges.requirements.window[0]) == 1
-    assert int(release.charges.dc_units[0]) == to_units(0.2) // 2
+    assert int(release.charges.part_units(DISSIMILARITY)[0]) == to_units(0.2) // 2
 
 
 def test_dynamic_cohorts_split_exactly_and_move_whole_in_place():
@@ -260,7 +260,7 @@ def test_pba_cohort_empty_at_a_publication_keeps_its_own_nullification(monkeypat
     releases, ledger = run_with_ledger(pba, batches)
     assert [r.kind.value for r in releases[:4]] == ["skipped", "skipped", "fresh", "fresh"]
     assert ledger.ok, ledger.violations
-    charged = [dict(zip(r.charges.users.tolist(), r.charges.publication_units.tolist()))[1] for r in releases]
+    charged = [dict(zip(r.charges.users.tolist(), r.charges.part_units(PUBLICATION).tolist()))[1] for r in releases]
     assert charged[2] == 3 * to_units(1.2) // 6  # three shares at slot 3
     assert charged[3] == 0 and charged[4] == 0   # waiting, then still nullified for B
 

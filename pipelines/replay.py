@@ -42,7 +42,7 @@ from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   HomogeneousParams,
+                                   HomogeneousParams, LifetimeRequirement,
                                    mechanism_class)
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
@@ -53,8 +53,8 @@ _LOGGER = logging.getLogger("pipelines.replay")
 INPUT_FORMATS = ("jsonl", "csv", "avro", "parquet", "tdrive", "checkins")
 
 
-def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
-    """``fixed:W,E`` or ``dynamic:WB,EB,WF,EF``."""
+def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement | LifetimeRequirement:
+    """``fixed:W,E``, ``dynamic:WB,EB,WF,EF`` or ``lifetime:E``."""
     kind, _, numbers = text.partition(":")
     parts = numbers.split(",")
     try:
@@ -62,9 +62,11 @@ def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
             return FixedRequirement(window=int(parts[0]), epsilon=float(parts[1]))
         if kind == "dynamic" and len(parts) == 4:
             return DynamicRequirement(int(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]))
+        if kind == "lifetime" and len(parts) == 1:
+            return LifetimeRequirement(epsilon=float(parts[0]))
     except ValueError as error:
         raise ConfigError(f"requirement {text!r}: {error}") from None
-    raise ConfigError(f"requirement {text!r} must be fixed:W,E or dynamic:WB,EB,WF,EF")
+    raise ConfigError(f"requirement {text!r} must be fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
 
 
 def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str, float]]]:
@@ -73,7 +75,7 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
     for item in filter(None, levels.split(";")):
         name, _, requirement = item.partition("=")
         if not name or not requirement:
-            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E or NAME=dynamic:WB,EB,WF,EF")
+            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E, NAME=dynamic:WB,EB,WF,EF or NAME=lifetime:E")
         mapping[name.strip()] = parse_requirement(requirement.strip())
     shares = []
     for item in filter(None, (ratios or "").split(",")):
@@ -227,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
     p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
     p.add_argument("--sensitivity", type=int, default=1)
-    p.add_argument("--requirement", help="one requirement for all: fixed:W,E or dynamic:WB,EB,WF,EF")
+    p.add_argument("--requirement", help="one requirement for all: fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")
     p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
     p.add_argument("--level-ratios", help="assign levels by ratio: high=0.5,low=0.5")

@@ -487,7 +487,7 @@ class _Firing:
         self.saved_ids = self.declared_ids.copy()
         # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
         verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]
-        width = 4 if run.translator.dynamic else 2
+        width = run.translator.width
         self.accepted = np.array([row is not None for row, _ in verdicts])
         self.reasons = [reason for _, reason in verdicts]
         self.rows = np.array([row or (0,) * width for row, _ in verdicts], np.int64)

@@ -9,7 +9,8 @@ from schemas import SCHEMA_NAMES, arrow_schema, avro_schema, validate
 
 SAMPLES = {
     "event": {"stream": "taxi", "user": "u1", "time": 1700000000.5, "value": 3, "w": None, "epsilon": None,
-              "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None},
+              "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None,
+              "lifetime": None},
     "requirement": {"stream": "taxi", "user": "u1", "time": "2023-11-14T22:13:20Z", "kind": "dynamic", "w": None,
                     "epsilon": None, "w_b": 10, "epsilon_b": 1.0, "w_f": 5, "epsilon_f": 0.5, "level": None},
     "release": {"stream": "taxi", "slot": 42, "slot_start": 1700000000.0, "slot_end": 1700000060.0,

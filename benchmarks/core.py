@@ -28,10 +28,10 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, DynamicRequirements, SlotBatch
+from transforms.mechanisms import MECHANISMS, Family, SlotBatch
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
-from transforms.mechanisms.run import mechanism_for
+from transforms.mechanisms.registry import mechanism_for_setup
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
 
 
@@ -45,8 +45,8 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     gen = np.random.default_rng(seed)
     grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
     setup = PaperSetup(users=users, window=window, window_grid=grid)
-    mechanism = mechanism_for(name, setup, bins)
-    dynamic = mechanism.requirement_kind is DynamicRequirements
+    mechanism = mechanism_for_setup(name, setup, bins)
+    dynamic = Family.of(name) is Family.DYNAMIC
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
     values = gen.integers(0, bins, users)

@@ -45,7 +45,7 @@ from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
 from transforms.mechanisms.dynamic import DYNAMIC
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.mechanisms.run import mechanism_for
+from transforms.mechanisms.registry import mechanism_for_setup
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
 from transforms.mechanisms.synthetic import STREAMS, binary_stream, stream_probabilities
 
@@ -205,7 +205,7 @@ def soak(users: int = 10_000, slots: int = 100_000, mechanism: str = "dpbd", che
     check_rng = np.random.default_rng([data_seed, 1])  # which slots, users and windows are checked
     grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
     setup = PaperSetup(users=users, epsilon=epsilon, window=window, window_grid=grid)
-    mech = mechanism_for(mechanism, setup, bins=2)
+    mech = mechanism_for_setup(mechanism, setup, bins=2)
     noise = secure_randomness() if insecure_seed is None else insecure_seeded_randomness(insecure_seed)
     max_window = setup.max_window
     warmup = min(2 * max_window, checkpoints[0] - 1)

@@ -73,8 +73,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, FixedRequirements, HomogeneousParams,
-                                   Mechanism, PrivacyLedger, Release, ReleaseKind, SlotBatch, mechanism_class)
+from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Family, FixedRequirements, Mechanism,
+                                   MechanismParams, PrivacyLedger, Release, ReleaseKind, SlotBatch, mechanism_class)
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
@@ -91,20 +91,6 @@ BROKEN_MODULE = Path(__file__).resolve().parents[1] / "tests" / "pipelines" / "b
 
 
 # ---------------------------------------------------------------------- scenarios
-class Family(str, Enum):
-    """How a mechanism takes requirements, which decides the streams it is given."""
-
-    FIXED = "fixed"              # PBD, PBA: fixed (w, E) per user, cohorts, subsampling
-    DYNAMIC = "dynamic"          # DPBD, DPBA: (w_B, E_B, w_F, E_F) declared per slot
-    HOMOGENEOUS = "homogeneous"  # BD, BA, Uniform, Sample: one (E, w) for everyone, no sampling
-
-    @classmethod
-    def of(cls, mechanism: type[Mechanism]) -> "Family":
-        if mechanism.requirement_kind is DynamicRequirements:
-            return cls.DYNAMIC
-        return cls.HOMOGENEOUS if issubclass(mechanism.params_type, HomogeneousParams) else cls.FIXED
-
-
 @dataclass(frozen=True)
 class UserPlan:
     """One user of a scenario.
@@ -148,14 +134,12 @@ class Scenario:
     def max_window(self) -> int:
         return max(w for user in self.users for w, _ in user.declared.values())
 
-    def mechanism_kwargs(self, family: Family) -> dict:
-        """Keyword parameters for :func:`make_mechanism` (beside the mechanism's name)."""
-        if family is Family.HOMOGENEOUS:
-            epsilon, window = self.homogeneous
-            return {"bins": self.bins, "epsilon": epsilon, "window": window}
-        if family is Family.DYNAMIC:
-            return {"bins": self.bins, "max_window": self.max_window}
-        return {"bins": self.bins}
+    def params_for(self, mechanism: type[Mechanism]) -> MechanismParams:
+        """``mechanism``'s parameters in this scenario: the baselines at :attr:`homogeneous`, every declarable
+        window up to the scenario's longest."""
+        epsilon, window = self.homogeneous
+        return mechanism.params_type.from_options(self.bins, epsilon=epsilon, window=window,
+                                                  max_window=self.max_window)
 
     def _requirement(self, family: Family, window: int, epsilon: float) -> tuple[int, float]:
         if family is Family.HOMOGENEOUS:  # every user at least as loose as the baselines' (E, w)
@@ -685,7 +669,7 @@ class AuditResult:
 
 def build(cls: type[Mechanism], scenario: Scenario) -> Mechanism:
     """A fresh mechanism of class ``cls`` (registered or broken) for ``scenario``."""
-    return cls(cls.params_type(**scenario.mechanism_kwargs(Family.of(cls))))
+    return cls(scenario.params_for(cls))
 
 
 def scenarios_for(cls: type[Mechanism]) -> list[Scenario]:

@@ -8,6 +8,8 @@
   every input (a format or binning that cannot read them), and whether the
   configured requirements can ever be used by the mechanism
   (``check_requirements_usable``).
+* The requirement and mechanism flags both jobs share: ``parse_requirement``,
+  ``parse_levels``, ``mechanism_params``.
 * After a run: ``rejection_error`` turns a dead-letter fraction above
   ``--max-rejected-fraction`` into one line naming the biggest reason (exit 3).
 """
@@ -27,6 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any, NoReturn
+
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, FixedRequirement, LifetimeRequirement,
+                                   params_from_options)
 
 EXIT_CONFIG = 2
 """A bad command line or configuration: nothing ran."""
@@ -484,13 +489,13 @@ def fresh_threshold(mechanism, policy, levels: Iterable[str] | None = None) -> i
     """
     import math
 
-    from transforms.mechanisms import DynamicRequirement, HomogeneousParams
+    from transforms.mechanisms import DynamicRequirement
 
     params = mechanism.params
-    if mechanism.name in ("uniform", "sample"):
+    if mechanism.publishes_on_schedule:
         return None
-    if isinstance(params, HomogeneousParams):
-        epsilons = [params.epsilon]
+    if params.shared_epsilon is not None:
+        epsilons = [params.shared_epsilon]
     else:
         requirements = [policy.default] if policy.default is not None else []
         requirements += [policy.levels[name] for name in (policy.levels if levels is None else levels)]
@@ -530,3 +535,51 @@ def predict_fresh(config, transform, logger) -> None:
         logger.warning("warning: the error model predicts no fresh slot: the busiest slot among the first %d "
                        "records has %d users, a fresh release needs about %d; use fewer bins (--binning), longer "
                        "slots (--slot-seconds) or larger budgets (epsilon)", len(lines), seen, needed)
+
+
+# ---------------------------------------------------------------------------------------------- requirements and mechanism
+def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement | LifetimeRequirement:
+    """``fixed:W,E``, ``dynamic:WB,EB,WF,EF`` or ``lifetime:E``."""
+    kind, _, numbers = text.partition(":")
+    parts = numbers.split(",")
+    try:
+        if kind == "fixed" and len(parts) == 2:
+            return FixedRequirement(window=int(parts[0]), epsilon=float(parts[1]))
+        if kind == "dynamic" and len(parts) == 4:
+            return DynamicRequirement(int(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]))
+        if kind == "lifetime" and len(parts) == 1:
+            return LifetimeRequirement(epsilon=float(parts[0]))
+    except ValueError as error:
+        raise ConfigError(f"requirement {text!r}: {error}") from None
+    raise ConfigError(f"requirement {text!r} must be fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
+
+
+def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str, float]]]:
+    """``high=fixed:40,1.0;low=fixed:120,0.6`` and ``high=0.5,low=0.5``."""
+    mapping = {}
+    for item in filter(None, levels.split(";")):
+        name, _, requirement = item.partition("=")
+        if not name or not requirement:
+            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E, NAME=dynamic:WB,EB,WF,EF or NAME=lifetime:E")
+        mapping[name.strip()] = parse_requirement(requirement.strip())
+    shares = []
+    for item in filter(None, (ratios or "").split(",")):
+        name, _, share = item.partition("=")  # RequirementPolicy checks the names and the sum
+        try:
+            shares.append((name, float(share)))
+        except ValueError:
+            raise ConfigError(f"level ratio {item!r} is not NAME=FRACTION") from None
+    return mapping, shares
+
+
+def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
+    """The mechanism's name and its parameters from the command line (shared by both jobs), as keywords."""
+    name = args.mechanism.lower()
+    if name not in MECHANISMS:
+        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    try:
+        params = params_from_options(name, bins, epsilon=args.epsilon, window=args.window,
+                                     max_window=args.max_window, carry_forward=args.carry_forward, **common)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}".replace("epsilon and window", "--epsilon and --window")) from None
+    return name, params.kwargs()

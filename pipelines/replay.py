@@ -41,9 +41,7 @@ from transforms.binning import binner_from_spec
 from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
-from transforms.mechanisms import (MECHANISMS, DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   HomogeneousParams, LifetimeRequirement,
-                                   mechanism_class)
+from transforms.mechanisms import (MECHANISMS)
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
@@ -51,56 +49,6 @@ from transforms.sinks import FORMATS, WriteRecords, read_records
 
 _LOGGER = logging.getLogger("pipelines.replay")
 INPUT_FORMATS = ("jsonl", "csv", "avro", "parquet", "tdrive", "checkins")
-
-
-def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement | LifetimeRequirement:
-    """``fixed:W,E``, ``dynamic:WB,EB,WF,EF`` or ``lifetime:E``."""
-    kind, _, numbers = text.partition(":")
-    parts = numbers.split(",")
-    try:
-        if kind == "fixed" and len(parts) == 2:
-            return FixedRequirement(window=int(parts[0]), epsilon=float(parts[1]))
-        if kind == "dynamic" and len(parts) == 4:
-            return DynamicRequirement(int(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]))
-        if kind == "lifetime" and len(parts) == 1:
-            return LifetimeRequirement(epsilon=float(parts[0]))
-    except ValueError as error:
-        raise ConfigError(f"requirement {text!r}: {error}") from None
-    raise ConfigError(f"requirement {text!r} must be fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
-
-
-def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str, float]]]:
-    """``high=fixed:40,1.0;low=fixed:120,0.6`` and ``high=0.5,low=0.5``."""
-    mapping = {}
-    for item in filter(None, levels.split(";")):
-        name, _, requirement = item.partition("=")
-        if not name or not requirement:
-            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E, NAME=dynamic:WB,EB,WF,EF or NAME=lifetime:E")
-        mapping[name.strip()] = parse_requirement(requirement.strip())
-    shares = []
-    for item in filter(None, (ratios or "").split(",")):
-        name, _, share = item.partition("=")  # RequirementPolicy checks the names and the sum
-        try:
-            shares.append((name, float(share)))
-        except ValueError:
-            raise ConfigError(f"level ratio {item!r} is not NAME=FRACTION") from None
-    return mapping, shares
-
-
-def mechanism_params(args) -> tuple[str, dict]:
-    """The mechanism's name and the parameters the command line gives it (shared by both jobs)."""
-    name = args.mechanism.lower()
-    if name not in MECHANISMS:
-        raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-    cls = mechanism_class(name)
-    params = {"carry_forward": args.carry_forward}
-    if issubclass(cls.params_type, HomogeneousParams):
-        if args.epsilon is None or args.window is None:
-            raise ConfigError(f"{name} is homogeneous: give --epsilon and --window (the papers use min E_i, max w_i)")
-        params.update(epsilon=args.epsilon, window=args.window)
-    if cls.requirement_kind is DynamicRequirements:
-        params["max_window"] = args.max_window
-    return name, params
 
 
 @dataclass(frozen=True)
@@ -158,10 +106,9 @@ def build_config(argv=None) -> ReplayConfig:
         binner = binner_from_spec(args.binning)
     except ValueError as error:
         raise ConfigError(f"--binning: {error}") from None
-    name, params = mechanism_params(args)
-    params.update(bins=binner.bins, sensitivity=args.sensitivity)
-    levels, shares = parse_levels(args.levels or "", args.level_ratios)
-    default = parse_requirement(args.requirement) if args.requirement else None
+    name, params = cli.mechanism_params(args, binner.bins, sensitivity=args.sensitivity)
+    levels, shares = cli.parse_levels(args.levels or "", args.level_ratios)
+    default = cli.parse_requirement(args.requirement) if args.requirement else None
     cli.check_requirement_source(args, "--requirements-file")
     if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
         raise ConfigError(f"output {args.output!r} exists and is not empty (use --overwrite)")

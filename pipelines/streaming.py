@@ -44,7 +44,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from pipelines import cli, logs
 from pipelines.cli import ConfigError
-from pipelines.replay import mechanism_params, parse_levels, parse_requirement
+
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.sinks import WriteCheckpoints
@@ -79,8 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
     p.add_argument("--carry-forward", action="store_true")
-    p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E or "
-                   "dynamic:WB,EB,WF,EF")
+    p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E, "
+                   "dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--levels")
     p.add_argument("--output", required=True)
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
@@ -109,10 +109,11 @@ def check_checkpoint_flags(args) -> None:
 
 
 def private_transform(args, bins: int) -> PrivateStreamHistogram:
-    name, params = mechanism_params(args)
-    levels, _ = parse_levels(args.levels or "", None)
+    name, params = cli.mechanism_params(args, bins)
+    del params["bins"]  # the transform takes them apart
+    levels, _ = cli.parse_levels(args.levels or "", None)
     cli.check_requirement_source(args)
-    policy = RequirementPolicy(levels, parse_requirement(args.requirement))
+    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:

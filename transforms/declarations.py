@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transforms.mechanisms import (NO_VALUE, DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   FixedRequirements, LifetimeRequirement, LifetimeRequirements, Mechanism, SlotBatch)
+from transforms.mechanisms import (DynamicRequirement, DynamicRequirements, FixedRequirement, FixedRequirements,
+                                   LifetimeRequirement, LifetimeRequirements, Mechanism)
 
 REQUIREMENT_TYPES = (FixedRequirement, DynamicRequirement, LifetimeRequirement)
 
@@ -41,7 +41,7 @@ class RequirementPolicy:
     budget in ``[min_epsilon, max_epsilon]``, every window ``<= max_window``)."""
 
     levels: dict = field(default_factory=dict)
-    default: FixedRequirement | DynamicRequirement | None = None
+    default: FixedRequirement | DynamicRequirement | LifetimeRequirement | None = None
     min_epsilon: float | None = None
     max_epsilon: float | None = None
     max_window: int | None = None
@@ -104,7 +104,6 @@ class DeclarationTranslator:
         self.mechanism = mechanism
         self.policy = policy
         self.kind = mechanism.requirement_kind
-        self.dynamic = self.kind is DynamicRequirements
         self.width = {FixedRequirements: 2, DynamicRequirements: 4, LifetimeRequirements: 1}[self.kind]
         self._cache: dict = {}
 
@@ -127,8 +126,7 @@ class DeclarationTranslator:
             else:
                 requirement = _as_requirement(declaration)
             self._check_bounds(requirement)
-            columns = self._columns(requirement)
-            self.mechanism.check_requirements(SlotBatch.of([0], [NO_VALUE], columns))
+            columns = self.mechanism.validate_requirement(requirement)
         except ValueError as error:
             return None, f"requirement refused: {error}"
         return tuple(int(x) for x in columns.as_matrix()[0]), None
@@ -151,23 +149,6 @@ class DeclarationTranslator:
         if policy.max_epsilon is not None and max(float(e) for e in epsilons) > policy.max_epsilon:
             raise ValueError(f"epsilon {max(float(e) for e in epsilons)} exceeds the operator's maximum "
                              f"{policy.max_epsilon}")
-
-    def _columns(self, requirement):
-        if (self.kind is LifetimeRequirements) != isinstance(requirement, LifetimeRequirement):
-            if self.kind is LifetimeRequirements:
-                raise ValueError(f"{self.mechanism.name} takes a lifetime budget (lifetime:E), not windowed "
-                                 f"requirements")
-            raise ValueError(f"{self.mechanism.name} takes windowed requirements (w-event), not a lifetime budget")
-        if isinstance(requirement, LifetimeRequirement):
-            return LifetimeRequirements.uniform(requirement, 1)
-        if isinstance(requirement, DynamicRequirement):
-            if not self.dynamic:
-                raise ValueError(f"{self.mechanism.name} takes fixed (w, epsilon) requirements, not dynamic ones")
-            return DynamicRequirements.uniform(requirement, 1)
-        fixed = FixedRequirements.uniform(requirement, 1)
-        if self.dynamic:
-            return DynamicRequirements(fixed.window, fixed.epsilon_units, fixed.window, fixed.epsilon_units)
-        return fixed
 
     def columns(self, rows):
         """Requirement columns for accepted rows (a list of them, or their matrix) in the mechanism's kind."""

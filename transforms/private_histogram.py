@@ -34,7 +34,6 @@ from apache_beam.transforms.window import TimestampedValue
 
 from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
-from transforms.mechanisms import DynamicRequirements, mechanism_class
 from transforms.engine import ReleaseConfig
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseController
 from transforms.release_range import ReleaseRange
@@ -88,8 +87,9 @@ class PrivateStreamHistogram(beam.PTransform):
                                     resume_from=resume_from, checkpoint_every=checkpoint_every,
                                     release_range=None if release_range is None
                                     else ReleaseRange.of(self.clock, *release_range))
-        if mechanism_class(mechanism).requirement_kind is DynamicRequirements:
-            ledger_max_window = max(ledger_max_window, getattr(self.config.build().params, "max_window"))
+        longest = self.config.build().params.longest_declarable_window
+        if longest is not None:
+            ledger_max_window = max(ledger_max_window, longest)
         if not isinstance(ledger_max_window, int) or ledger_max_window < 1:
             raise ValueError(f"ledger_max_window must be an integer >= 1, got {ledger_max_window!r}")
         self.ledger_max_window = ledger_max_window

@@ -25,7 +25,7 @@ from transforms.mechanisms import PrivacyLedger, ReleaseKind, SlotBatch
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from transforms.mechanisms.run import mechanism_for
+from transforms.mechanisms.registry import mechanism_for_setup
 from transforms.mechanisms.scenarios import PaperSetup, redraw_every, two_types
 from transforms.mechanisms.synthetic import binary_stream, stream_probabilities
 
@@ -197,7 +197,7 @@ def run_task_stream(task: Task, setup: PaperSetup, bins: int, slots, declaration
         if new_segment:
             if engine is not None:
                 worst, violations, seconds = end_segment(engine)
-            engine = Engine(mechanism_for(base_mechanism(task.mechanism), setup, bins), noise,
+            engine = Engine(mechanism_for_setup(base_mechanism(task.mechanism), setup, bins), noise,
                             PrivacyLedger(setup.max_window), clock=time.process_time)
             offset = t
         requirements = next(declarations) if dynamic else (fixed if new_segment else None)

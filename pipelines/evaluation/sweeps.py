@@ -8,8 +8,7 @@ document, the plots and the command line.
 from __future__ import annotations
 
 from pipelines.evaluation_data import REAL_SOURCES
-from transforms.mechanisms import MECHANISMS, HomogeneousParams
-from transforms.mechanisms.requirements import DynamicRequirements
+from transforms.mechanisms import Family
 from transforms.mechanisms.scenarios import EPSILON_GRID, SCENARIOS, WINDOW_GRID
 
 BINS = 2
@@ -60,13 +59,12 @@ def scenario_of(label: str) -> str:
 
 def is_dynamic(name: str) -> bool:
     """The mechanism (or run label) takes dynamic requirements."""
-    return MECHANISMS[base_mechanism(name)].requirement_kind is DynamicRequirements
+    return Family.of(base_mechanism(name)) is Family.DYNAMIC
 
 
 def takes_ratios(name: str) -> bool:
     """Personalized with fixed requirements: the only mechanisms a two-type mix changes."""
-    cls = MECHANISMS[base_mechanism(name)]
-    return cls.requirement_kind is not DynamicRequirements and not issubclass(cls.params_type, HomogeneousParams)
+    return Family.of(base_mechanism(name)) is Family.FIXED
 
 
 def run_labels(mechanisms: list[str], scenarios: list[str]) -> list[str]:

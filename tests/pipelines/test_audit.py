@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pipelines import audit as audit_module
-from pipelines.audit import (TARGET, AuditConfig, Direction, Event, Family, changes_scenario, clopper_pearson,
+from pipelines.audit import (TARGET, AuditConfig, Direction, Event, build, changes_scenario, clopper_pearson,
                              dissimilarity_probe, lower_bound, power, run_seed, scenarios_for, steady_scenario)
 from tests.pipelines.broken_mechanisms import VARIANTS, broken_class
-from transforms.mechanisms import MECHANISMS, NO_VALUE, make_mechanism
+from transforms.mechanisms import MECHANISMS, NO_VALUE, Family
 from transforms.mechanisms import pwsm
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.obs import optimal_budget
@@ -161,7 +161,7 @@ def test_steady_has_cohorts_subsampling_a_joiner_and_a_change_at_the_target_slot
     """On PBD at t*: at least three cohorts, one sampled with probability below 5%, the target's certain."""
     scenario = steady_scenario()
     present, _ = scenario.streams(Family.FIXED)
-    pbd, rng = make_mechanism("pbd", **scenario.mechanism_kwargs(Family.FIXED)), insecure_seeded_randomness(1)
+    pbd, rng = build(MECHANISMS["pbd"], scenario), insecure_seeded_randomness(1)
     seen_users = set()
     for slot, batch in enumerate(present, start=1):
         if slot == scenario.target_slot:
@@ -183,7 +183,7 @@ def test_changes_reaches_the_wait_the_cancel_and_the_refilled_cohort():
     """The target waits at t* while another user cancels; user C waits at t*+1 and is back at t*+2."""
     scenario = changes_scenario()
     present, _ = scenario.streams(Family.FIXED)
-    pba, rng = make_mechanism("pba", **scenario.mechanism_kwargs(Family.FIXED)), insecure_seeded_randomness(2)
+    pba, rng = build(MECHANISMS["pba"], scenario), insecure_seeded_randomness(2)
     c, t = len(scenario.users) - 1, scenario.target_slot
     states = []
     for batch in present:
@@ -198,7 +198,7 @@ def test_the_probe_sees_the_dissimilarity_and_restores_the_core():
     original = pwsm.noisy_total_deviation
     scenario = steady_scenario()
     present, _ = scenario.streams(Family.FIXED)
-    pbd, rng = make_mechanism("pbd", **scenario.mechanism_kwargs(Family.FIXED)), insecure_seeded_randomness(4)
+    pbd, rng = build(MECHANISMS["pbd"], scenario), insecure_seeded_randomness(4)
     with dissimilarity_probe() as seen:
         pbd.step(present[0], rng)
         assert len(seen) == 1 and isinstance(seen[0], int)

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import math
+
+import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_helpers import SLOT, make_events
-from transforms.engine import (ChargeChunk, DeadLetter, Duplicates, LateRecord, RecordsUsed, ReleaseConfig,
+from beam_helpers import FIXED_CHOICES, SLOT, batch_pipeline, make_events
+from pipelines.evaluation.experiment import Task, run_task_stream
+from pipelines.live import LiveRelease
+from transforms.declarations import RequirementPolicy
+from transforms.engine import (ChargeChunk, DeadLetter, Duplicates, LateRecord, RecordsUsed, Released, ReleaseConfig,
                                StreamEngine, _group_by_user)
+from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms.engine import Engine
+from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.scenarios import PaperSetup
+from transforms.parsing import ParseConfig
+from transforms.private_histogram import PrivateStreamHistogram
+from transforms.records import Event
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
 from transforms.slotting import SlotClock
@@ -113,3 +128,69 @@ def test_a_checkpoint_without_the_declarations_register_rebuilds_it_from_the_dec
     users = np.arange(len(state.user_ids))
     assert old.requirements.matrix_of(users).tolist() == run.requirements.matrix_of(users).tolist()
     assert old.requirements.knows(users).all()
+
+
+# ---------------------------------------------------------------- one stream through every path
+PATH_USERS, PATH_SLOTS, PATH_BINS, PATH_SEED = 12, 8, 4, 5
+PATH_PARAMS = {"pbd": {}, "pba": {}, "bd": {"epsilon": 2.0, "window": 6}}
+
+
+def path_stream():
+    """Every user reports at every slot (the evaluation's loop takes such streams); each declares
+    ``FIXED_CHOICES[u % 3]`` with their first record."""
+    rnd = np.random.default_rng(11)
+    values = rnd.integers(0, PATH_BINS, (PATH_SLOTS, PATH_USERS))
+    choices = [FIXED_CHOICES[u % len(FIXED_CHOICES)] for u in range(PATH_USERS)]
+    events = [Event("s", f"u{u:02d}", t * SLOT + 1 + u, int(values[t, u]),
+                    ("fixed", *choices[u]) if t == 0 else None, f"s|{u}|{t}")
+              for t in range(PATH_SLOTS) for u in range(PATH_USERS)]
+    requirements = FixedRequirements.of([w for w, _ in choices], [float(e) for _, e in choices])
+    return values, requirements, events
+
+
+def record_bytes(records) -> list[bytes]:
+    return [json.dumps(r, sort_keys=True).encode() for r in records]
+
+
+@pytest.mark.parametrize("name", list(PATH_PARAMS))
+def test_every_path_releases_the_same_stream_byte_for_byte(name, tmp_path):
+    """The core engine, the stream engine, the Beam pipeline, the watch loop and the evaluation's loop
+    release identical histograms for one stream and seed (the release records byte for byte)."""
+    values, requirements, events = path_stream()
+    params = {"bins": PATH_BINS, **PATH_PARAMS[name]}
+    batches = [SlotBatch.of(np.arange(PATH_USERS), values[t], requirements if t == 0 else None)
+               for t in range(PATH_SLOTS)]
+    core = [r.histogram.tobytes() for r in
+            Engine(make_mechanism(name, **params), insecure_seeded_randomness(PATH_SEED)).run(batches)]
+
+    config = ReleaseConfig(name, params, SlotClock(SLOT), insecure_seed=PATH_SEED)
+    rows = [(int(e.time // SLOT), e.user, e.value, e.requirement, (e.raw,)) for e in events]
+    stream = [o.record for o in StreamEngine.load(config, "s", None).release_until(PATH_SLOTS - 1, rows, True)
+              if isinstance(o, Released)]
+    assert [np.array(r["histogram"], np.int64).tobytes() for r in stream] == core
+
+    transform = dict(mechanism_params=PATH_PARAMS[name], insecure_seed=PATH_SEED, policy=RequirementPolicy())
+    with batch_pipeline() as p:
+        out = p | beam.Create(events) | PrivateStreamHistogram(name, SLOT, PATH_BINS, bounded=True, **transform)
+        assert_that(out["releases"] | beam.Map(lambda r: json.dumps(r, sort_keys=True).encode()),
+                    equal_to(record_bytes(stream)))
+
+    watch = tmp_path / "in"
+    watch.mkdir()
+    (watch / "all.jsonl").write_text("".join(json.dumps(
+        {"stream": e.stream, "user": e.user, "time": e.time, "value": e.value,
+         **({"w": e.requirement[1], "epsilon": float(e.requirement[2])} if e.requirement else {})}) + "\n"
+        for e in events))
+    live = LiveRelease(str(watch), str(tmp_path / "out"), ParseConfig(bins=PATH_BINS),
+                       PrivateStreamHistogram(name, SLOT, PATH_BINS, **transform))
+    live.poll(settled=True)
+    live.release_due(math.inf)
+    live.close()
+    assert (tmp_path / "out" / "releases-live.jsonl").read_bytes().splitlines() == record_bytes(stream)
+
+    task = Task("paths", name, 2.0, 6, None, 0, PATH_USERS, PATH_SLOTS, 0)
+    setup = PaperSetup(users=PATH_USERS, epsilon=2.0, window=6, epsilon_grid=(2.0,), window_grid=(6,))
+    slots = ((values[t], np.bincount(values[t], minlength=PATH_BINS)) for t in range(PATH_SLOTS))
+    evaluated = run_task_stream(task, setup, PATH_BINS, slots, None, requirements,
+                                insecure_seeded_randomness(PATH_SEED))
+    assert [row.tobytes() for row in evaluated.released] == core

@@ -10,17 +10,18 @@ from apache_beam.transforms.window import TimestampedValue
 
 from beam_helpers import SLOT, batch_pipeline, make_events, reference_releases, streaming_pipeline, streaming_source
 from transforms.declarations import RequirementPolicy
-from transforms.mechanisms import MECHANISMS, FixedRequirement
+from transforms.mechanisms import MECHANISMS, Family, FixedRequirement, names_of
 from transforms.private_histogram import ACCOUNTING_COUNTERS, PrivateStreamHistogram
 from transforms.records import Event
 
+HOMOGENEOUS, DYNAMIC = names_of(Family.HOMOGENEOUS), names_of(Family.DYNAMIC)
 HOMOGENEOUS_PARAMS = {"epsilon": 0.5, "window": 6}
 
 
 def mechanism_params(name: str) -> dict:
-    if name in ("bd", "ba", "uniform", "sample"):
+    if name in HOMOGENEOUS:
         return dict(HOMOGENEOUS_PARAMS)
-    if name in ("dpbd", "dpba"):
+    if name in DYNAMIC:
         return {"max_window": 8}
     return {}
 
@@ -37,7 +38,7 @@ def private(name: str, seed: int = 7, **kwargs) -> PrivateStreamHistogram:
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_releases_equal_the_core_loop_value_for_value(name):
-    events = make_events(seed=1, users=30, slots=25, bins=4, dynamic=name in ("dpbd", "dpba"), gaps=True)
+    events = make_events(seed=1, users=30, slots=25, bins=4, dynamic=name in DYNAMIC, gaps=True)
     expected = reference_releases(events, name, {"bins": 4, **mechanism_params(name)}, seed=7)
     assert any(kind == "fresh" for _, kind, _ in expected)
     with batch_pipeline() as p:
@@ -49,7 +50,7 @@ def test_releases_equal_the_core_loop_value_for_value(name):
 
 @pytest.mark.parametrize("name", ["pbd", "dpba", "ba"])
 def test_batch_streaming_and_multiprocess_give_the_same_releases(name):
-    dynamic = name in ("dpbd", "dpba")
+    dynamic = name in DYNAMIC
     events = make_events(seed=2, users=20, slots=15, bins=4, dynamic=dynamic)
     expected = reference_releases(events, name, {"bins": 4, **mechanism_params(name)}, seed=7)
     with batch_pipeline(workers=2) as p:
@@ -85,7 +86,7 @@ def test_streaming_counts_events_beyond_the_allowed_lateness_as_late():
 
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_the_ledger_finds_no_violation_under_personalized_and_dynamic_requirements(name):
-    dynamic = name in ("dpbd", "dpba")
+    dynamic = name in DYNAMIC
     events = make_events(seed=4, users=40, slots=30, bins=4, dynamic=dynamic)
     with batch_pipeline() as p:
         out = p | beam.Create(events) | private(name, ledger_detail=True)

@@ -37,7 +37,8 @@ from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
 from transforms.mechanisms.population import Column, Population, SlotData, read_only_copy
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                                FixedRequirements, Requirements)
+                                                FixedRequirements, LifetimeRequirement, LifetimeRequirements,
+                                                Requirements)
 
 
 class ReleaseKind(str, Enum):
@@ -106,6 +107,53 @@ class MechanismParams:
         """The values a slot may carry: the histogram's bins."""
         return Categorical(self.bins)
 
+    # -- building (the registry's classmethods: no caller switches on the parameter type) -----------------------
+    @classmethod
+    def fitted(cls, *, epsilon: float | None, window: int | None, max_window: int | None) -> dict:
+        """The parameters of this type that a population's requirements decide (none here).
+
+        ``epsilon`` is the smallest budget E_i and ``window`` the largest w_i of the users (or of a set-up),
+        ``max_window`` the longest window anyone may declare.  A type that needs one that is missing raises a
+        ValueError naming it."""
+        return {}
+
+    @classmethod
+    def from_options(cls, bins: int, *, epsilon: float | None = None, window: int | None = None,
+                     max_window: int | None = None, **common) -> "MechanismParams":
+        """From a command line or configuration: the shared options (``carry_forward``, ``sensitivity``, ...) in
+        ``common`` and whichever of ``epsilon``/``window``/``max_window`` this type takes."""
+        return cls(bins=bins, **common, **cls.fitted(epsilon=epsilon, window=window, max_window=max_window))
+
+    @classmethod
+    def from_setup(cls, setup, bins: int, **common) -> "MechanismParams":
+        """The way the papers run this type against an evaluation set-up (``scenarios.PaperSetup``: the static
+        ``(E, w)`` the users' requirements are drawn around, and its longest window)."""
+        return cls.from_options(bins, epsilon=setup.epsilon, window=setup.window, max_window=setup.max_window,
+                                **common)
+
+    @classmethod
+    def from_requirements(cls, requirements: Requirements, bins: int, **common) -> "MechanismParams":
+        """Parameters that honour every one of ``requirements`` (a homogeneous baseline runs at
+        ``(min E_i, max w_i)``; a dynamic mechanism's ``max_window`` is the longest declared window)."""
+        matrix = requirements.as_matrix()
+        windows, units = matrix[:, 0::2], matrix[:, 1::2]
+        return cls.from_options(bins, epsilon=to_epsilon(int(units.min())), window=int(matrix[:, 0].max()),
+                                max_window=int(windows.max()), **common)
+
+    def kwargs(self) -> dict:
+        """The fields as keyword arguments (``make_mechanism(name, **params.kwargs())`` rebuilds these)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def longest_declarable_window(self) -> int | None:
+        """The longest window a user may declare to this mechanism, when its parameters bound it."""
+        return None
+
+    @property
+    def shared_epsilon(self) -> float | None:
+        """The one budget every user's windows get, for a mechanism that is not personalized."""
+        return None
+
     def to_json(self) -> str:
         def plain(value):
             if isinstance(value, Enum):
@@ -136,6 +184,17 @@ class HomogeneousParams(MechanismParams):
     def epsilon_units(self) -> int:
         return to_units(self.epsilon, "epsilon")
 
+    @classmethod
+    def fitted(cls, *, epsilon: float | None, window: int | None, max_window: int | None) -> dict:
+        if epsilon is None or window is None:
+            raise ValueError("homogeneous: one (epsilon, window) for everyone; give epsilon and window (the papers "
+                             "use min E_i, max w_i)")
+        return {"epsilon": epsilon, "window": window}
+
+    @property
+    def shared_epsilon(self) -> float | None:
+        return self.epsilon
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -159,6 +218,8 @@ class Mechanism(abc.ABC):
     samples_cohorts: ClassVar[bool] = True
     """False for mechanisms that never sample by cohort: they get pooled cells (one per bin)."""
     trust: ClassVar[TrustModel] = TrustModel.CENTRAL
+    publishes_on_schedule: ClassVar[bool] = False
+    """True for mechanisms whose fresh slots follow a fixed schedule, whatever the data (Uniform, Sample)."""
     estimates: ClassVar[Estimate] = Estimate.COUNTS
 
     def __init__(self, params: MechanismParams):
@@ -184,8 +245,33 @@ class Mechanism(abc.ABC):
         """Per-cohort state columns this mechanism keeps (besides the requirement)."""
         return {}
 
-    def check_requirements(self, batch: SlotBatch) -> None:
-        """Reject rows this mechanism cannot honour (before any state changes)."""
+    def validate_requirements(self, requirements: Requirements, users: np.ndarray | None = None) -> None:
+        """Raise a ValueError naming the first requirement this mechanism cannot honour (and its user, given
+        ``users``, one per row)."""
+
+    def validate_requirement(self, requirement: FixedRequirement | DynamicRequirement | LifetimeRequirement
+                             ) -> Requirements:
+        """One declared requirement as a validated row of this mechanism's requirement columns.
+
+        A fixed ``(w, E)`` declared to a dynamic mechanism is ``(w, E)`` backward and forward; a dynamic one
+        declared to a fixed-requirement mechanism is refused; a lifetime budget is neither windowed form, so
+        only a mechanism of lifetime requirements takes one, and nothing else."""
+        lifetime = self.requirement_kind is LifetimeRequirements
+        if lifetime != isinstance(requirement, LifetimeRequirement):
+            raise ValueError(f"{self.name} takes a lifetime budget (lifetime:E), not windowed requirements" if lifetime
+                             else f"{self.name} takes windowed requirements (w-event), not a lifetime budget")
+        if lifetime:
+            columns: Requirements = LifetimeRequirements.uniform(requirement, 1)
+        elif isinstance(requirement, DynamicRequirement):
+            if self.requirement_kind is not DynamicRequirements:
+                raise ValueError(f"{self.name} takes fixed (w, epsilon) requirements, not dynamic ones")
+            columns = DynamicRequirements.uniform(requirement, 1)
+        else:
+            fixed = FixedRequirements.uniform(requirement, 1)
+            columns = fixed if self.requirement_kind is FixedRequirements else DynamicRequirements(
+                fixed.window, fixed.epsilon_units, fixed.window.copy(), fixed.epsilon_units.copy())
+        self.validate_requirements(columns)
+        return columns
 
     @abc.abstractmethod
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
@@ -227,7 +313,8 @@ class Mechanism(abc.ABC):
         extent = batch.validate(self.params.domain, self.requirement_kind)
         rows = self.population.rows_of(batch.users, extent)
         registered = self.population.validate(batch, rows, extent)
-        self.check_requirements(batch)
+        if batch.requirements is not None:
+            self.validate_requirements(batch.requirements, batch.users)
         self.slot += 1
         data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
         self._last_cells = data.cells

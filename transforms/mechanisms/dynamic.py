@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from transforms.mechanisms.base import MechanismParams, window_sums
-from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.population import Column, SlotData
 from transforms.mechanisms.requirements import DynamicRequirements
 from transforms.mechanisms.pwsm import PersonalizedMechanism
@@ -53,6 +52,14 @@ class DynamicParams(MechanismParams):
         if isinstance(self.max_window, bool) or not isinstance(self.max_window, (int, np.integer)) \
                 or not 1 <= self.max_window <= 100_000:
             raise ValueError(f"max_window must be an integer in [1, 100000], got {self.max_window!r}")
+
+    @classmethod
+    def fitted(cls, *, epsilon: float | None, window: int | None, max_window: int | None) -> dict:
+        return {} if max_window is None else {"max_window": max_window}
+
+    @property
+    def longest_declarable_window(self) -> int | None:
+        return self.max_window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,9 +85,8 @@ class DynamicMechanism(PersonalizedMechanism):
     def cohort_columns(self):
         return {"dc_history": Column(history=True), "publication_history": Column(history=True)}
 
-    def check_requirements(self, batch: SlotBatch) -> None:
-        reqs = batch.requirements
-        if reqs is not None and len(reqs):
+    def validate_requirements(self, reqs: DynamicRequirements, users: np.ndarray | None = None) -> None:
+        if len(reqs):
             longest = int(max(reqs.backward_window.max(), reqs.forward_window.max()))
             if longest > self.params.max_window:
                 raise ValueError(f"a declared window of {longest} slots exceeds max_window="

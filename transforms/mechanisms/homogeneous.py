@@ -18,7 +18,6 @@ import numpy as np
 
 from transforms.mechanisms.base import (Decision, HomogeneousParams, Mechanism, ReleaseKind, is_fresh_publication,
                                         same_for_every_row)
-from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, units_to_decimal_string
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.population import SlotData
@@ -37,21 +36,20 @@ class HomogeneousMechanism(Mechanism):
     def __init__(self, params: HomogeneousParams):
         super().__init__(params)
         if isinstance(params.default_requirement, FixedRequirement):
-            self._check_covered(FixedRequirements.uniform(params.default_requirement, 1), np.zeros(1, np.int64))
+            self._check_covered(FixedRequirements.uniform(params.default_requirement, 1))
 
-    def _check_covered(self, reqs: FixedRequirements, users: np.ndarray) -> None:
+    def _check_covered(self, reqs: FixedRequirements, users: np.ndarray | None = None) -> None:
         p = self.params
         stricter = (reqs.window > p.window) | (reqs.epsilon_units < p.epsilon_units)
         if stricter.any():
             i = int(np.argmax(stricter))
             raise ValueError(
-                f"user {int(users[i])} requires (w={int(reqs.window[i])}, "
+                f"{'a user' if users is None else f'user {int(users[i])}'} requires (w={int(reqs.window[i])}, "
                 f"E={units_to_decimal_string(int(reqs.epsilon_units[i]))}), stricter than {self.name}'s "
                 f"(w={p.window}, epsilon={p.epsilon}); run it with (min E_i, max w_i)")
 
-    def check_requirements(self, batch: SlotBatch) -> None:
-        if batch.requirements is not None:
-            self._check_covered(batch.requirements, batch.users)
+    def validate_requirements(self, requirements: FixedRequirements, users: np.ndarray | None = None) -> None:
+        self._check_covered(requirements, users)
 
     def charges(self, data: SlotData, dc: int, publication: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self.population.table.rows
@@ -165,6 +163,7 @@ class Uniform(HomogeneousMechanism):
     """Publish every slot with ``ε/w``."""
 
     name = "uniform"
+    publishes_on_schedule = True
 
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         p = self.params
@@ -179,6 +178,7 @@ class Sample(HomogeneousMechanism):
     """Publish with the whole ``ε`` at slots ``1, w+1, 2w+1, ...``; repeat in between."""
 
     name = "sample"
+    publishes_on_schedule = True
 
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         p = self.params

@@ -20,24 +20,12 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import (MECHANISMS, HomogeneousParams, PrivacyLedger, ReleaseKind, SlotBatch,
-                                   make_mechanism)
+from transforms.mechanisms import MECHANISMS, Family, PrivacyLedger, ReleaseKind, SlotBatch, mechanism_for_setup
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.mechanisms.requirements import DynamicRequirements
 from transforms.mechanisms.scenarios import PaperSetup
 from transforms.mechanisms.synthetic import STREAMS, binary_stream, stream_probabilities
-
-
-def mechanism_for(name: str, setup: PaperSetup, bins: int):
-    """Build ``name`` the way the papers run it against ``setup``."""
-    cls = MECHANISMS[name]
-    if cls.requirement_kind is DynamicRequirements:
-        return make_mechanism(name, bins=bins, max_window=setup.max_window)
-    if issubclass(cls.params_type, HomogeneousParams):
-        return make_mechanism(name, bins=bins, epsilon=setup.epsilon, window=setup.window)
-    return make_mechanism(name, bins=bins)
 
 
 def run(name: str, dataset: str, users: int, slots: int, epsilon: float, window: int,
@@ -45,9 +33,9 @@ def run(name: str, dataset: str, users: int, slots: int, epsilon: float, window:
     """One run; returns the summary as a dict."""
     data_rng = np.random.default_rng(data_seed)
     setup = PaperSetup(users=users, epsilon=epsilon, window=window)
-    mechanism = mechanism_for(name, setup, bins=2)
+    mechanism = mechanism_for_setup(name, setup, bins=2)
     noise = secure_randomness() if insecure_seed is None else insecure_seeded_randomness(insecure_seed)
-    dynamic = mechanism.requirement_kind is DynamicRequirements
+    dynamic = Family.of(name) is Family.DYNAMIC
     declarations = setup.dynamic_declarations(data_rng, slots) if dynamic else None
     fixed = None if dynamic else setup.fixed(data_rng)
     book = PrivacyLedger(max_window=setup.max_window) if ledger else None

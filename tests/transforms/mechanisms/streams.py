@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.mechanisms import DynamicRequirements, FixedRequirements, SlotBatch
+from transforms.mechanisms import DynamicRequirements, Family, FixedRequirements, SlotBatch, names_of, params_from_options
 
-HOMOGENEOUS = ("bd", "ba", "uniform", "sample")
+HOMOGENEOUS = tuple(names_of(Family.HOMOGENEOUS))
+DYNAMIC = tuple(names_of(Family.DYNAMIC))
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,9 @@ class StreamSpec:
     dynamic: bool = False
 
     def mechanism_kwargs(self, name: str) -> dict:
-        kwargs = {"bins": self.bins}
-        if name in HOMOGENEOUS:
-            kwargs.update(epsilon=min(self.epsilons), window=max(self.windows))
-        if name in ("dpbd", "dpba"):
-            kwargs.update(max_window=max(self.windows))
-        return kwargs
+        """``name``'s parameters for this stream: the baselines at (min E_i, max w_i)."""
+        return params_from_options(name, self.bins, epsilon=min(self.epsilons), window=max(self.windows),
+                                   max_window=max(self.windows)).kwargs()
 
     def batches(self, dynamic: bool | None = None) -> list[SlotBatch]:
         dynamic = self.dynamic if dynamic is None else dynamic

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import declaring, run_with_ledger
-from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, FixedRequirements,
-                                   PrivacyLedger, SlotBatch, make_mechanism)
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, Family,
+                                   FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, least_charge_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -104,7 +104,7 @@ def test_a_mechanism_that_charges_half_its_publications_is_caught(name, monkeypa
         real(self, kind, histogram, epsilon_units, predicted_error, dc_units, publication_units // 2, statistics)
 
     monkeypatch.setattr(base.Decision, "__init__", halved)
-    kwargs = {"epsilon": 2.0, "window": 4} if name in ("bd", "ba", "uniform", "sample") else {}
+    kwargs = {"epsilon": 2.0, "window": 4} if Family.of(name) is Family.HOMOGENEOUS else {}
     mechanism = make_mechanism(name, bins=3, **kwargs)
     gen = np.random.default_rng(3)
     reqs = FixedRequirements.of([4] * 40, [2.0] * 20 + [4.0] * 20)
@@ -116,10 +116,10 @@ def test_a_mechanism_that_charges_half_its_publications_is_caught(name, monkeypa
 
 @pytest.mark.parametrize("name", ["pbd", "pba", "dpbd", "dpba", "bd", "ba", "uniform", "sample"])
 def test_every_release_names_its_statistics_and_the_cells_come_from_its_groups(name):
-    kwargs = {"epsilon": 1.0, "window": 4} if name in ("bd", "ba", "uniform", "sample") else {}
+    kwargs = {"epsilon": 1.0, "window": 4} if Family.of(name) is Family.HOMOGENEOUS else {}
     mechanism = make_mechanism(name, bins=2, **kwargs)
     gen = np.random.default_rng(1)
-    dynamic = name.startswith("dp")
+    dynamic = Family.of(name) is Family.DYNAMIC
     for t in range(8):
         if dynamic:
             reqs = DynamicRequirements.of([4] * 30, [1.0] * 30, [4] * 30, [1.0] * 30) if t == 0 else None

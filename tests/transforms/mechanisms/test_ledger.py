@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from per_user_ledger import PerUserLedger
 from streams import StreamSpec
 from transforms.mechanisms.engine import Engine
-from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, FixedRequirements,
-                                   PrivacyLedger, SlotBatch, make_mechanism)
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, Family,
+                                   FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import no_statistics
 from conftest import declaring
@@ -246,7 +246,7 @@ def test_the_ledger_equals_the_per_user_check_on_mechanisms(seed, name, change, 
     spec = StreamSpec(seed=seed, users=30, bins=3, slots=40, windows=(2, 3, 5), epsilons=(0.4, 1.0),
                       presence=0.7, change=change, join_spread=join_spread)
     mechanism = make_mechanism(name, **spec.mechanism_kwargs(name))
-    dynamic = name in ("dpbd", "dpba")
+    dynamic = Family.of(name) is Family.DYNAMIC
     engine = Engine(mechanism, insecure_seeded_randomness(seed), PrivacyLedger(max_window=5))
     ledger, reference = engine.ledger, PerUserLedger(max_window=5)
     for release in engine.run(spec.batches(dynamic=dynamic)):

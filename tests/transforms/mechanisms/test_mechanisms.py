@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_with_ledger
-from streams import HOMOGENEOUS, StreamSpec, stream_specs
+from streams import DYNAMIC, HOMOGENEOUS, StreamSpec, stream_specs
 from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
 from transforms.mechanisms import (MECHANISMS, PUBLICATION, DynamicRequirements, FixedRequirement, FixedRequirements,
                                    ReleaseKind, SlotBatch, make_mechanism)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 ALL = sorted(MECHANISMS)
-FIXED = [name for name in ALL if name not in ("dpbd", "dpba")]
+FIXED = [name for name in ALL if name not in DYNAMIC]
 
 specs = stream_specs()
 
@@ -28,7 +28,7 @@ specs = stream_specs()
 def test_no_window_ever_exceeds_the_requirement(spec, name):
     """The ledger, fed every charge, finds no window over its requirement (fixed and dynamic)."""
     mechanism = make_mechanism(name, **spec.mechanism_kwargs(name))
-    dynamic = name in ("dpbd", "dpba")
+    dynamic = name in DYNAMIC
     if name in HOMOGENEOUS:  # homogeneous baselines do not take requirement changes stricter than (ε, w)
         spec = StreamSpec(**{**spec.__dict__, "change": spec.change})
     releases, ledger = run_with_ledger(mechanism, spec.batches(dynamic=dynamic), seed=spec.seed,
@@ -66,7 +66,7 @@ def shared_requirement(name: str, users: int, bins: int, window: int, epsilon: f
     kwargs = {"bins": bins}
     if name in HOMOGENEOUS:
         kwargs.update(epsilon=epsilon, window=window)
-    if name in ("dpbd", "dpba"):
+    if name in DYNAMIC:
         kwargs.update(max_window=window)
         reqs = DynamicRequirements.from_fixed(reqs)
     return make_mechanism(name, **kwargs), reqs
@@ -163,7 +163,7 @@ def test_state_round_trips_and_a_resumed_run_continues_identically(name):
     spec = StreamSpec(seed=5, users=30, bins=3, slots=60, windows=(3, 5), epsilons=(0.5, 1.0),
                       presence=0.8, change=0.05, join_spread=10)
     kwargs = spec.mechanism_kwargs(name)
-    batches = spec.batches(dynamic=name in ("dpbd", "dpba"))
+    batches = spec.batches(dynamic=name in DYNAMIC)
     full, _ = run_with_ledger(make_mechanism(name, **kwargs), batches, seed=9)
 
     first, rng = make_mechanism(name, **kwargs), insecure_seeded_randomness(9)
@@ -232,7 +232,7 @@ def test_bad_requirements_are_named(window, epsilon, names):
 @pytest.mark.parametrize("name", ALL)
 def test_a_bad_batch_changes_nothing(name):
     """A rejected slot raises ValueError naming the problem and leaves the state as it was."""
-    dynamic = name in ("dpbd", "dpba")
+    dynamic = name in DYNAMIC
     kwargs = {"bins": 3, **({"epsilon": 1.0, "window": 4} if name in HOMOGENEOUS else {}),
               **({"max_window": 4} if dynamic else {})}
     mechanism = make_mechanism(name, **kwargs)

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transforms.mechanisms import (DynamicRequirement, DynamicRequirements, FixedRequirement, FixedRequirements,
-                                   LifetimeRequirement, LifetimeRequirements, Mechanism)
+from transforms.mechanisms import DynamicRequirement, FixedRequirement, LifetimeRequirement, Mechanism
 
 REQUIREMENT_TYPES = (FixedRequirement, DynamicRequirement, LifetimeRequirement)
 
@@ -104,7 +103,7 @@ class DeclarationTranslator:
         self.mechanism = mechanism
         self.policy = policy
         self.kind = mechanism.requirement_kind
-        self.width = {FixedRequirements: 2, DynamicRequirements: 4, LifetimeRequirements: 1}[self.kind]
+        self.width = self.kind.width
         self._cache: dict = {}
 
     def row(self, declaration) -> tuple[tuple | None, str | None]:

@@ -105,9 +105,9 @@ def charge_chunk(table: np.ndarray, kind: str, parts: tuple[str, ...], final: bo
     One array per user and chunk crosses the stages instead of several: Beam pickles each array (~15 µs apiece).
     """
     charged = table[:, 2:2 + len(parts)]
-    return {"slots": table[:, 0], "least": table[:, 1], "parts": dict(zip(parts, charged.T)),
-            "charge": charged.sum(axis=1),
-            "dc": table[:, 2 + parts.index(DISSIMILARITY)] if DISSIMILARITY in parts else np.zeros(len(table), np.int64),
+    named = dict(zip(parts, charged.T))
+    return {"slots": table[:, 0], "least": table[:, 1], "parts": named, "charge": charged.sum(axis=1),
+            "dc": named[DISSIMILARITY] if DISSIMILARITY in named else np.zeros(len(table), np.int64),
             "requirements": table[:, 2 + len(parts):], "kind": KINDS[kind], "final": final, "complete": complete}
 
 

@@ -21,9 +21,9 @@ def charges(units) -> CohortCharges:
     loose = DynamicRequirements(np.ones(n, np.int64), np.full(n, 10 * U), np.ones(n, np.int64), np.full(n, 10 * U))
     return CohortCharges(cohort_of=np.arange(n), cohort_parts={DISSIMILARITY: np.zeros(n, np.int64),
                                                                PUBLICATION: np.asarray(units, np.int64)},
-                         cohort_requirements=loose,
-                       waiting_users=np.zeros(0, np.int64), waiting_requirements=None, evidence=no_statistics(np.arange(n)),
-                       declarations=SlotBatch.of(np.arange(n), np.full(n, -1), loose))
+                         cohort_requirements=loose, waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                         evidence=no_statistics(np.arange(n)),
+                         declarations=SlotBatch.of(np.arange(n), np.full(n, -1), loose))
 
 
 @pytest.mark.parametrize("mechanism", ["dpbd", "dpba"])

@@ -31,18 +31,15 @@ from functools import cached_property
 import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.declared import KINDS
 from transforms.mechanisms.evidence import Evidence
 from transforms.mechanisms.population import UNREGISTERED
-from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
-                                                Requirements)
+from transforms.mechanisms.requirements import FixedRequirements, Requirements
 
 DISSIMILARITY = "dissimilarity"
 """PWSM's ε^(1) part: the dynamic rule projects a backward budget from it (spec §1.6)."""
 PUBLICATION = "publication"
 """PWSM's ε^(2) part."""
-
-REQUIREMENT_KINDS = (FixedRequirements, DynamicRequirements, LifetimeRequirements)
-
 
 def _units(values, name: str) -> np.ndarray:
     """``values`` as read-only int64 budget units, refused when fractional or negative."""
@@ -184,8 +181,8 @@ def _registered(users, name: str = "users") -> np.ndarray:
 
 
 def _check_kind(kind: type) -> None:
-    if kind not in REQUIREMENT_KINDS:
-        raise ValueError(f"requirement_kind must be one of {[k.__name__ for k in REQUIREMENT_KINDS]}, got {kind!r}")
+    if kind not in KINDS.values():
+        raise ValueError(f"requirement_kind must be one of {[k.__name__ for k in KINDS.values()]}, got {kind!r}")
 
 
 def _group_of(users: np.ndarray, charged: np.ndarray, charged_groups: np.ndarray | int, rest: int,

@@ -11,9 +11,10 @@ rules every mechanism announces, never against a mechanism's own view of it
   ``(w, E)`` again cancels the change (population.py states why this is
   private);
 * a dynamic declaration ``(w_B, E_B, w_F, E_F)``, or a lifetime budget
-  ``E``, is in force from its slot until the user declares again.  A backward ``E_B`` below what the window
-  already spent is projected (spec §1.6); the ledgers compute that
-  projection themselves, from the charges they recorded.
+  ``E``, is in force from its slot until the user declares again.  A
+  backward ``E_B`` below what the window already spent is projected
+  (spec §1.6); the ledgers compute that projection themselves, from the
+  charges they recorded.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class DeclaredRequirements:
             raise ValueError(f"unknown requirement kind {kind!r}")
         self.kind = kind
         self.nothing_allowed = NOTHING_ALLOWED[kind]
-        self.width = self.nothing_allowed.size
+        self.width = kind.width
         self.registered = np.zeros(0, bool)
         self.in_force = np.zeros((0, self.width), np.int64)
         self.pending = np.zeros((0, 2), np.int64)

@@ -43,7 +43,8 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, Charges
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays
 from transforms.mechanisms.population import UNREGISTERED
-from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, LifetimeRequirements, Requirements
+from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
+                                                Requirements)
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 
 _UNKNOWN_ROW = -3

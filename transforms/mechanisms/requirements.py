@@ -17,6 +17,7 @@ are validated with a handful of numpy operations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -86,6 +87,7 @@ class DynamicRequirement:
 class FixedRequirements:
     """Columns of fixed requirements: ``window`` slots and ``epsilon_units``."""
 
+    width: ClassVar[int] = 2  # columns of :meth:`as_matrix`
     window: np.ndarray
     epsilon_units: np.ndarray
 
@@ -115,6 +117,7 @@ class FixedRequirements:
 class DynamicRequirements:
     """Columns of dynamic declarations, budgets in units."""
 
+    width: ClassVar[int] = 4
     backward_window: np.ndarray
     backward_units: np.ndarray
     forward_window: np.ndarray
@@ -179,6 +182,7 @@ class LifetimeRequirement:
 class LifetimeRequirements:
     """Columns of lifetime budgets, in units."""
 
+    width: ClassVar[int] = 1
     epsilon_units: np.ndarray
 
     @classmethod

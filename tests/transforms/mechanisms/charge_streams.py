@@ -36,7 +36,8 @@ def _parts(gen: np.random.Generator, count: int) -> dict:
     """Charges of ``count`` groups: PWSM's two parts, or one part of another name."""
     if gen.random() < 0.5:
         return {"report": gen.choice([0, U // 10, U // 7, U // 4], count)}
-    return {DISSIMILARITY: gen.choice([0, U // 16, U // 8], count), PUBLICATION: gen.choice([0, U // 10, U // 5], count)}
+    return {DISSIMILARITY: gen.choice([0, U // 16, U // 8], count),
+            PUBLICATION: gen.choice([0, U // 10, U // 5], count)}
 
 
 class ChargeStream:

@@ -62,7 +62,7 @@ class PerUserLedger:
             totals[slot % ring] = totals[(slot - 1) % ring]
             totals[slot % ring, users] += added.astype(np.uint64)
         self.slot = slot
-        matrix = np.array([self._requirement(u, kind) for u in users.tolist()], np.int64).reshape(-1, 4 if dynamic else 2)
+        matrix = np.array([self._requirement(u, kind) for u in users.tolist()], np.int64).reshape(-1, kind.width)
         reqs = (DynamicRequirements(*matrix.T) if dynamic else FixedRequirements(*matrix.T))
         if dynamic:
             bounds = np.array([max(int(e), 2 * past_dc[u], 2 * (past[u] - past_dc[u]))

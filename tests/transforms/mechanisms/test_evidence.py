@@ -55,13 +55,13 @@ def _charges(cohort_of, dc, publication, evidence):
     rows = len(dc)
     return CohortCharges(cohort_of=cohort_of, cohort_parts={DISSIMILARITY: np.array(dc, np.int64),
                                                          PUBLICATION: np.array(publication, np.int64)},
-                       cohort_requirements=FixedRequirements(np.full(rows, 2), np.full(rows, 10 * UNITS_PER_EPSILON)),
-                       waiting_users=np.flatnonzero(cohort_of == WAITING),
-                       waiting_requirements=FixedRequirements(np.array([2]), np.array([UNITS_PER_EPSILON]))
-                       if (cohort_of == WAITING).any() else None,
-                       evidence=evidence,
-                       declarations=declaring(np.arange(cohort_of.size),
-                                              FixedRequirements.of([2] * cohort_of.size, [10] * cohort_of.size)))
+                         cohort_requirements=FixedRequirements(np.full(rows, 2), np.full(rows, 10 * UNITS_PER_EPSILON)),
+                         waiting_users=np.flatnonzero(cohort_of == WAITING),
+                         waiting_requirements=FixedRequirements(np.array([2]), np.array([UNITS_PER_EPSILON]))
+                         if (cohort_of == WAITING).any() else None,
+                         evidence=evidence,
+                         declarations=declaring(np.arange(cohort_of.size),
+                                                FixedRequirements.of([2] * cohort_of.size, [10] * cohort_of.size)))
 
 
 def test_the_ledger_flags_a_user_in_a_statistic_whom_the_charges_call_waiting():

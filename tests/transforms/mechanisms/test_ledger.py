@@ -24,10 +24,11 @@ def charges(units, requirements, dissimilarity=None) -> CohortCharges:
     """Charges for users 0..n-1, each in their own cohort (``units`` of publication, plus ``dissimilarity``)."""
     n = len(units)
     dc = np.zeros(n, np.int64) if dissimilarity is None else np.asarray(dissimilarity, np.int64)
-    return CohortCharges(cohort_of=np.arange(n), cohort_parts={DISSIMILARITY: dc, PUBLICATION: np.asarray(units, np.int64)},
-                       cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
-                       waiting_requirements=None, evidence=no_statistics(np.arange(n)),
-                       declarations=declaring(np.arange(n), requirements))
+    return CohortCharges(cohort_of=np.arange(n),
+                         cohort_parts={DISSIMILARITY: dc, PUBLICATION: np.asarray(units, np.int64)},
+                         cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
+                         waiting_requirements=None, evidence=no_statistics(np.arange(n)),
+                         declarations=declaring(np.arange(n), requirements))
 
 
 def brute_force_max_ratio(history: np.ndarray, windows: np.ndarray, bounds: np.ndarray) -> float:
@@ -179,11 +180,11 @@ def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, d
     return CohortCharges(cohort_of=cohort_of, cohort_parts={
                            DISSIMILARITY: gen.integers(0, u // 4, rows),
                            PUBLICATION: gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5)},
-                       cohort_requirements=requirements, waiting_users=waiting,
-                       waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
-                                                              np.full(waiting.size, u)) if waiting.size else None,
-                       evidence=no_statistics(cohort_of), declarations=declaring(declare, declared),
-                       default_requirement=requirements.take(np.zeros(1, np.int64)))
+                         cohort_requirements=requirements, waiting_users=waiting,
+                         waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
+                                                                np.full(waiting.size, u)) if waiting.size else None,
+                         evidence=no_statistics(cohort_of), declarations=declaring(declare, declared),
+                         default_requirement=requirements.take(np.zeros(1, np.int64)))
 
 
 def assert_same(ledger: PrivacyLedger, reference: PerUserLedger, users: int) -> None:
@@ -228,10 +229,10 @@ def test_a_steady_population_is_checked_as_a_few_classes():
         ledger.record(slot, CohortCharges(cohort_of=cohort_of, cohort_parts={
                                             DISSIMILARITY: np.arange(10), PUBLICATION: np.zeros(10, np.int64)},
                                           cohort_requirements=reqs,
-                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
-                                        evidence=no_statistics(cohort_of),
-                                        declarations=declaring(np.arange(10000) if slot == 1 else [],
-                                                               reqs.take(cohort_of) if slot == 1 else None)))
+                                          waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                                          evidence=no_statistics(cohort_of),
+                                          declarations=declaring(np.arange(10000) if slot == 1 else [],
+                                                                 reqs.take(cohort_of) if slot == 1 else None)))
     assert ledger._totals.shape[1] == 10  # one running total per cohort
     # cohort k spends k per slot: cohorts 6..9 exceed 10 from slot 2 on, cohorts 4 and 5 from slot 3 on
     assert ledger.violation_count == 4 * 4000 + 2 * 3000

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from conftest import admit, run_with_ledger
 from streams import StreamSpec
 from test_mechanisms import specs
-from transforms.mechanisms import DISSIMILARITY, PUBLICATION, DynamicRequirements, FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirements, FixedRequirements, SlotBatch,
+                                   make_mechanism)
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import WAITING

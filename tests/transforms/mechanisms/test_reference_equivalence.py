@@ -40,7 +40,8 @@ from hypothesis import strategies as st
 from conftest import units
 from reference_pwsm import DYNAMIC_MECHANISMS, UNITS, Draws, ReferenceMechanism
 from test_vectors import DATA, E, TABLE_3, W, times_e
-from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirement, DynamicRequirements, FixedRequirement, FixedRequirements,
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirement, DynamicRequirements,
+                                   FixedRequirement, FixedRequirements,
                                    SlotBatch, make_mechanism, pwsm, sampling)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 

@@ -88,7 +88,8 @@ def fingerprints(work: str, data_dir: str = DATA) -> dict[str, dict[str, str]]:
         jobs["tdrive_replay"] = {"skipped": f"no T-Drive sample ({TDRIVE} in --data-dir)"}
     evaluation_out = os.path.join(work, JOBS["evaluation_quick"])
     _run(["pipelines.evaluate", "--datasets", "sin,log,tlns", "--users", "2000", "--slots", "300",
-          "--repeats", "1", "--sweep", "epsilon,ratio", "--seed", SEED, "--workers", "1", "--no-plots",
+          "--repeats", "1", "--sweep", "epsilon,ratio",
+          "--mechanisms", "bd,ba,uniform,sample,pbd,pba,dpbd,dpba,adaptive", "--seed", SEED, "--workers", "1", "--no-plots",
           "--quiet", "--output", evaluation_out])
     jobs["evaluation_quick"] = _hashes(evaluation_out)
     return jobs

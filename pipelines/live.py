@@ -329,7 +329,7 @@ class _LoopOutputs(StreamOutputs):
         self.live._write("releases", output.record)
 
     def records_used(self, output: RecordsUsed) -> None:
-        self.live.counts["records_used"] += output.count
+        self.live.counts["records_used"] += output.records
 
     def dead_letter(self, output: DeadLetter) -> None:
         self.live._dead(output.letter)
@@ -339,7 +339,7 @@ class _LoopOutputs(StreamOutputs):
         self.live._write("dead_letters", output.letter)
 
     def duplicates(self, output: Duplicates) -> None:
-        self.live.counts["duplicates"] += output.count
+        self.live.counts["duplicates"] += output.records
 
     def evaluation(self, output: EvaluationRow) -> None:
         raise AssertionError("refused in LiveRelease: the loop measures no utility")

@@ -24,11 +24,13 @@ a dead letter, never exceptions: one bad declaration must not stop the stream.
 from __future__ import annotations
 
 import hashlib
+import typing
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from transforms.mechanisms import DynamicRequirement, FixedRequirement, LifetimeRequirement, Mechanism
+from transforms.mechanisms.requirements import Requirements
 
 REQUIREMENT_TYPES = (FixedRequirement, DynamicRequirement, LifetimeRequirement)
 
@@ -102,7 +104,7 @@ class DeclarationTranslator:
     def __init__(self, mechanism: Mechanism, policy: RequirementPolicy):
         self.mechanism = mechanism
         self.policy = policy
-        self.kind = mechanism.requirement_kind
+        self.kind: type[Requirements] = typing.cast("type[Requirements]", mechanism.requirement_kind)
         self.width = self.kind.width
         self._cache: dict = {}
 

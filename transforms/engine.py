@@ -96,6 +96,8 @@ class ReleaseConfig:
 
     def resume_state(self) -> dict:
         """stream -> StreamState saved in ``resume_from`` (checked against this configuration)."""
+        if self.resume_from is None:
+            return {}
         checkpoint = load_for_resume(self.resume_from)
         self.check_checkpoint(checkpoint, self.resume_from)
         return checkpoint.streams
@@ -144,7 +146,7 @@ class Released(NamedTuple):
 class RecordsUsed(NamedTuple):
     """How many input records a released slot used."""
 
-    count: int
+    records: int
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.records_used(self)
@@ -171,7 +173,7 @@ class LateRecord(NamedTuple):
 class Duplicates(NamedTuple):
     """Input records of a user's second contribution to a slot: counted, not used."""
 
-    count: int
+    records: int
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.duplicates(self)
@@ -364,6 +366,7 @@ class StreamEngine:
         inside, outside = release_range.split(contributions)
         for c in map(Contribution._make, sorted(outside, key=_SLOT)):
             reason = release_range.outside(c.slot)
+            assert reason is not None  # split put the contribution outside
             for raw in c.raws:
                 yield DeadLetter(dead_letter(reason, raw, "release", self.stream, c.user))
         return inside
@@ -378,7 +381,9 @@ class StreamEngine:
 
     def _release(self, slot: int, start: int, end: int):
         """Release ``slot`` from the firing's rows ``start:end`` (that slot's, sorted by user id)."""
-        firing, columns = self._firing, self._firing.columns
+        firing = self._firing
+        assert firing is not None, "a slot is released only inside release_until"
+        columns = firing.columns
         codes = columns.users[start:end]
         in_force = firing.declare(codes, start, end)
         accepted = firing.accepted[in_force + 1]
@@ -417,7 +422,8 @@ class StreamEngine:
         # that carry a declaration of their own this slot, and users seen for the first time (their default).
         declaring = (firing.own[start:end][accepted][order] >= 0) | ~self.requirements.knows(batch.users)
         self.requirements.declare(release.slot, batch.users[declaring],
-                                  batch.requirements.take(declaring) if declaring.any() else None, None)
+                                  batch.requirements.take(declaring) if batch.requirements is not None
+                                  and declaring.any() else None, None)
         if charges.parts != self.charge_parts:
             if self.charge_parts is not None:
                 raise ValueError(f"{self.config.mechanism} charged parts {charges.parts} after {self.charge_parts}")
@@ -446,10 +452,11 @@ class StreamEngine:
             return
         table, first, counts = _group_by_user(pending)
         self.first_flush, complete = False, self.first_flush
+        kind, parts = kind_name(self.requirements.kind), self.charge_parts or ()  # parts: set with the first row
         for user in np.flatnonzero(counts).tolist():
             start = first[user]
             yield ChargeChunk(f"{self.stream}{KEY_SEPARATOR}{self.user_ids[user]}", table[start:start + counts[user]],
-                              kind_name(self.requirements.kind), self.charge_parts, final, final and complete)
+                              kind, parts, final, final and complete)
 
 
 def _group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.coders import FastPrimitivesCoder
+from apache_beam.coders import FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
+from transforms.coders import ValueCoder
+from transforms.engine import ChargeChunk
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY
 from transforms.mechanisms.declared import KINDS
@@ -116,11 +118,16 @@ def empty_tail() -> dict:
             "before": 0}
 
 
+def _chunk(charges: ChargeChunk) -> dict:
+    return charge_chunk(*charges.ledger_input())
+
+
+@beam.typehints.with_input_types(beam.typehints.Tuple[str, ChargeChunk])
 class UserLedgerFn(beam.DoFn):
     """Exact sliding-window sums per user; emits usage, violations and (on request) every charge."""
 
-    TAIL = ReadModifyWriteStateSpec("tail", FastPrimitivesCoder())
-    USAGE = ReadModifyWriteStateSpec("usage", FastPrimitivesCoder())
+    TAIL = ReadModifyWriteStateSpec("tail", ValueCoder())  # check_windows' tail: a dict of int64 arrays and ints
+    USAGE = ReadModifyWriteStateSpec("usage", TupleCoder([VarIntCoder(), FloatCoder(), VarIntCoder()]))
 
     def __init__(self, max_window: int, detail: bool = False):
         self.max_window = max_window
@@ -129,7 +136,7 @@ class UserLedgerFn(beam.DoFn):
 
     def process(self, element, tail_state=beam.DoFn.StateParam(TAIL), usage_state=beam.DoFn.StateParam(USAGE)):
         key, charges = element
-        chunk = charge_chunk(*charges)
+        chunk = _chunk(charges)
         if chunk["final"] and chunk["complete"]:  # a bounded input's one chunk: nothing before or after it
             yield from self._complete(key, chunk)
             return
@@ -167,7 +174,7 @@ class CompleteChunkLedgerFn(UserLedgerFn):
 
     def process(self, element):
         key, charges = element
-        chunk = charge_chunk(*charges)
+        chunk = _chunk(charges)
         if not (chunk["final"] and chunk["complete"]):
             raise ValueError("CompleteChunkLedgerFn got a partial chunk of charges; use UserLedgerFn")
         yield from self._complete(key, chunk)

@@ -16,7 +16,7 @@ import apache_beam as beam
 from transforms.lines import LineBatch
 from transforms.parsing import (EVENT_RAW_LIMIT, FILE_FORMATS, MAX_TIME, PARSE_NAMESPACE, PARSE_STAGE, FieldMapping,
                                 ParseConfig, fast_path, parse_record, time_seconds, validated_record)
-from transforms.records import Event
+from transforms.records import DeadLetterRecord, Event
 
 __all__ = ["EVENT_RAW_LIMIT", "FILE_FORMATS", "MAX_TIME", "PARSE_NAMESPACE", "PARSE_STAGE", "FieldMapping",
            "ParseConfig", "ParseEvents", "parse_record", "time_seconds"]
@@ -68,5 +68,7 @@ class ParseEvents(beam.PTransform):
         self.config = config
 
     def expand(self, raw_records):
-        parse = beam.ParDo(_ParseFn(self.config)).with_output_types(Event)
+        import transforms.coders  # noqa: F401  registers the Event and DeadLetterRecord coders (no import cycle here)
+
+        parse = beam.ParDo(_ParseFn(self.config)).with_output_types(Event, dead_letters=DeadLetterRecord)
         return raw_records | "ParseRecords" >> parse.with_outputs("dead_letters", main="events")

@@ -32,15 +32,17 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
+from transforms.coders import ValueCoder
 from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
-from transforms.engine import ReleaseConfig
-from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseController
+from transforms.engine import ChargeChunk, ReleaseConfig
+from transforms.records import Event
+from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, release_stage
 from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
-from transforms.user_state import ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, UserSlotState
+from transforms.user_state import (ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, Packed, UserSlotState,
+                                   closing_stage)
 
-Keyed = typing.Tuple[str, typing.Any]
 ACCOUNTING_COUNTERS = ("records_used", "duplicates", "late", "dead_letters")
 
 
@@ -63,6 +65,9 @@ class AccountingTotals(beam.CombineFn):
 
     def extract_output(self, totals: dict) -> dict:
         return totals
+
+    def get_accumulator_coder(self):
+        return ValueCoder()  # {counter: n}: no pickle
 
 
 class PrivateStreamHistogram(beam.PTransform):
@@ -101,19 +106,20 @@ class PrivateStreamHistogram(beam.PTransform):
         if bounded is None:
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
         if not bounded:  # timers follow event time; a bounded run closes every slot at once
-            events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time))
+            events = events | "AtEventTime" >> beam.Map(
+                lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
         closing = CloseUserSlots(self.clock) if bounded else UserSlotState(self.clock)
         # a fresh bounded run sends each user's charges in one complete chunk: no ledger state needed
         ledger = CompleteChunkLedgerFn if bounded and self.config.resume_from is None else UserLedgerFn
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
-                  | "UserSlotState" >> beam.ParDo(closing).with_outputs(LATE, ACCOUNTING, main="contributions"))
+                  | "UserSlotState" >> closing_stage(closing))
         released = (closed.contributions
-                    | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
-                    | "ReleaseController" >> beam.ParDo(ReleaseController(self.config, bounded)).with_outputs(
-                        CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+                    | "KeyByStream" >> beam.Map(lambda kv: kv).with_output_types(Packed)
+                    | "ReleaseController" >> release_stage(self.config, bounded))
         ledger = (released[CHARGES]
-                  | "KeyByUser" >> beam.Map(lambda kv: kv).with_output_types(Keyed)
+                  | "KeyByUser" >> beam.Map(lambda chunk: (chunk.key, chunk)).with_output_types(
+                      typing.Tuple[str, ChargeChunk])
                   | "PrivacyLedger" >> beam.ParDo(ledger(self.ledger_max_window, self.ledger_detail))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
@@ -122,5 +128,6 @@ class PrivateStreamHistogram(beam.PTransform):
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting,
                    "evaluation": released[EVALUATION], "checkpoints": released[CHECKPOINTS]}
         if bounded:  # an unbounded input has no end to total up to
-            outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(AccountingTotals())
+            outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(
+                AccountingTotals()).with_output_types(typing.Dict[str, int])
         return outputs

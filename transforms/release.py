@@ -29,8 +29,6 @@ already spent, so no window is overspent across the restart.
 
 from __future__ import annotations
 
-import pickle
-
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
@@ -40,27 +38,43 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.checkpoint import StreamState
+from transforms.coders import UsersCoder
 from transforms.engine import (ChargeChunk, CheckpointSaved, DeadLetter, Duplicates, EvaluationRow, LateRecord,
                                RecordsUsed, Released, ReleaseConfig, StreamEngine, StreamOutputs)
-from transforms.records import pack_contributions, unpack_contributions
-from transforms.user_state import ACCOUNTING, NAMESPACE
+from transforms.records import DeadLetterRecord, ReleaseRecord, pack_contributions, unpack_contributions
+from transforms.user_state import ACCOUNTING, NAMESPACE, Counted
 
 CHARGES = "charges"
 CHECKPOINTS = "checkpoints"
 DEAD_LETTERS = "dead_letters"
 EVALUATION = "evaluation"
 
+OUTPUT_TYPES = {"releases": ReleaseRecord, CHARGES: ChargeChunk, DEAD_LETTERS: DeadLetterRecord,
+                ACCOUNTING: Counted, EVALUATION: EvaluationRow, CHECKPOINTS: CheckpointSaved}
+"""The element type of each of the stage's outputs (main: ``releases``): Beam picks their coders by these."""
+_USERS = UsersCoder()
+
+
+def release_stage(config: ReleaseConfig, bounded: bool) -> beam.ParDo:
+    """The release stage as a ParDo with its tagged outputs and their types (see :data:`OUTPUT_TYPES`)."""
+    types = dict(OUTPUT_TYPES)
+    return (beam.ParDo(ReleaseController(config, bounded))
+            .with_output_types(types.pop("releases"), **types)
+            .with_outputs(CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+
 
 class ReleaseController(beam.DoFn):
     """Runs one stream's mechanism over its slots, strictly in order."""
 
-    # Large values are kept as pickled bytes: the SDK's state cache measures every object it holds.
-    CONTRIBUTIONS = BagStateSpec("contributions", BytesCoder())
-    MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())
-    USERS = ReadModifyWriteStateSpec("users", BytesCoder())
+    # Large values are kept as bytes made by a versioned encoding (docs/state_layout.md), never pickle: the SDK's
+    # state cache measures every object it holds, and one bytes object is cheap to measure.
+    CONTRIBUTIONS = BagStateSpec("contributions", BytesCoder())  # records.pack_contributions (ContributionsCoder)
+    MECHANISM = ReadModifyWriteStateSpec("mechanism", BytesCoder())  # Mechanism.to_bytes (.npz, no pickle)
+    USERS = ReadModifyWriteStateSpec("users", BytesCoder())  # UsersCoder: user ids, each user's last declaration
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
-    RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())
+    RANDOMNESS = ReadModifyWriteStateSpec("randomness", BytesCoder())  # checkpoint.dump_randomness: seeded only
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
+    REQUIREMENTS = ReadModifyWriteStateSpec("requirements", BytesCoder())  # DeclaredRequirements.to_bytes (.npz)
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
     def __init__(self, config: ReleaseConfig, bounded: bool):
@@ -100,7 +114,8 @@ class ReleaseController(beam.DoFn):
                    contributions=beam.DoFn.StateParam(CONTRIBUTIONS), mechanism_state=beam.DoFn.StateParam(MECHANISM),
                    users_state=beam.DoFn.StateParam(USERS), next_slot_state=beam.DoFn.StateParam(NEXT_SLOT),
                    randomness_state=beam.DoFn.StateParam(RANDOMNESS), armed=beam.DoFn.StateParam(ARMED),
-                   release=beam.DoFn.TimerParam(RELEASE)):
+                   release=beam.DoFn.TimerParam(RELEASE),
+                   requirements_state=beam.DoFn.StateParam(REQUIREMENTS)):
         clock = self.config.clock
         held = [c for packed in contributions.read() for c in unpack_contributions(packed)]
         contributions.clear()
@@ -124,8 +139,9 @@ class ReleaseController(beam.DoFn):
         if mechanism_bytes is None:  # the stream's first firing in this job: maybe a resumed one
             state = self._resume.get(key)
         else:
-            user_ids, declared = pickle.loads(users_state.read())
-            state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read())
+            user_ids, declared = _USERS.decode(users_state.read())
+            state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
+                                requirements_state.read())  # None only in a job started before the cell existed
         run = StreamEngine.load(self.config, key, state)
         if release_range is None:
             last = max(due_slots)
@@ -143,8 +159,9 @@ class ReleaseController(beam.DoFn):
                 release.set(Timestamp(micros=at))
         state = run.state()
         mechanism_state.write(state.mechanism)
-        users_state.write(pickle.dumps((state.user_ids, state.declared), protocol=pickle.HIGHEST_PROTOCOL))
+        users_state.write(_USERS.encode((state.user_ids, state.declared)))
         next_slot_state.write(state.next_slot)
+        requirements_state.write(state.requirements)
         if state.randomness is not None:
             randomness_state.write(state.randomness)
 
@@ -164,11 +181,11 @@ class _StageOutputs(StreamOutputs):
 
     def released(self, output: Released) -> None:
         self.stage.kinds[output.record["kind"]].inc()
-        self.pending.append(output.record)
+        self.pending.append(ReleaseRecord(output.record))
 
     def records_used(self, output: RecordsUsed) -> None:
-        self.stage.used.inc(output.count)
-        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", output.count)))
+        self.stage.used.inc(output.records)
+        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", output.records)))
 
     def dead_letter(self, output: DeadLetter) -> None:
         self.stage.dead.inc()
@@ -181,15 +198,14 @@ class _StageOutputs(StreamOutputs):
                          beam.pvalue.TaggedOutput(DEAD_LETTERS, output.letter)]
 
     def duplicates(self, output: Duplicates) -> None:
-        self.stage.duplicates.inc(output.count)
-        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.count)))
+        self.stage.duplicates.inc(output.records)
+        self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.records)))
 
     def evaluation(self, output: EvaluationRow) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(EVALUATION, tuple(output)))
+        self.pending.append(beam.pvalue.TaggedOutput(EVALUATION, output))
 
     def checkpoint(self, output: CheckpointSaved) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(CHECKPOINTS, tuple(output)))
+        self.pending.append(beam.pvalue.TaggedOutput(CHECKPOINTS, output))
 
     def charges(self, output: ChargeChunk) -> None:
-        self.pending.append(beam.pvalue.TaggedOutput(
-            CHARGES, (output.key, output.ledger_input())))
+        self.pending.append(beam.pvalue.TaggedOutput(CHARGES, output))

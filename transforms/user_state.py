@@ -1,7 +1,10 @@
 """Per-user state: one bounded contribution per user per slot, lateness, requirements.
 
-Events are keyed by ``(stream, user)`` and travel as compact ``(time, value,
-requirement, raw)`` tuples: the key already names the stream and the user.
+Events are keyed by ``(stream, user)``; in batch they travel as compact
+``(time, value, requirement, raw)`` tuples (the key already names the stream
+and the user), in streaming one ``Event`` per element (``EventCoder``) and
+the state keeps the compact tuple.  Every state cell and output has a coder
+that never pickles (``transforms.coders``, ``docs/state_layout.md``).
 
 * **Streaming**: ``UserSlotState`` is a stateful DoFn whose state cells hold
   the requirement in force, the user's last closed slot and the events of open
@@ -31,7 +34,7 @@ from __future__ import annotations
 import typing
 
 import apache_beam as beam
-from apache_beam.coders import FastPrimitivesCoder, VarIntCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -39,7 +42,8 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.records import KEY_SEPARATOR, Event, dead_letter, pack_contributions
+from transforms.coders import DeclarationCoder, ValueCoder
+from transforms.records import KEY_SEPARATOR, DeadLetterRecord, Event, dead_letter, pack_contributions
 from transforms.slotting import SlotClock, close_user_slots
 
 SEP = KEY_SEPARATOR
@@ -48,6 +52,19 @@ LATE = "late"
 ACCOUNTING = "accounting"
 
 UserKeyed = typing.Tuple[typing.Tuple[str, str], typing.Any]
+Packed = typing.Tuple[str, bytes]
+"""``(stream, records.pack_contributions bytes)``: how closed slots leave this stage."""
+Counted = typing.Tuple[str, int]
+"""An accounting record: ``(counter, n)``."""
+OUTPUT_TYPES = {"contributions": Packed, LATE: DeadLetterRecord, ACCOUNTING: Counted}
+"""The element type of each output of this stage (main: ``contributions``): Beam picks their coders by these."""
+
+
+def closing_stage(closing: beam.DoFn) -> beam.ParDo:
+    """``closing`` (:class:`CloseUserSlots` or :class:`UserSlotState`) as a ParDo with its typed outputs."""
+    types = dict(OUTPUT_TYPES)
+    return (beam.ParDo(closing).with_output_types(types.pop("contributions"), **types)
+            .with_outputs(LATE, ACCOUNTING, main="contributions"))
 
 
 def compact(event: Event) -> tuple:
@@ -106,16 +123,17 @@ class _GatherUserEvents(_HeldPerBundle):
 
 
 class GroupUserEvents(beam.PTransform):
-    """Key events by ``(stream, user)``: ``(key, [[compact event, ...], ...])``, in batch each key once."""
+    """Key events by ``(stream, user)``: in batch ``(key, [[compact event, ...], ...])``, each key once; streaming
+    ``(key, event)``, one event per element."""
 
     def __init__(self, bounded: bool):
         super().__init__()
         self.bounded = bounded
 
     def expand(self, events):
-        if not self.bounded:
+        if not self.bounded:  # the whole Event travels, through its registered coder (EventCoder)
             return events | "OneEventPerElement" >> beam.Map(
-                lambda e: ((e[0], e[1]), ([compact(e)],))).with_output_types(UserKeyed)
+                lambda e: ((e[0], e[1]), e)).with_output_types(typing.Tuple[typing.Tuple[str, str], Event])
         if not isinstance(events.windowing.windowfn, GlobalWindows):
             raise ValueError("a bounded input must be in the global window (slots are the only windows)")
         return (events
@@ -166,8 +184,8 @@ class UserSlotState(beam.DoFn):
     """Streaming: closes each user's slots as event time passes: dedupes, applies lateness and the requirement in
     force."""
 
-    EVENTS = BagStateSpec("events", FastPrimitivesCoder())
-    REQUIREMENT = ReadModifyWriteStateSpec("requirement", FastPrimitivesCoder())
+    EVENTS = BagStateSpec("events", ValueCoder())  # compact events: (time, value, declaration, raw)
+    REQUIREMENT = ReadModifyWriteStateSpec("requirement", DeclarationCoder())
     LAST_CLOSED = ReadModifyWriteStateSpec("last_closed", VarIntCoder())
     NEXT_CLOSE = ReadModifyWriteStateSpec("next_close", VarIntCoder())
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
@@ -181,30 +199,22 @@ class UserSlotState(beam.DoFn):
                 requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        key, lists = element
-        stream, user = key
-        slot_of = self.clock.slot_of
+        (stream, user), event = element
+        report = compact(event)
+        slot = self.clock.slot_of(report[0])
         last_closed = last_closed_state.read()
-        on_time = []
-        for report in (r for held in lists for r in held):
-            slot = slot_of(report[0])
-            if last_closed is not None and slot <= last_closed:
-                self.late.inc()
-                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
-                yield beam.pvalue.TaggedOutput(LATE, dead_letter(
-                    f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
-                    report[3], "user_slot_state", stream, user))
-            else:
-                on_time.append(report)
-        if not on_time:
+        if last_closed is not None and slot <= last_closed:
+            self.late.inc()
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
+            yield beam.pvalue.TaggedOutput(LATE, dead_letter(
+                f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
+                report[3], "user_slot_state", stream, user))
             return
-        for report in on_time:
-            events_state.add(report)
-        earliest = min(slot_of(r[0]) for r in on_time)
+        events_state.add(report)
         pending = next_close_state.read()
-        if pending is None or earliest < pending:
-            next_close_state.write(earliest)
-            close.set(Timestamp(micros=self.clock.close_micros(earliest)))
+        if pending is None or slot < pending:
+            next_close_state.write(slot)
+            close.set(Timestamp(micros=self.clock.close_micros(slot)))
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,

@@ -58,7 +58,7 @@ def test_a_second_contribution_for_a_user_and_slot_is_counted_as_duplicates_not_
     counts = {kind: 0 for kind in (RecordsUsed, Duplicates, LateRecord)}
     for output in outputs:
         if type(output) in counts:
-            counts[type(output)] += 1 if isinstance(output, LateRecord) else output.count
+            counts[type(output)] += 1 if isinstance(output, LateRecord) else output.records
     assert counts == {RecordsUsed: 3, Duplicates: 1, LateRecord: 2}
     assert sum(counts.values()) == sum(len(row[4]) for row in rows)
 

@@ -164,14 +164,19 @@ def test_the_stateless_batch_ledger_refuses_a_partial_chunk():
     """A fresh bounded run checks each user's one complete chunk without state; anything else must not pass."""
     import numpy as np
 
+    from transforms.engine import ChargeChunk
     from transforms.ledger import CompleteChunkLedgerFn
 
     table = np.array([[0, 1, 1, 0, 2, 3], [1, 2, 1, 1, 2, 3]])  # slot, least, dissimilarity, publication, w, E
     parts = ("dissimilarity", "publication")
-    usage = list(CompleteChunkLedgerFn(4).process(("s\x1fu", (table, "fixed", parts, True, True))))
+
+    def chunk(complete: bool) -> ChargeChunk:
+        return ChargeChunk("s\x1fu", table, "fixed", parts, True, complete)
+
+    usage = list(CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(True))))
     assert usage == [{"stream": "s", "user": "u", "slots": 2, "max_window_usage_ratio": 1.0, "violations": 0}]
     table[1, 1] = 3  # the evidence of slot 1 implies more than the user was charged
-    *_, usage = CompleteChunkLedgerFn(4).process(("s\x1fu", (table, "fixed", parts, True, True)))
+    *_, usage = CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(True)))
     assert usage["violations"] == 1
     with pytest.raises(ValueError, match="partial chunk"):
-        list(CompleteChunkLedgerFn(4).process(("s\x1fu", (table, "fixed", parts, True, False))))
+        list(CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(False))))

@@ -214,7 +214,7 @@ class Mechanism(abc.ABC):
 
     name: ClassVar[str]
     requirement_kind: ClassVar[type] = FixedRequirements
-    params_type: ClassVar[type] = MechanismParams
+    params_type: ClassVar[type[MechanismParams]] = MechanismParams
     samples_cohorts: ClassVar[bool] = True
     """False for mechanisms that never sample by cohort: they get pooled cells (one per bin)."""
     trust: ClassVar[TrustModel] = TrustModel.CENTRAL

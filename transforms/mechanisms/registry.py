@@ -15,14 +15,15 @@ from __future__ import annotations
 import dataclasses
 from enum import Enum
 
-from transforms.mechanisms.adaptive import Adaptive
+from transforms.mechanisms.adaptive import Adaptive, DynamicAdaptive
 from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismParams
 from transforms.mechanisms.dynamic import DYNAMIC
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
 from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import DynamicRequirements, Requirements
 
-MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive}
+MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive,
+                                          DynamicAdaptive.name: DynamicAdaptive}
 """Every registered mechanism by its lower-case name."""
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import drive, run_with_ledger, units
+from mechanism_helpers import drive, run_with_ledger, units
 from streams import StreamSpec, stream_specs
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirements, ReleaseKind, SlotBatch,
                                    make_mechanism)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from charge_streams import KINDS, SHAPES, ChargeStream, U
-from conftest import declaring
+from mechanism_helpers import declaring
 from per_user_ledger import PerUserLedger
 from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, FixedRequirements,
                                    LifetimeRequirement, LifetimeRequirements, PrivacyLedger, ReporterCharges,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import declaring, run_with_ledger
+from mechanism_helpers import declaring, run_with_ledger
 from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, Family,
                                    FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import UNITS_PER_EPSILON

@@ -15,7 +15,7 @@ from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, Dy
                                    FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import no_statistics
-from conftest import declaring
+from mechanism_helpers import declaring
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import UNREGISTERED, WAITING
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_with_ledger
+from mechanism_helpers import run_with_ledger
 from streams import DYNAMIC, HOMOGENEOUS, StreamSpec, stream_specs
 from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
 from transforms.mechanisms import (MECHANISMS, PUBLICATION, DynamicRequirements, FixedRequirement, FixedRequirements,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from conftest import admit, run_with_ledger
+from mechanism_helpers import admit, run_with_ledger
 from streams import StreamSpec
 from test_mechanisms import specs
 from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirements, FixedRequirements, SlotBatch,

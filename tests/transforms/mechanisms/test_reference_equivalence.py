@@ -37,7 +37,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings, target
 from hypothesis import strategies as st
 
-from conftest import units
+from mechanism_helpers import units
 from reference_pwsm import DYNAMIC_MECHANISMS, UNITS, Draws, ReferenceMechanism
 from test_vectors import DATA, E, TABLE_3, W, times_e
 from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirement, DynamicRequirements,

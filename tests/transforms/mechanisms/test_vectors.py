@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import drive, units
+from mechanism_helpers import drive, units
 from transforms.mechanisms import (DynamicRequirements, ErrorModel, FixedRequirements, SlotBatch,
                                    make_mechanism)
 from transforms.mechanisms.budget import to_units_array

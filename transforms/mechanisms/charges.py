@@ -139,7 +139,8 @@ class CohortCharges(Charges):
 
     def __post_init__(self):
         _check_parts(self.cohort_parts)
-        object.__setattr__(self, "cohort_parts", dict(self.cohort_parts))
+        parts = {name: _units(units, name) for name, units in self.cohort_parts.items()}
+        object.__setattr__(self, "cohort_parts", parts)
 
     @property
     def group_of(self) -> np.ndarray:

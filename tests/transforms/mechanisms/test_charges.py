@@ -306,3 +306,13 @@ def test_a_lifetime_is_exact_when_running_totals_wrap():
         assert [wrapping.window_sum(u, 1, slot) for u in users] == [plain.window_sum(u, 1, slot) for u in users]
         assert wrapping.violations == plain.violations
     assert plain.violation_count > 0 and wrapping.violation_count == plain.violation_count
+
+
+@pytest.mark.parametrize("part, message", [(np.array([0.5, 1.0]), "integer budget units"),
+                                           (np.array([1, -1]), "non-negative")])
+def test_cohort_charges_refuse_fractional_or_negative_units(part, message):
+    with pytest.raises(ValueError, match=message):
+        CohortCharges(cohort_of=np.array([0, 1]), cohort_parts={"report": part},
+                      cohort_requirements=FixedRequirements(np.array([2, 2]), np.array([5, 5])),
+                      waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                      evidence=no_statistics(np.arange(2)), declarations=declaring([], None))

@@ -18,6 +18,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["transforms", "transforms.*", "pipelines", "pipelines.*", "schemas",
                                     "schemas.*", "benchmarks", "benchmarks.*"]),
+    py_modules=["wevent_client"],  # the device module: one file, standard library only
     package_data={"schemas": ["*.avsc"], "transforms": ["py.typed"], "pipelines": ["py.typed"]},
     entry_points={"console_scripts": ["wevent = pipelines.main:main"]},
     install_requires=[

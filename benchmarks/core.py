@@ -16,6 +16,10 @@ requirements redrawn every slot.  Noise comes from the secure generator, as
 in production.  Data generation is outside the timed region;
 ``peak_memory_bytes`` is the child process's maximum resident set size
 (interpreter and numpy included).
+
+With ``--tricks`` each mechanism also runs with each speed trick of :data:`TRICKS`
+turned off, one at a time, and ``"without": {"<trick>": {"seconds_per_slot": ...}}``
+sits beside its numbers: a trick stays only while it shows a gain there.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, Family, SlotBatch
+from transforms.mechanisms import MECHANISMS, Family, SlotBatch, obs, sampling
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.registry import mechanism_for_setup
@@ -40,8 +44,25 @@ def peak_memory_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int = 0) -> dict:
-    """Time ``slots`` steps of ``name`` (after one warm-up slot) in this process."""
+TRICKS = {
+    "pool": "each generator's pool of pre-drawn noise (noise.pool): off, every draw is made when asked",
+    "cache": "OBS and coin thresholds answered from a cache for per-cohort inputs up to obs.CACHED_ROWS rows",
+    "every_user": "users given as SlotBatch.of(range(n)), known to be 0..n-1 without a scan: off, an array",
+}
+"""Speed tricks that must show a number here (``--tricks``)."""
+
+
+def _turn_off(trick: str) -> None:
+    """Disable a module-level trick for this (child) process."""
+    if trick == "cache":
+        obs.CACHED_ROWS = sampling.CACHED_ROWS = -1  # every input is recomputed
+
+
+def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int = 0,
+            without: tuple[str, ...] = ()) -> dict:
+    """Time ``slots`` steps of ``name`` (after one warm-up slot) in this process, without the tricks named."""
+    for trick in without:
+        _turn_off(trick)
     gen = np.random.default_rng(seed)
     grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
     setup = PaperSetup(users=users, window=window, window_grid=grid)
@@ -50,12 +71,16 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
     values = gen.integers(0, bins, users)
-    engine = Engine(mechanism, secure_randomness())
+    rng = secure_randomness()
+    if "pool" in without:
+        rng._noise_pool = None
+    every_user = range(users) if "every_user" not in without else np.arange(users)
+    engine = Engine(mechanism, rng)
     for t in range(slots + 1):
         movers = gen.random(users) < 0.1
         values[movers] = gen.integers(0, bins, int(movers.sum()))
         requirements = next(declarations) if dynamic else (fixed if t == 0 else None)
-        batch = SlotBatch.of(range(users), values.copy(), requirements)
+        batch = SlotBatch.of(every_user, values.copy(), requirements)
         engine.step(batch)
         if t == 0:  # slot 1 (registration of every user) is the warm-up
             engine.mechanism_seconds = 0.0
@@ -73,7 +98,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per mechanism (default 3); the fastest is reported, all are listed")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--tricks", action="store_true",
+                        help=f"also run each mechanism without each speed trick ({', '.join(TRICKS)})")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--without", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.names = [n.strip().lower() for n in args.mechanisms.split(",") if n.strip()]
     unknown = [n for n in args.names if n not in MECHANISMS]
@@ -81,26 +109,40 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(MECHANISMS)}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    args.without = tuple(t for t in args.without.split(",") if t)
+    if set(args.without) - TRICKS.keys():
+        parser.error(f"unknown tricks {sorted(set(args.without) - TRICKS.keys())}; choose from {', '.join(TRICKS)}")
     return args
+
+
+def _runs(args: argparse.Namespace, name: str, without: str = "") -> dict:
+    """``--repeats`` child processes of ``name``: the fastest per-slot time, the largest peak, every run."""
+    command = [sys.executable, "-m", "benchmarks.core", "--worker", name, "--users", str(args.users),
+               "--slots", str(args.slots), "--bins", str(args.bins), "--window", str(args.window),
+               "--without", without]
+    runs = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True)
+                       .stdout.strip().splitlines()[-1]) for _ in range(args.repeats)]
+    return {"seconds_per_slot": min(run["seconds_per_slot"] for run in runs),
+            "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs),
+            "seconds_per_slot_runs": [run["seconds_per_slot"] for run in runs]}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(measure(args.worker, args.users, args.slots, args.bins, args.window)))
+        print(json.dumps(measure(args.worker, args.users, args.slots, args.bins, args.window,
+                                 without=args.without)))
         return 0
     results = {}
     for name in args.names:
-        command = [sys.executable, "-m", "benchmarks.core", "--worker", name, "--users", str(args.users),
-                   "--slots", str(args.slots), "--bins", str(args.bins), "--window", str(args.window)]
-        runs = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True)
-                           .stdout.strip().splitlines()[-1]) for _ in range(args.repeats)]
-        results[name] = {"seconds_per_slot": min(run["seconds_per_slot"] for run in runs),
-                         "peak_memory_bytes": max(run["peak_memory_bytes"] for run in runs)}
-        results[name]["seconds_per_slot_runs"] = [run["seconds_per_slot"] for run in runs]
+        results[name] = _runs(args, name)
+        if args.tricks:
+            results[name]["without"] = {trick: _runs(args, name, trick) for trick in TRICKS}
         if not args.json:
             print(f"{name:>8}: {results[name]['seconds_per_slot'] * 1e3:9.3f} ms/slot, "
                   f"peak {results[name]['peak_memory_bytes'] / 2**20:7.1f} MiB", file=sys.stderr)
+            for trick, run in results[name].get("without", {}).items():
+                print(f"{'':>8}  without {trick}: {run['seconds_per_slot'] * 1e3:9.3f} ms/slot", file=sys.stderr)
     print(json.dumps({"users": args.users, "bins": args.bins, "slots": args.slots, "window": args.window,
                       "mechanisms": results}))
     return 0

@@ -17,7 +17,7 @@ import fastavro
 import fastavro.validation
 import pyarrow as pa
 
-SCHEMA_NAMES = ("event", "requirement", "release", "ledger_entry", "user_usage", "dead_letter")
+SCHEMA_NAMES = ("event", "requirement", "release", "ledger_entry", "user_usage", "dead_letter", "request", "report")
 
 _ARROW_PRIMITIVES = {"long": pa.int64(), "double": pa.float64(), "string": pa.string()}
 

@@ -22,6 +22,10 @@ SAMPLES = {
                      "parts": {"dissimilarity": "0.05", "publication": "0.2"}, "least": "0.2"},
     "user_usage": {"stream": "taxi", "user": "u1", "slots": 10, "max_window_usage_ratio": 0.9, "violations": 0},
     "dead_letter": {"stream": None, "user": None, "stage": "parse", "reason": "not JSON", "record": "{oops"},
+    "request": {"request_id": "r1", "stream": "taxi", "user": "u1", "slot": 42, "method": "lpd/m2",
+                "epsilon": "0.5", "domain_size": 5, "oracle": None},
+    "report": {"request_id": "r1", "stream": "taxi", "user": "u1", "slot": 42, "method": "lpd/m2", "oracle": "grr",
+               "epsilon": "0.5", "realised_epsilon": "0.5", "domain_size": 5, "report": [3]},
 }
 
 
@@ -56,6 +60,9 @@ def test_event_time_may_be_text_and_value_null():
     ("ledger_entry", {"charge": 0.25}),
     ("user_usage", {"user": None}),
     ("dead_letter", {"stage": None}),
+    ("request", {"epsilon": 0.5}),
+    ("report", {"oracle": "rappor"}),
+    ("report", {"report": [True, 0.5]}),
 ])
 def test_bad_record_raises_value_error_naming_the_schema(name, change):
     with pytest.raises(ValueError, match=f"schema '{name}'"):

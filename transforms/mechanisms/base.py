@@ -35,7 +35,7 @@ from transforms.mechanisms.domain import Categorical, Domain, Estimate, TrustMod
 from transforms.mechanisms.evidence import Evidence, Statistic
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
-from transforms.mechanisms.population import Column, Population, SlotData, read_only_copy
+from transforms.mechanisms.population import Column, Population, SlotData
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
                                                 FixedRequirements, LifetimeRequirement, LifetimeRequirements,
                                                 Requirements)
@@ -237,8 +237,8 @@ class Mechanism(abc.ABC):
             else:
                 raise ValueError(f"default_requirement must be a "
                                  f"{self.requirement_kind.__name__[:-1]} for {self.name}")
-        self.population = Population.create(self.requirement_kind, params.bins, self.cohort_columns(),
-                                            params.carry_forward, default)
+        self.population = Population(self.requirement_kind, params.bins, self.cohort_columns(),
+                                     params.carry_forward, default)
 
     # -- what subclasses provide ------------------------------------------------
     def cohort_columns(self) -> dict[str, Column]:
@@ -279,12 +279,7 @@ class Mechanism(abc.ABC):
 
     def in_force_requirements(self) -> Requirements:
         """Requirement in force per cohort row (a mechanism may project it)."""
-        t = self.population.table.data
-        if self.requirement_kind is FixedRequirements:  # changes only with the memberships
-            return self.population.derived("in_force", lambda: FixedRequirements(
-                read_only_copy(t["window"]), read_only_copy(t["epsilon_units"])))
-        return DynamicRequirements(t["backward_window"].copy(), t["backward_units"].copy(),
-                                   t["forward_window"].copy(), t["forward_units"].copy())
+        return self.population.in_force()
 
     # -- the protocol ---------------------------------------------------------------
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
@@ -338,34 +333,17 @@ class Mechanism(abc.ABC):
         """Inverse of :meth:`extra_state`."""
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Every piece of state as named numpy arrays."""
-        pop, table = self.population, self.population.table
-        arrays = {"slot": np.array(self.slot), "last_release": self.last_release,
-                  "table.width": np.array(table.width), "table.rows": np.array(table.rows),
-                  "table.size": table.size, "population.waiting": np.array(pop.waiting)}
-        for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",
-                     "pending_units"):
-            arrays[f"population.{name}"] = getattr(pop, name)
-        for name, values in table.data.items():
-            arrays[f"table.data.{name}"] = values
+        """Every piece of state as named numpy arrays (the population's parts save their own)."""
+        arrays = {"slot": np.array(self.slot), "last_release": self.last_release, **self.population.state_arrays()}
         for name, value in self.extra_state().items():
             arrays[f"extra.{name}"] = np.asarray(value)
         return arrays
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        pop, table = self.population, self.population.table
         self.slot = int(arrays["slot"])
         self.last_release = np.array(arrays["last_release"], np.int64)
-        table.width, table.rows = int(arrays["table.width"]), int(arrays["table.rows"])
-        table.size = np.array(arrays["table.size"])
-        pop.waiting = int(arrays["population.waiting"])
-        for name in list(table.data):
-            table.data[name] = np.array(arrays[f"table.data.{name}"])
-        for name in ("cohort_of", "value_of", "window_of", "units_of", "pending_from", "pending_window",
-                     "pending_units"):
-            setattr(pop, name, np.array(arrays[f"population.{name}"]))
+        self.population.load_state_arrays(arrays)
         self.load_extra_state({k[6:]: np.array(v) for k, v in arrays.items() if k.startswith("extra.")})
-        pop.changed()
 
     def to_bytes(self) -> bytes:
         """Serialize the state (not the parameters' objects) as an ``.npz`` payload."""

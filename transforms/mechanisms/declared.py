@@ -8,7 +8,7 @@ rules every mechanism announces, never against a mechanism's own view of it
   mechanism's public default requirement when the row carries none);
 * fixed ``(w, E) -> (w', E')`` declared at ``t`` takes effect at
   ``t + w' - 1``; until then ``(w, E)`` stays in force, and declaring
-  ``(w, E)`` again cancels the change (population.py states why this is
+  ``(w, E)`` again cancels the change (population/__init__.py states why this is
   private);
 * a dynamic declaration ``(w_B, E_B, w_F, E_F)``, or a lifetime budget
   ``E``, is in force from its slot until the user declares again.  A

@@ -19,7 +19,7 @@ from transforms.mechanisms.pwsm import PersonalizedMechanism
 def fixed_share(population: Population) -> np.ndarray:
     """``E_i/(2w_i)`` per cohort row, read-only; it changes only when the cohorts do."""
     t = population.table.data
-    return population.derived("share", lambda: read_only_copy(t["epsilon_units"] // (2 * t["window"])))
+    return population.cohorts.kept("share", lambda: read_only_copy(t["epsilon_units"] // (2 * t["window"])))
 
 
 class PBD(PersonalizedMechanism):

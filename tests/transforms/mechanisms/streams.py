@@ -27,10 +27,10 @@ class StreamSpec:
     join_spread: int = 0           # users join at a uniform slot in [1, 1 + join_spread]
     dynamic: bool = False
 
-    def mechanism_kwargs(self, name: str) -> dict:
-        """``name``'s parameters for this stream: the baselines at (min E_i, max w_i)."""
+    def mechanism_kwargs(self, name: str, **common) -> dict:
+        """``name``'s parameters for this stream (``common`` ones as given): the baselines at (min E_i, max w_i)."""
         return params_from_options(name, self.bins, epsilon=min(self.epsilons), window=max(self.windows),
-                                   max_window=max(self.windows)).kwargs()
+                                   max_window=max(self.windows), **common).kwargs()
 
     def batches(self, dynamic: bool | None = None) -> list[SlotBatch]:
         dynamic = self.dynamic if dynamic is None else dynamic

@@ -265,17 +265,17 @@ def test_the_ledger_checks_what_users_declared_not_what_the_mechanism_applied(br
     in force from slot 4.  A ledger reading the mechanism's cohorts would check E=1 and pass.
     """
     import transforms.mechanisms.pwsm as pwsm
-    from transforms.mechanisms.population import Population
+    from transforms.mechanisms.population import FixedCohorts
 
     monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
     if broken:
-        declare = Population._declare_fixed
+        declare = FixedCohorts._declare
 
         def only_joiners(self, batch, slot, rows):
             if rows.min(initial=0) < 0:
                 declare(self, batch, slot, rows)
 
-        monkeypatch.setattr(Population, "_declare_fixed", only_joiners)
+        monkeypatch.setattr(FixedCohorts, "_declare", only_joiners)
     pbd = make_mechanism("pbd", bins=2)
     users = np.arange(20)
     loose, strict = FixedRequirements.of([2] * 20, [1.0] * 20), FixedRequirements.of([2] * 20, [0.2] * 20)

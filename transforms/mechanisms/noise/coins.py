@@ -2,7 +2,8 @@
 
 :func:`bernoulli_thresholds` turns probabilities into integer thresholds
 rounded down, so a realised success probability never exceeds the requested
-one; :func:`count_successes` counts the successes of many coins per cell.
+one; :func:`count_successes` counts the successes of many coins per cell;
+:func:`coins_below` draws individual coins with integer thresholds.
 """
 
 from __future__ import annotations
@@ -74,16 +75,32 @@ def count_successes(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness)
     return result
 
 
-def _count_random_coins(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness) -> np.ndarray:
-    """:func:`count_successes` for cells with at least one coin and ``0 < threshold < 2**32``."""
-    total = int(np.add.reduce(trials))
-    high = rng.uint32(-(-total // 2)).view(np.uint16)[:total]
-    coin_high = np.repeat((thresholds >> _U64_16).astype(np.uint16), trials)
-    successes = (high < coin_high).view(np.uint8)
+def coins_below(high_thresholds: np.ndarray, low_thresholds_of, rng: Randomness) -> np.ndarray:
+    """Exact coins: coin ``i`` succeeds iff a uniform 32-bit ``X_i < T_i``, with ``T_i < 2**32``.
+
+    ``T_i = high_thresholds[i]·2**16 + L_i`` (``high_thresholds`` is uint16); ``low_thresholds_of(ties)``
+    returns the ``L_i`` (< 2**16) of the coins at the flat indices ``ties`` only.  Each ``X_i`` is drawn
+    lazily as ``H·2**16 + L``: the high half decides unless it equals the threshold's (probability
+    2**-16), and only then is ``L`` drawn; half the random bytes of a full draw.  Returns a bool array
+    shaped like ``high_thresholds``.
+    """
+    coin_high = np.asarray(high_thresholds, dtype=np.uint16)
+    total = coin_high.size
+    high = rng.uint32(-(-total // 2)).view(np.uint16)[:total].reshape(coin_high.shape)
+    successes = high < coin_high
     ties = np.flatnonzero(high == coin_high)
-    starts = np.cumsum(trials) - trials
     if ties.size:
         low = rng.uint32(ties.size) >> np.uint32(16)
-        tie_cells = np.searchsorted(starts, ties, side="right") - 1
-        successes[ties] = low < (thresholds[tie_cells] & np.uint64(0xFFFF))
-    return np.add.reduceat(successes, starts, dtype=np.int64)
+        successes.flat[ties] = low < low_thresholds_of(ties)
+    return successes
+
+
+def _count_random_coins(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness) -> np.ndarray:
+    """:func:`count_successes` for cells with at least one coin and ``0 < threshold < 2**32``."""
+    starts = np.cumsum(trials) - trials
+
+    def low_thresholds_of(ties: np.ndarray) -> np.ndarray:
+        return thresholds[np.searchsorted(starts, ties, side="right") - 1] & np.uint64(0xFFFF)
+
+    successes = coins_below(np.repeat((thresholds >> _U64_16).astype(np.uint16), trials), low_thresholds_of, rng)
+    return np.add.reduceat(successes.view(np.uint8), starts, dtype=np.int64)

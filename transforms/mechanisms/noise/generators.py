@@ -24,13 +24,18 @@ _COUNTER_ZERO = bytes(4)
 class Randomness(abc.ABC):
     """Source of uniform random integers for noise and sampling coins.
 
-    The noise functions keep pre-drawn discrete Laplace noise in the
-    attribute ``_noise_pool`` of the instance (created on first use; see
-    :mod:`transforms.mechanisms.noise.pool`): it is part of the generator's stream.
+    A source may keep a pool of pre-drawn discrete Laplace noise (see
+    :mod:`transforms.mechanisms.noise.pool`): part of its stream, so it is
+    created with the source, never shared with another one and, for a seeded
+    source, pickled with it.  A source without one (``None``) draws every
+    value when it is asked for.
     """
 
     is_secure: bool = False
     """True only for sources fit for privacy-protecting releases."""
+
+    _noise_pool: dict | None = None
+    """Pre-drawn noise per scale (``noise.pool`` reads and refills it), or None: this source does not pool."""
 
     @abc.abstractmethod
     def randbelow(self, n: int) -> int:
@@ -150,6 +155,11 @@ class InsecureSeededRandomness(Randomness):
         self._seed = int(seed)
         self._random = random.Random(self._seed)
         self._generator = np.random.Generator(np.random.PCG64(self._seed))
+        self._noise_pool = {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_noise_pool", {})  # pickled before it drew noise by an older release
 
     def randbelow(self, n: int) -> int:
         """Uniform int in [0, n) from the seeded Python stream."""

@@ -32,7 +32,7 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     otherwise ``ValueError`` naming ``scale``.  Returns an ``np.int64`` array.
 
     Speed: when the scale's numerator is at most ``2**50`` (and its
-    denominator below ``2**63``) the draws go through the generator's pool:
+    denominator below ``2**63``) the draws go through the generator's pool (if it keeps one):
     ``rng`` keeps, per recently used scale (at most 64), values it drew
     earlier, and a repeated scale pops them.  Noise does not depend on the
     data, so drawing it earlier changes nothing as long as each value is used
@@ -48,7 +48,7 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     if size == 0:
         return np.zeros(0, np.int64)
     entry = _pool_entry(rng, num, den)
-    if entry is None:  # a scale past the vector range, or a generator that cannot hold a pool
+    if entry is None:  # a scale past the vector range, or a generator without a pool
         return _draws(num, den, size, rng)
     pooled = entry[0]
     have = len(pooled)
@@ -113,16 +113,11 @@ def _pool_entry(rng: Randomness, num: int, den: int) -> list | None:
     python ints (consumed from the end) and the size of the key's next refill.
     Plain containers so that a seeded generator pickles (and a checkpoint
     loads it) as before.  ``None`` for a scale past the vector range (not
-    pooled) or if ``rng`` cannot carry the attribute.
+    pooled) or a generator without a pool.
     """
-    if num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
+    pool = rng._noise_pool
+    if pool is None or num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
         return None
-    pool = getattr(rng, "_noise_pool", None)
-    if pool is None:
-        try:
-            rng._noise_pool = pool = {}
-        except AttributeError:
-            return None
     key = (num, den)
     entry = pool.pop(key, None)
     if entry is None:

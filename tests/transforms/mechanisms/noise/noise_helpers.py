@@ -148,6 +148,7 @@ class CountingRandomness(Randomness):
         self.inner = InsecureSeededRandomness(seed)
         self.uint32_calls: list[int] = []
         self.randbelow_calls = 0
+        self._noise_pool = {}  # pools as the project's generators do
 
     def randbelow(self, n: int) -> int:
         self.randbelow_calls += 1

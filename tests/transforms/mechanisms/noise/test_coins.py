@@ -148,3 +148,28 @@ def test_count_successes_binomial_rate(rng_factory):
         assert binomial_power_miss(n, realised, 1.3 * p) < POWER_MISS
         assert stats.binomtest(successes, n, 1.3 * p).pvalue < ALPHA
 
+
+
+# --------------------------------------------------------------------------
+# coins_below
+# --------------------------------------------------------------------------
+
+
+def test_coins_below_compares_the_full_32_bit_draw():
+    """High halves decide; a tie draws the low half and compares it with the coin's low threshold."""
+    from transforms.mechanisms.noise.coins import coins_below
+
+    rng = ScriptedRandomness()
+    # Four coins, high halves (little-endian uint16 pairs of two uint32 words): 2, 3, 3, 0x8000.
+    rng.uint32_batches = [np.array([2 | 3 << 16, 3 | 0x8000 << 16], dtype=np.uint32),
+                          np.array([9 << 16, 10 << 16], dtype=np.uint32)]  # low halves 9 and 10 for the ties
+    seen = []
+
+    def low_of(ties):
+        seen.append(ties.tolist())
+        return np.array([10, 10], dtype=np.uint32)[: ties.size]
+
+    # Thresholds 3·2**16 + 10 for the first three coins and 0x7FFF·2**16 + (anything) for the last.
+    result = coins_below(np.array([3, 3, 3, 0x8000 - 1], dtype=np.uint16), low_of, rng)
+    assert seen == [[1, 2]]  # only the coins whose high half equals the threshold's draw a low half
+    assert result.tolist() == [True, True, False, False]  # 2 < 3; 9 < 10; 10 < 10 is false; 0x8000 > 0x7FFF

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from noise_helpers import CountingRandomness
-from transforms.mechanisms.noise import InsecureSeededRandomness, discrete_laplace, discrete_laplace_draw
+from transforms.mechanisms.noise import InsecureSeededRandomness, Randomness, discrete_laplace, discrete_laplace_draw
 from transforms.mechanisms.noise import pool as noise_pool
 
 
@@ -144,7 +144,7 @@ def test_scales_past_the_vector_range_use_the_scalar_sampler(scale):
     draw = discrete_laplace_draw(scale, rng)
     assert type(draw) is int
     assert rng.uint32_calls == [] and rng.randbelow_calls > 40
-    assert not getattr(rng, "_noise_pool", None)
+    assert rng._noise_pool == {}
     if scale >= 10**9:  # FFP: P(|X| < 10**6) < 2e6 / 10**9 per draw, so < 1e-80 for 40 draws
         assert np.any(np.abs(out) > 10**6)
 
@@ -155,3 +155,40 @@ def test_the_vector_range_ends_at_num_2_pow_50():
     assert out.dtype == np.int64 and out.shape == (40,) and rng.uint32_calls
     assert (2**50, 3) in rng._noise_pool
 
+
+
+def test_a_generator_without_a_pool_draws_every_value_when_asked():
+    """Nothing is attached to a source that keeps no pool: each request draws exactly what it needs."""
+
+    class Unpooled(Randomness):
+        def __init__(self):
+            self.inner = InsecureSeededRandomness(0)
+
+        def randbelow(self, n):
+            return self.inner.randbelow(n)
+
+        def uint32(self, size):
+            return self.inner.uint32(size)
+
+    rng = Unpooled()
+    draws = [discrete_laplace_draw(Fraction(7, 2), rng) for _ in range(3)]
+    assert rng._noise_pool is None and "_noise_pool" not in vars(rng)
+    replay = InsecureSeededRandomness(0)  # the same stream, drawn one value at a time
+    assert draws == [int(noise_pool._draws(7, 2, 1, replay)[0]) for _ in range(3)]
+    pooled = CountingRandomness(0)
+    for _ in range(3):
+        discrete_laplace_draw(Fraction(7, 2), pooled)
+    assert pooled._noise_pool[(7, 2)][1] == 4  # refills of 1 then 2: the third draw came from the pool
+
+
+def test_an_unused_seeded_generator_pickled_without_a_pool_gets_one():
+    """Before pools were part of the generator, one that had drawn no noise pickled without a pool."""
+    import pickle
+
+    rng = InsecureSeededRandomness(8)
+    del rng._noise_pool
+    restored = pickle.loads(pickle.dumps(rng))
+    fresh = InsecureSeededRandomness(8)
+    assert [discrete_laplace_draw(Fraction(7, 2), restored) for _ in range(20)] == \
+        [discrete_laplace_draw(Fraction(7, 2), fresh) for _ in range(20)]
+    assert restored._noise_pool.keys() == {(7, 2)}

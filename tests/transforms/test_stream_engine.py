@@ -90,12 +90,12 @@ def test_the_release_stage_ships_what_users_declared_not_what_the_mechanism_appl
     only when the mechanism kept the old cohort.
     """
     import transforms.mechanisms.pwsm as pwsm
-    from transforms.mechanisms.population import Population
+    from transforms.mechanisms.population import FixedCohorts
 
     monkeypatch.setattr(pwsm, "is_fresh_publication", lambda *args: True)
     if broken:
-        declare = Population._declare_fixed
-        monkeypatch.setattr(Population, "_declare_fixed",
+        declare = FixedCohorts._declare
+        monkeypatch.setattr(FixedCohorts, "_declare",
                             lambda self, batch, slot, rows: declare(self, batch, slot, rows) if rows.min() < 0 else None)
     config = ReleaseConfig("pbd", {"bins": 2}, SlotClock(SLOT), insecure_seed=7)
     run = StreamEngine.load(config, "s", None)

@@ -1,0 +1,137 @@
+"""Simulated users: the oracles' randomizers run for a batch of reporters, exactly, from the project's generator.
+
+Two ways to get what a batch of reporters would send, equal in distribution
+(spec §3.5; a test checks it):
+
+* :func:`perturb_values`, user by user: each reporter's value in, each report
+  out (GRR: the reported value from one 64-bit draw; OUE: the d bits, each an
+  exact coin from :func:`~transforms.mechanisms.noise.coins.coins_below`, about
+  2 bytes of keystream per bit).
+* :func:`aggregate_counts`, the aggregate shortcut: the true counts in, the
+  counts the reports would sum to out, without any user's report.  OUE draws
+  ``C'[k] = Binomial(m[k], 1/2) + Binomial(n' - m[k], q)`` as exact coins
+  (:func:`~transforms.mechanisms.noise.count_successes`, in chunks of
+  ``CHUNK_COINS``), so its cost is O(n'·d) coins at 2 bytes of keystream each;
+  GRR draws one 64-bit word per reporter (O(n')) and needs no per-user array.
+
+Every draw compares uniform integers from a :class:`Randomness` with the
+oracle's integer thresholds: no float decides a draw.  The generator defaults
+to the secure one; a seeded one only when a test or replay passes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from transforms.mechanisms.ldp.oracles import FrequencyOracle, oracle_for
+from transforms.mechanisms.noise import Randomness, count_successes, secure_randomness
+from transforms.mechanisms.noise.coins import coins_below
+
+CHUNK_COINS = 1 << 20
+"""Largest number of coins (OUE bits) drawn in one piece: bounds the memory of large batches."""
+_HALF = np.uint64(1 << 31)
+
+
+def _uint64(count: int, rng: Randomness) -> np.ndarray:
+    """``count`` uniform 64-bit integers (two uniform 32-bit words each)."""
+    return rng.uint32(2 * count).view(np.uint64)
+
+
+def _check_values(values, d: int) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ValueError(f"values must be a 1-D integer array, got shape {array.shape} and dtype {array.dtype}")
+    if array.size and (array.min() < 0 or array.max() >= d):
+        raise ValueError(f"values must lie in [0, {d})")
+    return array.astype(np.int64, copy=False)
+
+
+def perturb_values(oracle: FrequencyOracle, values, rng: Randomness | None = None) -> np.ndarray:
+    """The reports of reporters holding ``values`` (ints in ``[0, d)``), one row or entry per reporter.
+
+    GRR returns the reported values (int64, shape ``(n,)``); OUE the reported bits (bool, shape ``(n, d)``).
+    """
+    rng = rng or secure_randomness()
+    values = _check_values(values, oracle.d)
+    if oracle.kind == "grr":
+        return _grr(oracle, values, rng)
+    rows = max(1, CHUNK_COINS // oracle.d)
+    return np.concatenate([_oue(oracle, values[start:start + rows], rng) for start in range(0, values.size, rows)]
+                          or [np.zeros((0, oracle.d), dtype=bool)])
+
+
+def _oue(oracle: FrequencyOracle, values: np.ndarray, rng: Randomness) -> np.ndarray:
+    """OUE bits: coin ``(i, k)`` is 1 iff a uniform 32-bit draw is below 2**31 (k = value) or ``Q`` (else)."""
+    index = np.arange(values.size)
+    high = np.full((values.size, oracle.d), oracle.other >> 16, dtype=np.uint16)
+    high[index, values] = 1 << 15  # 2**31 = 0x8000 · 2**16 + 0
+
+    def low_thresholds_of(ties: np.ndarray) -> np.ndarray:
+        own = values[ties // oracle.d] == ties % oracle.d
+        return np.where(own, 0, oracle.other & 0xFFFF).astype(np.uint32)
+
+    return coins_below(high, low_thresholds_of, rng)
+
+
+def _grr(oracle: FrequencyOracle, values: np.ndarray, rng: Randomness) -> np.ndarray:
+    """GRR reports: a 64-bit draw ``U`` keeps the value if ``U < P``, else reports other ``(U-P)//Q``."""
+    draws = _uint64(values.size, rng)
+    keep = np.uint64(oracle.keep)
+    moved = draws >= keep
+    other = ((draws[moved] - keep) // np.uint64(oracle.other)).astype(np.int64)  # uniform on [0, d-1)
+    reports = values.copy()
+    reports[moved] = other + (other >= values[moved])  # skip the true value
+    return reports
+
+
+def report_counts(oracle: FrequencyOracle, reports: np.ndarray) -> np.ndarray:
+    """The counts ``C'`` the collector sums from reports of :func:`perturb_values` (int64, length d)."""
+    if oracle.kind == "grr":
+        return np.bincount(reports, minlength=oracle.d).astype(np.int64)
+    return reports.sum(axis=0, dtype=np.int64)
+
+
+def aggregate_counts(oracle: FrequencyOracle, true_counts, rng: Randomness | None = None) -> np.ndarray:
+    """The report counts ``C'`` of a batch whose true counts are ``true_counts`` (spec §3.5), exactly."""
+    rng = rng or secure_randomness()
+    m = np.asarray(true_counts)
+    if m.shape != (oracle.d,) or m.dtype.kind not in "iu" or (m.size and m.min() < 0):
+        raise ValueError(f"true_counts must be {oracle.d} non-negative integers, got {m!r}")
+    m = m.astype(np.int64)
+    if oracle.kind == "grr":
+        counts = np.zeros(oracle.d, np.int64)
+        rows = CHUNK_COINS
+        values = np.repeat(np.arange(oracle.d), m)
+        for start in range(0, values.size, rows):
+            counts += np.bincount(_grr(oracle, values[start:start + rows], rng), minlength=oracle.d)
+        return counts
+    trials = np.concatenate([m, m.sum() - m])
+    thresholds = np.concatenate([np.full(oracle.d, _HALF), np.full(oracle.d, np.uint64(oracle.other))])
+    successes = _binomial(trials, thresholds, rng)
+    return successes[:oracle.d] + successes[oracle.d:]
+
+
+def _binomial(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness) -> np.ndarray:
+    """Exact Binomial(trials[i], thresholds[i]/2**32) per cell, as at most ``CHUNK_COINS`` coins at a time."""
+    pieces = -(-trials // CHUNK_COINS)
+    cells = np.repeat(np.arange(trials.size), pieces)
+    sizes = np.full(cells.size, CHUNK_COINS, np.int64)
+    last = np.cumsum(pieces) - 1
+    sizes[last[pieces > 0]] = trials[pieces > 0] - (pieces[pieces > 0] - 1) * CHUNK_COINS
+    result = np.zeros(trials.size, np.int64)
+    group = (np.cumsum(sizes) - 1) // CHUNK_COINS  # consecutive pieces of at most 2 chunks' coins per call
+    for g in np.unique(group):
+        selected = group == g
+        np.add.at(result, cells[selected], count_successes(sizes[selected], thresholds[cells[selected]], rng))
+    return result
+
+
+def locsan(value: int, epsilon_units: int, d: int, rng: Randomness | None = None,
+           kind: str | None = None) -> tuple[FrequencyOracle, np.ndarray]:
+    """LocSan (Algorithm 1): one user's report of ``value`` at budget ``epsilon_units`` over ``d`` values.
+
+    The oracle follows the Ada rule unless ``kind`` forces one; it is returned with the report because the
+    collector must estimate with the oracle the user used (spec trap T11).
+    """
+    oracle = oracle_for(epsilon_units, d, kind)
+    return oracle, perturb_values(oracle, np.array([value], dtype=np.int64), rng)[0]

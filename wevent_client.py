@@ -1,0 +1,296 @@
+"""The device side of local differential privacy for event streams: one file, standard library only.
+
+A phone (or any device) embeds this module as is.  It holds the user's value,
+perturbs it with a frequency oracle (GRR or OUE, chosen by the LDP-IDS rule
+``GRR iff d < 3e^eps + 2``), keeps the user's own w-event budget (what it spent
+in every window of ``w`` consecutive slots, in exact integer units of
+``10^-12`` epsilon) and answers the collector's requests with reports.  The
+collector never sees a raw value, and a request the user's own budget cannot
+pay, or a second request for a slot already answered, is refused
+(:class:`RequestRefused`).
+
+Exact probabilities.  Every output probability is a rational with a power of
+two denominator ``D`` (``2**64`` for GRR, ``2**32`` per OUE bit) and is drawn
+by comparing uniform integers from :mod:`secrets`; no float decides a draw.
+With ``x = e^eps``:
+
+* GRR: ``Q = ceil(D / (x + d - 1))``, ``P = D - (d-1)·Q``; the true value is
+  kept with probability ``P/D``, each other value has ``Q/D``.
+* OUE: the true bit stays 1 with probability ``1/2``; every other bit becomes 1
+  with ``Q/D``, ``Q = ceil(D / (x + 1))``, and stays 0 with ``P/D = (D-Q)/D``.
+
+Rounding ``Q`` up can only lower the ratio: ``P/Q = D/Q - (d-1) <= x``, so the
+realised privacy loss ``ln(P/Q)`` never exceeds eps.  The realised eps, in
+budget units, is the smallest integer ``u`` with ``e^(u/10^12) >= P/Q`` (rounded
+up); reports carry it and the budget is charged with it.  Both integers are
+certified with exact rational bounds on ``e^x`` (Taylor partial sums and their
+tail bound), so the result does not depend on any floating-point or decimal
+rounding.  The collector's core (``transforms/mechanisms/ldp``) computes the
+same integers independently; a test asserts they agree.
+
+Requests and reports are plain dicts (JSON): see ``schemas/request.avsc`` and
+``schemas/report.avsc``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import decimal
+import functools
+import json
+import secrets
+from fractions import Fraction
+
+UNITS_PER_EPSILON = 10**12
+"""One epsilon is this many budget units (as ``transforms/mechanisms/budget.py``)."""
+GRR_DENOMINATOR = 1 << 64
+OUE_DENOMINATOR = 1 << 32
+MAX_LDP_EPSILON_UNITS = 20 * UNITS_PER_EPSILON
+"""Largest per-report epsilon accepted (e^20 keeps OUE's 2**32 resolution meaningful)."""
+ORACLES = ("grr", "oue")
+
+
+class RequestRefused(ValueError):
+    """A request the client will not answer; ``code`` is one of
+    ``invalid``, ``wrong_user``, ``duplicate``, ``stale``, ``budget``."""
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+# ------------------------------------------------------------------ exact arithmetic
+
+
+def _exp_bounds(units: int, terms: int) -> tuple[Fraction, Fraction]:
+    """Rational ``lo <= e^(units/10^12) <= hi``: a Taylor partial sum and its geometric tail bound."""
+    scale = UNITS_PER_EPSILON
+    # sum_{k<=K} u^k / (scale^k k!) over the common denominator scale^K K!
+    numerator = sum(units**k * scale ** (terms - k) * (_factorial(terms) // _factorial(k)) for k in range(terms + 1))
+    lower = Fraction(numerator, scale**terms * _factorial(terms))
+    ratio = Fraction(units, scale * (terms + 2))  # bounds t_{k+1}/t_k for every k > K
+    next_term = Fraction(units ** (terms + 1), scale ** (terms + 1) * _factorial(terms + 1))
+    return lower, lower + next_term / (1 - ratio)
+
+
+@functools.cache
+def _factorial(n: int) -> int:
+    return 1 if n <= 1 else n * _factorial(n - 1)
+
+
+def _exp_at_least(units: int, value: Fraction) -> bool:
+    """Whether ``e^(units/10^12) >= value``, decided exactly (more Taylor terms until the bounds settle it)."""
+    terms = 16 + 3 * units // UNITS_PER_EPSILON  # > eps, so the tail bound holds
+    while True:
+        lower, upper = _exp_bounds(units, terms)
+        if lower >= value:
+            return True
+        if upper < value:
+            return False
+        terms *= 2  # e^x is irrational for rational x != 0: the bounds separate it from `value` eventually
+
+
+def _decimal_exp(units: int) -> decimal.Decimal:
+    with decimal.localcontext() as context:
+        context.prec = 50
+        return (decimal.Decimal(units) / UNITS_PER_EPSILON).exp()
+
+
+@functools.cache
+def oracle_parameters(oracle: str, epsilon_units: int, d: int) -> tuple[int, int, int]:
+    """``(P, Q, D)`` of the oracle at eps = ``epsilon_units``/10^12 over ``d`` values (see the module doc)."""
+    _check_oracle_arguments(oracle, epsilon_units, d)
+    denominator = GRR_DENOMINATOR if oracle == "grr" else OUE_DENOMINATOR
+    others = d - 1 if oracle == "grr" else 1
+
+    def small_enough(q: int) -> bool:  # D/q - others <= e^eps, i.e. the ratio P/Q stays within e^eps
+        return _exp_at_least(epsilon_units, Fraction(denominator, q) - others)
+
+    # Q is the least q that is small_enough: a decimal guess, then exact steps to the certified least one.
+    q = max(1, int(decimal.Decimal(denominator) / (_decimal_exp(epsilon_units) + others)) + 1)
+    while q > 1 and small_enough(q - 1):
+        q -= 1
+    while not small_enough(q):
+        q += 1
+    p = denominator - others * q
+    if p <= q:  # a ratio of 1 would be pure noise: refuse rather than report nothing
+        raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of {oracle}"
+                         f" with d={d}")
+    return p, q, denominator
+
+
+@functools.cache
+def realised_epsilon_units(oracle: str, epsilon_units: int, d: int) -> int:
+    """The realised eps ``ln(P/Q)`` in budget units, rounded up: the least u with ``e^(u/10^12) >= P/Q``."""
+    p, q, _ = oracle_parameters(oracle, epsilon_units, d)
+    ratio = Fraction(p, q)
+    with decimal.localcontext() as context:
+        context.prec = 50
+        units = max(1, int((decimal.Decimal(p) / q).ln() * UNITS_PER_EPSILON))  # a guess
+    while not _exp_at_least(units, ratio):
+        units += 1
+    while units > 1 and _exp_at_least(units - 1, ratio):
+        units -= 1
+    return units
+
+
+@functools.cache
+def choose_oracle(epsilon_units: int, d: int) -> str:
+    """The LDP-IDS "Ada" rule: GRR iff ``d < 3e^eps + 2``, else OUE (exact comparison)."""
+    return "grr" if _exp_at_least(epsilon_units, Fraction(d - 2, 3)) else "oue"
+
+
+def report_bits(oracle: str, d: int) -> int:
+    """Size of one report: ``ceil(log2 d)`` bits for GRR, ``d`` for OUE."""
+    return (d - 1).bit_length() if oracle == "grr" else d
+
+
+def _check_oracle_arguments(oracle: str, epsilon_units: int, d: int) -> None:
+    if oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    if type(epsilon_units) is not int or not 0 < epsilon_units <= MAX_LDP_EPSILON_UNITS:
+        raise ValueError(f"epsilon units must be an int in (0, {MAX_LDP_EPSILON_UNITS}], got {epsilon_units!r}")
+    if type(d) is not int or not 2 <= d <= 1 << 24:
+        raise ValueError(f"domain size must be an int in [2, 2**24], got {d!r}")
+
+
+def epsilon_units_from_string(text: str) -> int:
+    """Exact budget units of a decimal string; ``ValueError`` unless it is a positive multiple of 10^-12."""
+    if not isinstance(text, str):
+        raise ValueError(f"epsilon must be a decimal string, got {text!r}")  # noqa: TRY004
+    try:
+        value = Fraction(decimal.Decimal(text.strip()))
+    except (ArithmeticError, ValueError):
+        raise ValueError(f"epsilon must be a decimal string, got {text!r}") from None
+    units = value * UNITS_PER_EPSILON
+    if units.denominator != 1 or units <= 0:
+        raise ValueError(f"epsilon must be a positive multiple of 1e-12, got {text!r}")
+    return int(units)
+
+
+def units_to_decimal_string(units: int) -> str:
+    """Exact decimal text of ``units`` epsilon, e.g. ``150000000000 -> '0.15'``."""
+    whole, frac = divmod(int(units), UNITS_PER_EPSILON)
+    return str(whole) if frac == 0 else f"{whole}.{frac:012d}".rstrip("0")
+
+
+# ------------------------------------------------------------------ randomizers
+
+
+def perturb(oracle: str, value: int, epsilon_units: int, d: int, randbits=secrets.randbits) -> list[int]:
+    """One report of ``value`` in ``[0, d)``: ``[reported value]`` for GRR, the d bits for OUE.
+
+    ``randbits(k)`` returns a uniform k-bit int; the default is :func:`secrets.randbits` (tests may pass the
+    ``getrandbits`` of a seeded ``random.Random``, never a device).
+    """
+    if type(value) is not int or not 0 <= value < d:
+        raise ValueError(f"value must be an int in [0, {d}), got {value!r}")
+    p, q, _ = oracle_parameters(oracle, epsilon_units, d)
+    if oracle == "grr":
+        draw = randbits(64)
+        if draw < p:
+            return [value]
+        other = (draw - p) // q
+        return [other + (other >= value)]
+    return [int(randbits(32) < (1 << 31)) if k == value else int(randbits(32) < q) for k in range(d)]
+
+
+# ------------------------------------------------------------------ the client
+
+
+class WEventClient:
+    """One user's device: answers requests while every window of ``window`` slots spends at most ``budget``.
+
+    ``value_of(slot)`` returns the user's value (an int in ``[0, d)``) at a slot.  Slots may be answered out of
+    order within one window: a request for a slot ``window`` or more before the latest answered one is refused
+    as ``stale``, and the spent budget is kept for the slots a window of an acceptable request can contain
+    (the last ``2·window - 1``).  :meth:`state` / :meth:`from_state` persist the
+    bookkeeping (JSON) across restarts.
+    """
+
+    def __init__(self, user: str, window: int, budget: str, value_of, *, randbits=secrets.randbits):
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user must be a non-empty string, got {user!r}")
+        if type(window) is not int or window < 1:
+            raise ValueError(f"window must be an int >= 1, got {window!r}")
+        self.user = user
+        self.window = window
+        self.budget_units = epsilon_units_from_string(budget)
+        self._value_of = value_of
+        self._randbits = randbits
+        self._slots: list[int] = []  # answered slots, sorted
+        self._spent: dict[int, int] = {}  # slot -> realised units charged
+
+    def window_spent(self, slot: int) -> int:
+        """The most any window of ``window`` slots containing ``slot`` has spent (units)."""
+        low = bisect.bisect_left(self._slots, slot - self.window + 1)
+        high = bisect.bisect_right(self._slots, slot + self.window - 1)
+        near = self._slots[low:high]
+        # The fullest window containing `slot` can be taken to start at `slot` or at an answered slot before it.
+        starts = [t for t in near if t <= slot] + [slot]
+        return max(sum(self._spent[t] for t in near if start <= t < start + self.window) for start in starts)
+
+    def respond(self, request: dict) -> dict:
+        """The report answering ``request``; raises :class:`RequestRefused` (with a ``code``) otherwise."""
+        slot, oracle, units, d = self._parse(request)
+        if slot in self._spent:
+            raise RequestRefused("duplicate", f"slot {slot} was already answered")
+        if self._slots and slot <= self._slots[-1] - self.window:
+            raise RequestRefused("stale", f"slot {slot} is older than the retained window")
+        charge = realised_epsilon_units(oracle, units, d)
+        spent = self.window_spent(slot)
+        if spent + charge > self.budget_units:
+            raise RequestRefused("budget", f"a window containing slot {slot} has spent "
+                                 f"{units_to_decimal_string(spent)} of {units_to_decimal_string(self.budget_units)};"
+                                 f" this request needs {units_to_decimal_string(charge)}")
+        value = self._value_of(slot)
+        payload = perturb(oracle, value, units, d, self._randbits)
+        bisect.insort(self._slots, slot)
+        self._spent[slot] = charge
+        # A later request is for a slot s > latest - window (else stale); its windows reach back to
+        # s - window + 1 > latest - 2·window + 1, so older slots can go.
+        horizon = self._slots[-1] - 2 * self.window + 1
+        while self._slots[0] <= horizon:
+            del self._spent[self._slots.pop(0)]
+        return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,
+                "slot": slot, "method": request["method"], "oracle": oracle, "epsilon": request["epsilon"],
+                "realised_epsilon": units_to_decimal_string(charge), "domain_size": d, "report": payload}
+
+    def _parse(self, request: dict) -> tuple[int, str, int, int]:
+        if not isinstance(request, dict):
+            raise RequestRefused("invalid", f"a request must be a dict, not {type(request).__name__}")
+        missing = [k for k in ("stream", "user", "slot", "method", "epsilon", "domain_size") if k not in request]
+        if missing:
+            raise RequestRefused("invalid", f"missing fields {missing}")
+        if request["user"] != self.user:
+            raise RequestRefused("wrong_user", f"request for {request['user']!r}, this is {self.user!r}")
+        if not all(isinstance(request[k], str) for k in ("stream", "method")) \
+                or not isinstance(request.get("request_id", ""), (str, type(None))):
+            raise RequestRefused("invalid", "stream and method must be strings, request_id a string or null")
+        slot, d = request["slot"], request["domain_size"]
+        if type(slot) is not int or slot < 0:
+            raise RequestRefused("invalid", f"slot must be an int >= 0, got {slot!r}")
+        try:
+            units = epsilon_units_from_string(request["epsilon"])
+            _check_oracle_arguments(request.get("oracle") or "grr", units, d)
+            oracle = request.get("oracle") or choose_oracle(units, d)
+        except ValueError as error:
+            raise RequestRefused("invalid", str(error)) from None
+        return slot, oracle, units, d
+
+    def state(self) -> str:
+        """The budget bookkeeping as JSON (user, window, budget and the retained spent slots)."""
+        return json.dumps({"user": self.user, "window": self.window,
+                           "budget": units_to_decimal_string(self.budget_units),
+                           "spent": [[t, units_to_decimal_string(self._spent[t])] for t in self._slots]})
+
+    @classmethod
+    def from_state(cls, text: str, value_of, *, randbits=secrets.randbits) -> WEventClient:
+        """A client continuing the bookkeeping saved by :meth:`state`."""
+        data = json.loads(text)
+        client = cls(data["user"], data["window"], data["budget"], value_of, randbits=randbits)
+        for slot, spent in data["spent"]:
+            client._slots.append(int(slot))
+            client._spent[int(slot)] = epsilon_units_from_string(spent)
+        return client

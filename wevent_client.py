@@ -28,6 +28,12 @@ tail bound), so the result does not depend on any floating-point or decimal
 rounding.  The collector's core (``transforms/mechanisms/ldp``) computes the
 same integers independently; a test asserts they agree.
 
+Numeric values: :class:`SquareWave` is the discretised Square Wave of
+``transforms/mechanisms/numeric/square_wave.py`` with the same integers (``B``,
+``P``, ``Q`` and the realised eps, certified here with the same Taylor bounds); its
+report is an output cell, drawn with one 64-bit integer.  It is a randomizer only:
+requests for numeric streams are not defined yet.
+
 Requests and reports are plain dicts (JSON): see ``schemas/request.avsc`` and
 ``schemas/report.avsc``.
 """
@@ -38,6 +44,7 @@ import bisect
 import decimal
 import functools
 import json
+import math
 import secrets
 from fractions import Fraction
 
@@ -124,6 +131,12 @@ def oracle_parameters(oracle: str, epsilon_units: int, d: int) -> tuple[int, int
 def realised_epsilon_units(oracle: str, epsilon_units: int, d: int) -> int:
     """The realised eps ``ln(P/Q)`` in budget units, rounded up: the least u with ``e^(u/10^12) >= P/Q``."""
     p, q, _ = oracle_parameters(oracle, epsilon_units, d)
+    return _log_ratio_units(p, q)
+
+
+@functools.cache
+def _log_ratio_units(p: int, q: int) -> int:
+    """``ln(p/q)`` in budget units rounded up: the least u with ``e^(u/10^12) >= p/q``."""
     ratio = Fraction(p, q)
     with decimal.localcontext() as context:
         context.prec = 50
@@ -194,6 +207,97 @@ def perturb(oracle: str, value: int, epsilon_units: int, d: int, randbits=secret
         other = (draw - p) // q
         return [other + (other >= value)]
     return [int(randbits(32) < (1 << 31)) if k == value else int(randbits(32) < q) for k in range(d)]
+
+
+class SquareWave:
+    """The discretised Square Wave for a numeric value (``transforms/mechanisms/numeric/square_wave.py``).
+
+    The value is mapped to ``[0, 1]`` by ``(value - low)/(high - low)`` and rounded to the nearest of the
+    grid points ``i/m`` (``m = 2**grid_bits``); the report is an output cell ``j`` in ``[-B, m + B)``, whose
+    value is ``(j + 1/2)/m``.  Each of the ``2B`` band cells ``i - B <= j < i + B`` has probability
+    ``P/2**64``, each of the ``m`` others ``Q/2**64`` (``2B·P + m·Q = 2**64``), so one uniform 64-bit draw
+    picks the cell by integer comparison.  ``B`` is ``b(eps)·m`` rounded (at least 1), ``Q`` the least integer
+    with ``P/Q <= e^eps`` that makes ``P`` an integer; both decided with exact Taylor bounds on ``e^eps``.
+    """
+
+    DENOMINATOR = 1 << 64
+
+    def __init__(self, epsilon_units: int, grid_bits: int = 16):
+        if type(epsilon_units) is not int or not 0 < epsilon_units <= MAX_LDP_EPSILON_UNITS:
+            raise ValueError(f"epsilon units must be an int in (0, {MAX_LDP_EPSILON_UNITS}], got {epsilon_units!r}")
+        if type(grid_bits) is not int or not 4 <= grid_bits <= 24:
+            raise ValueError(f"grid_bits must be an int in [4, 24], got {grid_bits!r}")
+        self.epsilon_units = epsilon_units
+        self.steps = 1 << grid_bits
+        self.half_band, self.keep, self.other = square_wave_parameters(epsilon_units, grid_bits)
+        self.realised_units = _log_ratio_units(self.keep, self.other)
+
+    def grid_index(self, value: float, low: float = 0.0, high: float = 1.0, clip: bool = False) -> int:
+        """The nearest grid point (half-way to even) of ``value`` in ``[low, high]``; outside raises unless
+        ``clip``."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"value must be a finite number, got {value!r}")
+        v = (float(value) - float(low)) / (float(high) - float(low))
+        if clip:
+            v = min(max(v, 0.0), 1.0)
+        elif not 0.0 <= v <= 1.0:
+            raise ValueError(f"value must lie in [{low}, {high}], got {value!r}")
+        return round(v * self.steps)
+
+    def cell(self, index: int, draw: int) -> int:
+        """The output cell that the uniform 64-bit ``draw`` picks at grid point ``index``."""
+        band_mass = 2 * self.half_band * self.keep
+        if draw < band_mass:
+            return index - self.half_band + draw // self.keep
+        other = (draw - band_mass) // self.other  # the low cells left to right, skipping the band
+        return other - self.half_band if other < index else other + self.half_band
+
+    def perturb(self, value: float, low: float = 0.0, high: float = 1.0, clip: bool = False,
+                randbits=secrets.randbits) -> int:
+        """One report of ``value``: an output cell (see :meth:`cell_value`)."""
+        return self.cell(self.grid_index(value, low, high, clip), randbits(64))
+
+    def cell_value(self, cell: int) -> float:
+        """The reported value of ``cell`` in ``[0, 1]`` units: its midpoint."""
+        return (cell + 0.5) / self.steps
+
+
+@functools.cache
+def square_wave_parameters(epsilon_units: int, grid_bits: int = 16) -> tuple[int, int, int]:
+    """``(B, P, Q)`` of the discretised Square Wave (see :class:`SquareWave`)."""
+    steps = 1 << grid_bits
+    eps = Fraction(epsilon_units, UNITS_PER_EPSILON)
+    terms = 16 + 3 * epsilon_units // UNITS_PER_EPSILON
+    while True:  # b = ((eps-1)x + 1) / (2x(x - eps - 1)) over the bracket of x = e^eps, until B is decided
+        lower, upper = _exp_bounds(epsilon_units, terms)
+        if lower > 1 + eps:  # the numerator is monotone in x, the denominator increasing (and positive)
+            numerators = ((eps - 1) * lower + 1, (eps - 1) * upper + 1)
+            least = min(numerators) / (2 * upper * (upper - eps - 1))
+            most = max(numerators) / (2 * lower * (lower - eps - 1))
+            rounded = int(least * steps + Fraction(1, 2))
+            if rounded == int(most * steps + Fraction(1, 2)):
+                break
+        terms *= 2
+    half_band = max(1, rounded)
+    band = 2 * half_band
+
+    def small_enough(q: int) -> bool:  # P/Q <= e^eps with P = (2**64 - m·q) / 2B
+        return _exp_at_least(epsilon_units, Fraction(SquareWave.DENOMINATOR - steps * q, band * q))
+
+    q = int(decimal.Decimal(SquareWave.DENOMINATOR) / (steps + band * _decimal_exp(epsilon_units))) + 1
+    while q > 1 and small_enough(q - 1):
+        q -= 1
+    while not small_enough(q):
+        q += 1
+    odd = band
+    while odd % 2 == 0:
+        odd //= 2
+    q += (SquareWave.DENOMINATOR // steps - q) % odd  # P is an integer
+    p, remainder = divmod(SquareWave.DENOMINATOR - steps * q, band)
+    if remainder or p <= q:
+        raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of the"
+                         f" square wave with grid_bits={grid_bits}")
+    return half_band, p, q
 
 
 # ------------------------------------------------------------------ the client

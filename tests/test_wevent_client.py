@@ -22,6 +22,7 @@ from wevent_client import RequestRefused, WEventClient
 from schemas import validate
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp import FrequencyOracle, choose_oracle
+from transforms.mechanisms.numeric import SquareWave
 
 from tests.transforms.mechanisms.ldp.ldp_grid import GRID
 
@@ -41,11 +42,16 @@ def test_client_imports_with_the_standard_library_only():
         "r = device.respond({'stream': 's', 'user': 'u1', 'slot': 0, 'method': 'lbu', 'epsilon': '0.5',"
         " 'domain_size': 5})\n"
         "print(r['oracle'], r['realised_epsilon'], len(r['report']))\n"
+        "sw = c.SquareWave(500000000000)\n"
+        "print(sw.half_band, sw.keep, sw.other, sw.realised_units, -sw.half_band <= sw.perturb(0.25) < 65536 + sw.half_band)\n"
     )
     result = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
                             check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["grr", "0.5", "1"]
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["grr", "0.5", "1"]
+    sw = SquareWave.create(to_units("0.5"))  # the numeric randomizer too, with the core's integers
+    assert lines[1].split() == [str(sw.half_band), str(sw.keep), str(sw.other), str(sw.realised_units), "True"]
 
 
 @pytest.mark.parametrize("kind", ["grr", "oue"])

@@ -27,7 +27,6 @@ way; ledgers check it rather than the nominal eps.  The device module
 
 from __future__ import annotations
 
-import decimal
 import functools
 import math
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from fractions import Fraction
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.certified import certified, exp_bracket, log_ratio_units
 
 GRR_DENOMINATOR = 1 << 64
 OUE_DENOMINATOR = 1 << 32
@@ -43,36 +43,7 @@ MAX_LDP_EPSILON_UNITS = 20 * UNITS_PER_EPSILON
 """Largest per-report epsilon (20): beyond it OUE's 2**32 resolution would give up most of the budget."""
 MAX_DOMAIN = 1 << 24
 ORACLES = ("grr", "oue")
-if UNITS_PER_EPSILON != 10**12:  # _exp_bracket writes eps as units scaled by 10^-12
-    raise ImportError("oracles.py assumes 10**12 budget units per epsilon")
 GRR_VARIANCE_MODES = ("exact", "paper_printed")
-
-
-def _bracket(function: str, argument: decimal.Decimal, precision: int) -> tuple[Fraction, Fraction]:
-    """Exact rationals around ``exp`` or ``ln`` of an exactly representable ``argument``.
-
-    Python's ``Decimal.exp`` and ``Decimal.ln`` are correctly rounded (half an ulp); one ulp either side
-    is a certain bracket.
-    """
-    with decimal.localcontext() as context:
-        context.prec = precision
-        value = getattr(+argument, function)()  # unary plus: the argument has fewer digits than `precision`
-    ulp = Fraction(10) ** (value.adjusted() - precision + 1)
-    return Fraction(value) - ulp, Fraction(value) + ulp
-
-
-def _certified(compute) -> int:
-    """Run ``compute(precision) -> (low, high)`` with doubling precision until both give the same integer."""
-    precision = 40
-    while True:
-        low, high = compute(precision)
-        if low == high:
-            return low
-        precision *= 2
-
-
-def _exp_bracket(epsilon_units: int, precision: int) -> tuple[Fraction, Fraction]:
-    return _bracket("exp", decimal.Decimal(epsilon_units).scaleb(-12), precision)  # eps exactly
 
 
 @functools.cache
@@ -82,10 +53,10 @@ def choose_oracle(epsilon_units: int, d: int) -> str:
     threshold = Fraction(d - 2, 3)
 
     def decide(precision: int) -> tuple[bool, bool]:
-        low, high = _exp_bracket(epsilon_units, precision)
+        low, high = exp_bracket(epsilon_units, precision)
         return low > threshold, high > threshold
 
-    return "grr" if _certified(decide) else "oue"
+    return "grr" if certified(decide) else "oue"
 
 
 @functools.cache
@@ -95,21 +66,15 @@ def _exact_parameters(kind: str, epsilon_units: int, d: int) -> tuple[int, int, 
     others = d - 1 if kind == "grr" else 1
 
     def q_bounds(precision: int) -> tuple[int, int]:
-        low, high = _exp_bracket(epsilon_units, precision)
+        low, high = exp_bracket(epsilon_units, precision)
         return math.ceil(denominator / (high + others)), math.ceil(denominator / (low + others))
 
-    q = _certified(q_bounds)
+    q = certified(q_bounds)
     p = denominator - others * q
     if p <= q:  # a ratio of 1 would be pure noise: refuse rather than report nothing
         raise ValueError(f"epsilon of {epsilon_units} units is below the resolution of {kind} with d={d}")
 
-    def units_bounds(precision: int) -> tuple[int, int]:
-        p_low, p_high = _bracket("ln", decimal.Decimal(p), precision)  # ln(P/Q) = ln P - ln Q, P and Q exact
-        q_low, q_high = _bracket("ln", decimal.Decimal(q), precision)
-        low, high = p_low - q_high, p_high - q_low
-        return math.ceil(low * UNITS_PER_EPSILON), math.ceil(high * UNITS_PER_EPSILON)
-
-    return p, q, denominator, _certified(units_bounds)
+    return p, q, denominator, log_ratio_units(p, q)
 
 
 @dataclass(frozen=True)

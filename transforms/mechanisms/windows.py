@@ -11,7 +11,7 @@ over a range of slots; the rules are written once:
   (spec §1.6, computed from the ledger's own sums; ε^(1) is the charges'
   ``"dissimilarity"`` part, ε^(2) the rest); ``[t, t+w_F-1]`` is at most
   ``E_F``, checked when it closes (or when a bounded stream ends);
-* lifetime ``E``: every charge since the user's first slot, ``[1, t]``, is at
+* lifetime ``E``: every charge from the user's first slot up to ``t`` is at
   most ``E``, at every slot (nobody is charged before registering).
 """
 

@@ -126,6 +126,7 @@ def ledger_starting_below_wrap(max_window: int, below: np.ndarray) -> PrivacyLed
         raise RuntimeError("the ledger's payload no longer holds slot-major 'totals'; update the soak")
     start = (-np.asarray(below, np.int64)).view(np.uint64)  # 2^64 - below, modulo 2^64
     arrays["totals"] = arrays["dc_totals"] = np.tile(start, (max_window + 1, 1))
+    arrays["origins"] = np.tile(start, (2, 1))  # both running totals before the first slot
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return PrivacyLedger.from_bytes(buffer.getvalue())

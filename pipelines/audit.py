@@ -78,6 +78,7 @@ from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Fa
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
 
@@ -303,7 +304,8 @@ def _target_charges(release: Release) -> tuple[float, float]:
     at = int(np.searchsorted(users, TARGET))
     if at >= users.size or users[at] != TARGET:
         return 0.0, 0.0
-    return (float(charges.dc_units[at]) / UNITS_PER_EPSILON, float(charges.publication_units[at]) / UNITS_PER_EPSILON)
+    return (float(charges.part_units(DISSIMILARITY)[at]) / UNITS_PER_EPSILON,
+            float(charges.part_units(PUBLICATION)[at]) / UNITS_PER_EPSILON)
 
 
 def _llr_sign(value: float) -> float:

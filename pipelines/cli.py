@@ -30,7 +30,8 @@ from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from transforms.mechanisms import MECHANISMS, DynamicRequirement, FixedRequirement, params_from_options
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, FixedRequirement, LifetimeRequirement,
+                                   params_from_options)
 
 EXIT_CONFIG = 2
 """A bad command line or configuration: nothing ran."""
@@ -537,8 +538,8 @@ def predict_fresh(config, transform, logger) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- requirements and mechanism
-def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
-    """``fixed:W,E`` or ``dynamic:WB,EB,WF,EF``."""
+def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement | LifetimeRequirement:
+    """``fixed:W,E``, ``dynamic:WB,EB,WF,EF`` or ``lifetime:E``."""
     kind, _, numbers = text.partition(":")
     parts = numbers.split(",")
     try:
@@ -546,9 +547,11 @@ def parse_requirement(text: str) -> FixedRequirement | DynamicRequirement:
             return FixedRequirement(window=int(parts[0]), epsilon=float(parts[1]))
         if kind == "dynamic" and len(parts) == 4:
             return DynamicRequirement(int(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]))
+        if kind == "lifetime" and len(parts) == 1:
+            return LifetimeRequirement(epsilon=float(parts[0]))
     except ValueError as error:
         raise ConfigError(f"requirement {text!r}: {error}") from None
-    raise ConfigError(f"requirement {text!r} must be fixed:W,E or dynamic:WB,EB,WF,EF")
+    raise ConfigError(f"requirement {text!r} must be fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
 
 
 def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str, float]]]:
@@ -557,7 +560,7 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
     for item in filter(None, levels.split(";")):
         name, _, requirement = item.partition("=")
         if not name or not requirement:
-            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E or NAME=dynamic:WB,EB,WF,EF")
+            raise ConfigError(f"level {item!r} must be NAME=fixed:W,E, NAME=dynamic:WB,EB,WF,EF or NAME=lifetime:E")
         mapping[name.strip()] = parse_requirement(requirement.strip())
     shares = []
     for item in filter(None, (ratios or "").split(",")):

@@ -236,6 +236,7 @@ class LiveRelease:
                   "ledger.slots": np.concatenate([t["slots"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.spent": np.concatenate([t["spent"] for t in tails] or [np.zeros(0, np.int64)]),
                   "ledger.dc": np.concatenate([t["dc"] for t in tails] or [np.zeros(0, np.int64)]),
+                  "ledger.before": np.array([t.get("before", 0) for t in tails], np.int64),
                   "ledger.open": np.array(opened, np.int64).reshape(-1, 4)}
         live = {"consumed": sorted(self.seen), "counts": self.counts, "ledger_keys": keys,
                 "pending": [list(e) for key in sorted(self.pending) for e in self.pending[key]],
@@ -266,7 +267,8 @@ class LiveRelease:
                     "spent": arrays["ledger.spent"][start:ends[i]].copy(),
                     "dc": arrays["ledger.dc"][start:ends[i]].copy() if "ledger.dc" in arrays
                     else np.zeros(ends[i] - start, np.int64),
-                    "open": [tuple(int(v) for v in row[1:]) for row in opened[opened[:, 0] == i]]}
+                    "open": [tuple(int(v) for v in row[1:]) for row in opened[opened[:, 0] == i]],
+                    "before": int(arrays["ledger.before"][i]) if "ledger.before" in arrays else 0}
             if arrays["ledger.keep"][i]:
                 tail["keep"] = int(arrays["ledger.keep"][i])
             self.tails[key] = tail
@@ -348,7 +350,7 @@ class _LoopOutputs(StreamOutputs):
     def charges(self, output: ChargeChunk) -> None:
         live = self.live
         tail, _, violations = check_windows(live.tails.get(output.key, empty_tail()),
-                                            charge_chunk(output.table, output.dynamic, output.final, output.complete),
+                                            charge_chunk(*output.ledger_input()),
                                             live.max_window)
         live.tails[output.key] = tail
         for violation in violations:

@@ -176,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
     p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
     p.add_argument("--sensitivity", type=int, default=1)
-    p.add_argument("--requirement", help="one requirement for all: fixed:W,E or dynamic:WB,EB,WF,EF")
+    p.add_argument("--requirement", help="one requirement for all: fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")
     p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
     p.add_argument("--level-ratios", help="assign levels by ratio: high=0.5,low=0.5")

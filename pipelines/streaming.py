@@ -79,8 +79,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
     p.add_argument("--carry-forward", action="store_true")
-    p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E or "
-                   "dynamic:WB,EB,WF,EF")
+    p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E, "
+                   "dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--levels")
     p.add_argument("--output", required=True)
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")

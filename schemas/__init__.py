@@ -56,6 +56,8 @@ def _arrow_type(avro_type) -> tuple[pa.DataType, bool]:
             return pa.string(), False
         if avro_type["type"] == "array":
             return pa.list_(_arrow_type(avro_type["items"])[0]), False
+        if avro_type["type"] == "map":
+            return pa.map_(pa.string(), _arrow_type(avro_type["values"])[0]), False
     raise ValueError(f"no Arrow type for the Avro type {avro_type}")
 
 

@@ -26,6 +26,7 @@ from schemas import avro_schema
 from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encode_value,
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord
 
 
@@ -114,7 +115,8 @@ class CheckpointSavedCoder(_NamedTupleCoder):
 
 
 class ChargeChunkCoder(_NamedTupleCoder):
-    """``transforms.engine.ChargeChunk``: key, int64 table of any shape (shape + little-endian bytes), three flags."""
+    """``transforms.engine.ChargeChunk``: key, int64 table of any shape (shape + little-endian bytes), the requirement
+    kind's name, the charge parts' names, two flags."""
 
     named = ChargeChunk
 
@@ -122,7 +124,18 @@ class ChargeChunkCoder(_NamedTupleCoder):
         table = value[1]
         if not isinstance(table, np.ndarray) or table.dtype != np.int64 or table.ndim != 2:
             raise TypeError(f"a ChargeChunk's table must be a 2-d int64 array, got {getattr(table, 'dtype', table)!r}")
-        return super().encode((value[0], table, bool(value[2]), bool(value[3]), bool(value[4])))
+        return super().encode((value[0], table, str(value[2]), tuple(map(str, value[3])), bool(value[4]),
+                               bool(value[5])))
+
+    def decode(self, encoded: bytes):
+        fields = decode_value(encoded, self.what)
+        if len(fields) == 5:  # written before named parts: (key, table, dynamic, final, complete), columns
+            key, table, dynamic, final, complete = fields  # slot, dc, publication, least, requirement...
+            table = np.concatenate([table[:, [0, 3, 1, 2]], table[:, 4:]], axis=1)
+            return ChargeChunk(key, table, "dynamic" if dynamic else "fixed", (DISSIMILARITY, PUBLICATION), final,
+                               complete)
+        chunk = self.named._make(fields)
+        return chunk._replace(parts=tuple(chunk.parts))
 
 
 class ContributionsCoder(_VersionedCoder):

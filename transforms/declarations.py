@@ -1,10 +1,13 @@
 """Turning declared requirements into the rows a mechanism takes, or into a reason to refuse them.
 
-A declaration is ``("fixed", w, ε)``, ``("dynamic", w_B, ε_B, w_F, ε_F)`` or
-``("level", name)`` (a named level the operator maps to one of the others).
-A fixed ``(w, E)`` given to a dynamic mechanism means the same constraint in
-both directions, ``(w, E, w, E)``; a dynamic declaration cannot be honoured
-by a fixed-requirement mechanism.  A user with no declaration gets the
+A declaration is ``("fixed", w, ε)``, ``("dynamic", w_B, ε_B, w_F, ε_F)``,
+``("lifetime", ε)`` or ``("level", name)`` (a named level the operator maps
+to one of the others).  A fixed ``(w, E)`` given to a dynamic mechanism means
+the same constraint in both directions, ``(w, E, w, E)``; a dynamic
+declaration cannot be honoured by a fixed-requirement mechanism; a lifetime
+budget (at most ε over every slot, forever) is neither windowed form, so only
+a mechanism whose requirements are lifetime budgets takes one, and such a
+mechanism takes nothing else.  A user with no declaration gets the
 configured default, or with ``level_shares`` a named level assigned by a
 hash of their id.
 
@@ -21,12 +24,15 @@ a dead letter, never exceptions: one bad declaration must not stop the stream.
 from __future__ import annotations
 
 import hashlib
+import typing
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from transforms.mechanisms import (DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                   FixedRequirements, Mechanism)
+from transforms.mechanisms import DynamicRequirement, FixedRequirement, LifetimeRequirement, Mechanism
+from transforms.mechanisms.requirements import Requirements
+
+REQUIREMENT_TYPES = (FixedRequirement, DynamicRequirement, LifetimeRequirement)
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class RequirementPolicy:
     budget in ``[min_epsilon, max_epsilon]``, every window ``<= max_window``)."""
 
     levels: dict = field(default_factory=dict)
-    default: FixedRequirement | DynamicRequirement | None = None
+    default: FixedRequirement | DynamicRequirement | LifetimeRequirement | None = None
     min_epsilon: float | None = None
     max_epsilon: float | None = None
     max_window: int | None = None
@@ -52,10 +58,11 @@ class RequirementPolicy:
         if self.max_window is not None and (not isinstance(self.max_window, int) or self.max_window < 1):
             raise ValueError(f"max_window must be an integer >= 1, got {self.max_window!r}")
         for name, level in self.levels.items():
-            if not isinstance(level, (FixedRequirement, DynamicRequirement)):
-                raise ValueError(f"level {name!r} must map to a FixedRequirement or DynamicRequirement")
-        if self.default is not None and not isinstance(self.default, (FixedRequirement, DynamicRequirement)):
-            raise ValueError("default must be a FixedRequirement or DynamicRequirement")
+            if not isinstance(level, REQUIREMENT_TYPES):
+                raise ValueError(f"level {name!r} must map to a FixedRequirement, DynamicRequirement or "
+                                 f"LifetimeRequirement")
+        if self.default is not None and not isinstance(self.default, REQUIREMENT_TYPES):
+            raise ValueError("default must be a FixedRequirement, DynamicRequirement or LifetimeRequirement")
         if self.level_shares:
             if self.default is not None:
                 raise ValueError("give either a default requirement for all or level shares, not both")
@@ -86,6 +93,8 @@ def _as_requirement(declaration):
         return FixedRequirement(window=int(declaration[1]), epsilon=declaration[2])
     if kind == "dynamic":
         return DynamicRequirement(int(declaration[1]), declaration[2], int(declaration[3]), declaration[4])
+    if kind == "lifetime":
+        return LifetimeRequirement(epsilon=declaration[1])
     raise ValueError(f"unknown requirement kind {kind!r}")
 
 
@@ -95,7 +104,8 @@ class DeclarationTranslator:
     def __init__(self, mechanism: Mechanism, policy: RequirementPolicy):
         self.mechanism = mechanism
         self.policy = policy
-        self.dynamic = mechanism.requirement_kind is DynamicRequirements
+        self.kind: type[Requirements] = typing.cast("type[Requirements]", mechanism.requirement_kind)
+        self.width = self.kind.width
         self._cache: dict = {}
 
     def row(self, declaration) -> tuple[tuple | None, str | None]:
@@ -120,20 +130,19 @@ class DeclarationTranslator:
             columns = self.mechanism.validate_requirement(requirement)
         except ValueError as error:
             return None, f"requirement refused: {error}"
-        if self.dynamic:
-            return (int(columns.backward_window[0]), int(columns.backward_units[0]),
-                    int(columns.forward_window[0]), int(columns.forward_units[0])), None
-        return (int(columns.window[0]), int(columns.epsilon_units[0])), None
+        return tuple(int(x) for x in columns.as_matrix()[0]), None
 
     def _check_bounds(self, requirement) -> None:
         """The operator's bounds, applied to every window and budget of the declaration."""
         policy = self.policy
         if isinstance(requirement, FixedRequirement):
             windows, epsilons = [requirement.window], [requirement.epsilon]
+        elif isinstance(requirement, LifetimeRequirement):
+            windows, epsilons = [], [requirement.epsilon]
         else:
             windows = [requirement.backward_window, requirement.forward_window]
             epsilons = [requirement.backward_epsilon, requirement.forward_epsilon]
-        if policy.max_window is not None and max(windows) > policy.max_window:
+        if policy.max_window is not None and windows and max(windows) > policy.max_window:
             raise ValueError(f"window {max(windows)} exceeds the operator's maximum {policy.max_window}")
         if policy.min_epsilon is not None and min(float(e) for e in epsilons) < policy.min_epsilon:
             raise ValueError(f"epsilon {min(float(e) for e in epsilons)} is below the operator's minimum "
@@ -144,7 +153,5 @@ class DeclarationTranslator:
 
     def columns(self, rows):
         """Requirement columns for accepted rows (a list of them, or their matrix) in the mechanism's kind."""
-        matrix = np.array(rows, dtype=np.int64).reshape(len(rows), 4 if self.dynamic else 2)
-        if self.dynamic:
-            return DynamicRequirements(*(matrix[:, k].copy() for k in range(4)))
-        return FixedRequirements(matrix[:, 0].copy(), matrix[:, 1].copy())
+        matrix = np.array(rows, dtype=np.int64).reshape(len(rows), self.width)
+        return self.kind(*(matrix[:, k].copy() for k in range(self.width)))

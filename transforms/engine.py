@@ -36,7 +36,7 @@ from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, enco
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import Mechanism, SlotBatch, make_mechanism, mechanism_class
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.declared import DeclaredRequirements
+from transforms.mechanisms.declared import DeclaredRequirements, kind_name
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -204,13 +204,20 @@ class CheckpointSaved(NamedTuple):
 
 class ChargeChunk(NamedTuple):
     """One user's charges over some slots for the per-user ledger: rows in ``transforms.ledger.charge_chunk``'s
-    columns; ``final`` at the end of a bounded run, ``complete`` when the chunk holds the user's whole stream."""
+    columns (one per named part of the charges), under requirements of ``kind`` ("fixed", "dynamic" or
+    "lifetime"); ``final`` at the end of a bounded run, ``complete`` when the chunk holds the user's whole
+    stream."""
 
     key: str
     table: np.ndarray
-    dynamic: bool
+    kind: str
+    parts: tuple[str, ...]
     final: bool
     complete: bool
+
+    def ledger_input(self) -> tuple:
+        """What ``transforms.ledger.charge_chunk`` takes (the per-user ledger's element, after the key)."""
+        return self.table, self.kind, self.parts, self.final, self.complete
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.charges(self)
@@ -245,6 +252,7 @@ class StreamEngine:
         if requirements is None and user_ids:  # a checkpoint written before the stage kept its own register
             self._rebuild_requirements(next_slot or 1)
         self.pending_charges: list = []
+        self.charge_parts: tuple[str, ...] | None = None  # the named parts of the pending charges' columns
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
         self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
 
@@ -416,9 +424,13 @@ class StreamEngine:
         self.requirements.declare(release.slot, batch.users[declaring],
                                   batch.requirements.take(declaring) if batch.requirements is not None
                                   and declaring.any() else None, None)
+        if charges.parts != self.charge_parts:
+            if self.charge_parts is not None:
+                raise ValueError(f"{self.config.mechanism} charged parts {charges.parts} after {self.charge_parts}")
+            self.charge_parts = charges.parts
         self.pending_charges.append((charges.users, np.column_stack(
-            [np.full(charges.users.size, slot, np.int64), charges.dc_units, charges.publication_units,
-             least_charges_of_registered(charges), self._declared_in_force(charges.users)])))
+            [np.full(charges.users.size, slot, np.int64), least_charges_of_registered(charges),
+             *(charges.part_units(part) for part in charges.parts), self._declared_in_force(charges.users)])))
 
     def _declared_in_force(self, users: np.ndarray) -> np.ndarray:
         """Each user's declared requirement in force; the last slot's rows again while nothing changed."""
@@ -440,10 +452,11 @@ class StreamEngine:
             return
         table, first, counts = _group_by_user(pending)
         self.first_flush, complete = False, self.first_flush
+        kind, parts = kind_name(self.requirements.kind), self.charge_parts or ()  # parts: set with the first row
         for user in np.flatnonzero(counts).tolist():
             start = first[user]
             yield ChargeChunk(f"{self.stream}{KEY_SEPARATOR}{self.user_ids[user]}", table[start:start + counts[user]],
-                              self.translator.dynamic, final, final and complete)
+                              kind, parts, final, final and complete)
 
 
 def _group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -481,7 +494,7 @@ class _Firing:
         self.saved_ids = self.declared_ids.copy()
         # by declaration id + 1 (0: no declaration): accepted?, the refusal reason, the mechanism's requirement row
         verdicts = [run.translator.row(None)] + [run.translator.row(d) for d in run.declarations]
-        width = 4 if run.translator.dynamic else 2
+        width = run.translator.width
         self.accepted = np.array([row is not None for row, _ in verdicts])
         self.reasons = [reason for _, reason in verdicts]
         self.rows = np.array([row or (0,) * width for row, _ in verdicts], np.int64)

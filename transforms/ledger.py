@@ -5,11 +5,13 @@ fed each user's charges in chunks of consecutive slots (from the release
 stage), each with the least charge the release's evidence implies (what the
 statistics were computed from, not the mechanism's bookkeeping), checks that
 every charge covers it, and checks, with exact integer budget units, every window the user's
-requirement covers: ``(w, E)`` for fixed requirements, and the backward and
+requirement covers: ``(w, E)`` for fixed requirements, the backward and
 forward windows of every dynamic declaration (forward windows when they
-close, or at the end of a bounded input).  State keeps only the last
-``max_window`` slots and the forward windows still open, so it stays flat
-over an infinite stream.  It emits each user's usage (the largest fraction
+close, or at the end of a bounded input), and for a lifetime budget ``E``
+everything charged since the user's first slot, at every slot.  State keeps
+only the last ``max_window`` slots, the forward windows still open and the
+sum of every charge older than those slots, so it stays flat over an
+infinite stream.  It emits each user's usage (the largest fraction
 of a requirement spent in any window) and every violation, and, on request,
 every charge as a ledger entry anyone can re-check.
 """
@@ -25,6 +27,9 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from transforms.coders import ValueCoder
 from transforms.engine import ChargeChunk
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.charges import DISSIMILARITY
+from transforms.mechanisms.declared import KINDS
+from transforms.mechanisms.requirements import DynamicRequirements, LifetimeRequirements
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 from transforms.user_state import NAMESPACE, SEP
 
@@ -35,17 +40,20 @@ ENTRIES = "ledger_entries"
 def check_windows(tail: dict, chunk: dict, max_window: int):
     """Check one chunk against the user's tail; returns (new tail, worst ratio, violations).
 
-    Slots need not be consecutive: a slot the stream did not release charged nothing.
+    Slots need not be consecutive: a slot the stream did not release charged nothing.  The tail keeps the
+    recent slots' charges and ``before``, the sum of every older charge (a lifetime budget covers them all).
     """
     slots = np.concatenate([tail["slots"], chunk["slots"]])
-    spent = np.concatenate([tail["spent"], chunk["dc"] + chunk["publication"]])
+    spent = np.concatenate([tail["spent"], chunk["charge"]])
     dc = np.concatenate([tail.get("dc", np.zeros(tail["slots"].size, np.int64)), chunk["dc"]])
     if slots.size > 1 and np.any(np.diff(slots) <= 0):
         raise ValueError("a user's charges must come in increasing slot order")
-    totals = np.concatenate([[0], np.cumsum(spent)])  # totals[k]: sum of the first k entries
+    before = int(tail.get("before", 0))
+    totals = before + np.concatenate([[0], np.cumsum(spent)])  # totals[k]: every charge up to the k-th entry
     dc_totals = np.concatenate([[0], np.cumsum(dc)])
     rows = np.arange(tail["slots"].size, slots.size)
-    reqs, ends = chunk["requirements"], slots[rows]
+    reqs, ends, requirement_kind = chunk["requirements"], slots[rows], chunk["kind"]
+    dynamic = requirement_kind is DynamicRequirements
 
     def sums_of(running):
         def between(first_slot, last_slot):
@@ -53,10 +61,14 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
             return running[np.searchsorted(slots, last_slot, "right")] - running[np.searchsorted(slots, first_slot, "left")]
         return between
 
+    def since_start(last_slot):
+        """Every charge up to ``last_slot``, the dropped slots' included."""
+        return totals[np.searchsorted(slots, last_slot, "right")]
+
     window_sum = sums_of(totals)
-    kind, sums, bounds = closing_windows(chunk["dynamic"], ends, reqs, window_sum, sums_of(dc_totals))
+    kind, sums, bounds = closing_windows(requirement_kind, ends, reqs, window_sum, sums_of(dc_totals), since_start)
     checks = [(ends, kind, sums, bounds)]  # (slot, kind, window sum, bound)
-    opened = [(int(s), int(w), int(e)) for s, w, e in zip(ends, reqs[:, 2], reqs[:, 3])] if chunk["dynamic"] else []
+    opened = [(int(s), int(w), int(e)) for s, w, e in zip(ends, reqs[:, 2], reqs[:, 3])] if dynamic else []
     still_open = []  # (start, w_F, E_F): the form checkpoints keep
     last = int(slots[-1])
     for start, window, bound in tail["open"] + opened:
@@ -68,7 +80,7 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
         else:
             still_open.append((start, window, bound))
     worst, violations = 0.0, []
-    charged = chunk["dc"] + chunk["publication"]
+    charged = chunk["charge"]
     for i in np.flatnonzero(chunk["least"] > charged):
         violations.append({"slot": int(chunk["slots"][i]), "kind": "undercharged",
                            "window_units": int(chunk["least"][i]), "bound_units": int(charged[i])})
@@ -78,31 +90,36 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
             for i in np.flatnonzero(sums > bounds):
                 violations.append({"slot": int(at[i]), "kind": kind, "window_units": int(sums[i]),
                                    "bound_units": int(bounds[i])})
-    widest = int(reqs[:, 0::2].max()) if reqs.size else 1
+    widest = int(reqs[:, 0::2].max()) if reqs.size and requirement_kind is not LifetimeRequirements else 1
     keep = max(max_window, widest, tail.get("keep", 1))
     recent = slots > last - keep  # only slots some later window can still reach
-    new_tail = {"slots": slots[recent], "spent": spent[recent], "dc": dc[recent], "open": still_open, "keep": keep}
+    new_tail = {"slots": slots[recent], "spent": spent[recent], "dc": dc[recent], "open": still_open, "keep": keep,
+                "before": before + int(spent[~recent].sum())}
     return new_tail, worst, violations
 
 
-def charge_chunk(table: np.ndarray, dynamic: bool, final: bool, complete: bool) -> dict:
+def charge_chunk(table: np.ndarray, kind: str, parts: tuple[str, ...], final: bool, complete: bool) -> dict:
     """The chunk :func:`check_windows` reads, from the form the release stage sends: one int64 row per slot
-    (slot, dc, publication, the least charge the evidence implies, then the requirement the user declared in
-    force: (w, E), or (w_B, E_B, w_F, E_F) when ``dynamic``, E_B as declared: the ledger projects it itself).
+    (slot, the least charge the evidence implies, the charge under each of ``parts``, then the requirement the
+    user declared in force, of ``kind`` ("fixed", "dynamic" or "lifetime"): (w, E), (w_B, E_B, w_F, E_F) with
+    E_B as declared (the ledger projects it itself), or (E,)).
 
-    One array per user and chunk crosses the stages instead of four: Beam pickles each array (~15 µs apiece).
+    One array per user and chunk crosses the stages instead of several: Beam pickles each array (~15 µs apiece).
     """
-    return {"slots": table[:, 0], "dc": table[:, 1], "publication": table[:, 2], "least": table[:, 3],
-            "requirements": table[:, 4:],
-            "dynamic": dynamic, "final": final, "complete": complete}
+    charged = table[:, 2:2 + len(parts)]
+    named = dict(zip(parts, charged.T))
+    return {"slots": table[:, 0], "least": table[:, 1], "parts": named, "charge": charged.sum(axis=1),
+            "dc": named[DISSIMILARITY] if DISSIMILARITY in named else np.zeros(len(table), np.int64),
+            "requirements": table[:, 2 + len(parts):], "kind": KINDS[kind], "final": final, "complete": complete}
 
 
 def empty_tail() -> dict:
-    return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "dc": np.zeros(0, np.int64), "open": []}
+    return {"slots": np.zeros(0, np.int64), "spent": np.zeros(0, np.int64), "dc": np.zeros(0, np.int64), "open": [],
+            "before": 0}
 
 
 def _chunk(charges: ChargeChunk) -> dict:
-    return charge_chunk(charges.table, charges.dynamic, charges.final, charges.complete)
+    return charge_chunk(*charges.ledger_input())
 
 
 @beam.typehints.with_input_types(beam.typehints.Tuple[str, ChargeChunk])
@@ -140,12 +157,13 @@ class UserLedgerFn(beam.DoFn):
             self.violation_counter.inc()
             yield beam.pvalue.TaggedOutput(VIOLATIONS, {"stream": stream, "user": user, **violation})
         if self.detail:
-            for slot, dc, publication, least in zip(chunk["slots"], chunk["dc"], chunk["publication"], chunk["least"]):
+            parts = chunk["parts"]
+            for i, slot in enumerate(chunk["slots"].tolist()):
                 yield beam.pvalue.TaggedOutput(ENTRIES, {
-                    "stream": stream, "user": user, "slot": int(slot),
-                    "charge": units_to_decimal_string(int(dc + publication)),
-                    "dc": units_to_decimal_string(int(dc)), "publication": units_to_decimal_string(int(publication)),
-                    "least": units_to_decimal_string(int(least))})
+                    "stream": stream, "user": user, "slot": slot,
+                    "charge": units_to_decimal_string(int(chunk["charge"][i])),
+                    "parts": {name: units_to_decimal_string(int(units[i])) for name, units in parts.items()},
+                    "least": units_to_decimal_string(int(chunk["least"][i]))})
         yield {"stream": stream, "user": user, "slots": usage[0], "max_window_usage_ratio": usage[1],
                    "violations": usage[2]}
 

@@ -62,6 +62,7 @@ class FieldMapping:
     w_f: str = "w_f"
     epsilon_f: str = "epsilon_f"
     level: str = "level"
+    lifetime: str = "lifetime"
 
     def __post_init__(self):
         seen: dict[str, str] = {}
@@ -128,7 +129,7 @@ class ParseConfig:
         names of the requirement fields (a record with any of them takes the full path)."""
         f = self.fields
         return (f.stream, f.user, f.time, f.value, self.default_stream, self.bins, self.max_text_length,
-                frozenset((f.w, f.epsilon, f.w_b, f.epsilon_b, f.w_f, f.epsilon_f, f.level)))
+                frozenset((f.w, f.epsilon, f.w_b, f.epsilon_b, f.w_f, f.epsilon_f, f.level, f.lifetime)))
 
     def _check_csv(self) -> None:
         if not isinstance(self.csv_delimiter, str) or len(self.csv_delimiter) != 1 or self.csv_delimiter in '"\r\n':
@@ -491,10 +492,15 @@ def _read_requirement(record: Mapping, fields: FieldMapping) -> tuple | None:
     fixed = {name: _present(record, name) for name in (fields.w, fields.epsilon)}
     dynamic = {name: _present(record, name) for name in (fields.w_b, fields.epsilon_b, fields.w_f, fields.epsilon_f)}
     level = _present(record, fields.level)
+    lifetime = _present(record, fields.lifetime)
     has_fixed = any(value is not None for value in fixed.values())
     has_dynamic = any(value is not None for value in dynamic.values())
     if has_fixed and has_dynamic:
         raise _Rejected("requirement: both fixed and dynamic fields")
+    if lifetime is not None:
+        if has_fixed or has_dynamic or level is not None:
+            raise _Rejected("requirement: both a lifetime budget and other requirement fields")
+        return ("lifetime", _epsilon(lifetime, fields.lifetime))
     if level is not None:
         if has_fixed or has_dynamic:
             raise _Rejected("requirement: both level and explicit fields")

@@ -20,7 +20,8 @@ KEY_SEPARATOR = "\x1f"
 # A requirement declaration is one of these tuples:
 #   ("fixed", window, epsilon_text)
 #   ("dynamic", backward_window, backward_epsilon_text, forward_window, forward_epsilon_text)
-#   ("level", name)   -- mapped to a fixed or dynamic declaration by the operator's configuration
+#   ("lifetime", epsilon_text)
+#   ("level", name)   -- mapped to one of the others by the operator's configuration
 
 
 class Event(NamedTuple):

@@ -8,21 +8,22 @@ import numpy as np
 import pytest
 
 from benchmarks.soak import ExactWindows, ledger_starting_below_wrap, main, soak
-from transforms.mechanisms import DynamicRequirements, SlotBatch, UserCharges
+from transforms.mechanisms import DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, SlotBatch
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import no_statistics
 
 U = UNITS_PER_EPSILON
 
 
-def charges(units) -> UserCharges:
+def charges(units) -> CohortCharges:
     """Charges for users 0..n-1 under a loose dynamic requirement (each in their own cohort)."""
     n = len(units)
     loose = DynamicRequirements(np.ones(n, np.int64), np.full(n, 10 * U), np.ones(n, np.int64), np.full(n, 10 * U))
-    return UserCharges(cohort_of=np.arange(n), cohort_dc_units=np.zeros(n, np.int64),
-                       cohort_publication_units=np.asarray(units, np.int64), cohort_requirements=loose,
-                       waiting_users=np.zeros(0, np.int64), waiting_requirements=None, evidence=no_statistics(np.arange(n)),
-                       declarations=SlotBatch.of(np.arange(n), np.full(n, -1), loose))
+    return CohortCharges(cohort_of=np.arange(n), cohort_parts={DISSIMILARITY: np.zeros(n, np.int64),
+                                                               PUBLICATION: np.asarray(units, np.int64)},
+                         cohort_requirements=loose, waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                         evidence=no_statistics(np.arange(n)),
+                         declarations=SlotBatch.of(np.arange(n), np.full(n, -1), loose))
 
 
 @pytest.mark.parametrize("mechanism", ["dpbd", "dpba"])

@@ -290,3 +290,14 @@ def test_every_input_is_checked_not_only_the_first(tmp_path, capsys):
                        "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--input {bad}: none of the first 2 records" in err[0], err
+
+
+def test_a_lifetime_budget_is_refused_by_a_windowed_mechanism_before_the_job_starts(tmp_path):
+    """``--requirement lifetime:E`` parses, and every mechanism here takes windowed requirements: one line."""
+    source = events(tmp_path / "events.jsonl")
+    one_error_line(job("pipelines.replay", "--input", source, "--binning", "int:2", "--requirement", "lifetime:2",
+                       "--output", str(tmp_path / "r")), 2,
+                   "pbd takes windowed requirements (w-event), not a lifetime budget")
+    one_error_line(job("pipelines.replay", "--input", source, "--binning", "int:2", "--requirement", "lifetime:2,3",
+                       "--output", str(tmp_path / "r")), 2, "lifetime:E")
+    assert not (tmp_path / "r").exists()

@@ -130,7 +130,7 @@ class Recording(LiveRelease):
         check = self.outputs.charges
 
         def recorded(chunk):
-            self.round_charges.append((chunk.key, (chunk.table, chunk.dynamic, chunk.final, chunk.complete)))
+            self.round_charges.append((chunk.key, chunk.ledger_input()))
             check(chunk)
 
         self.outputs.charges = recorded
@@ -155,10 +155,10 @@ def whole_run_violations(spent: list, max_window: int = 1000) -> list:
     found = []
     for key, chunks in by_user.items():
         whole = {name: np.concatenate([c[name] for c in chunks])
-                 for name in ("slots", "dc", "publication", "least", "requirements")}
+                 for name in ("slots", "charge", "dc", "least", "requirements")}
         order = np.argsort(whole["slots"], kind="stable")
         whole = {name: values[order] for name, values in whole.items()}
-        whole.update(dynamic=chunks[0]["dynamic"], final=True)
+        whole.update(kind=chunks[0]["kind"], final=True)
         found += [(key, v) for v in check_windows(empty_tail(), whole, max_window)[2]]
     return found
 
@@ -391,3 +391,37 @@ def test_files_are_taken_only_once_settled_and_part_files_never(tmp_path, caplog
         assert unsettled.counts["records_read"] == 50 + 1 + 101
     finally:
         unsettled.close()
+
+
+def test_the_loops_checkpoint_keeps_each_ledger_tails_lifetime_spend(tmp_path):
+    """A tail keeps, besides its recent slots, the spend of the slots it dropped (``before``): a lifetime budget
+    covers them.  Saved in the loop's checkpoint and resumed, the tail still sees the slot the spend passes 3 ε
+    (nine slots of ⌊ε/3⌋, 3 ε less 3 units, then 4 units: 3 ε + 1 unit)."""
+    from transforms.mechanisms.budget import UNITS_PER_EPSILON as U
+
+    def lifetime(slots, units):
+        table = np.column_stack([slots, np.zeros(len(slots), np.int64), units, np.full(len(slots), 3 * U)])
+        return charge_chunk(np.asarray(table, np.int64), "lifetime", ("report",), False, False)
+
+    (tmp_path / "in").mkdir()
+    path, key = str(tmp_path / "checkpoint.wevent"), "s\x1fu"
+
+    def loop():
+        return LiveRelease(str(tmp_path / "in"), str(tmp_path / "out"), ParseConfig(bins=4), live_transform("pbd"),
+                           checkpoint=path)
+
+    live = loop()
+    try:
+        apart = [1 + k * (live.max_window + 1) for k in range(10)]  # each slot beyond the window depth of the last
+        live.tails[key] = check_windows(empty_tail(), lifetime(apart[:9], [U // 3] * 9), live.max_window)[0]
+        assert live.tails[key]["slots"].size == 1 and live.tails[key]["before"] == 8 * (U // 3)
+        live._save_checkpoint()
+    finally:
+        live.close(commit=False)
+    resumed = loop()
+    try:
+        assert resumed.tails[key]["before"] == live.tails[key]["before"]
+        _, _, violations = check_windows(resumed.tails[key], lifetime(apart[9:], [4]), resumed.max_window)
+        assert [(v["slot"], v["kind"], v["window_units"]) for v in violations] == [(apart[9], "lifetime", 3 * U + 1)]
+    finally:
+        resumed.close(commit=False)

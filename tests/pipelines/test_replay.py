@@ -153,7 +153,7 @@ def test_named_levels_are_assigned_by_ratio(tmp_path):
     ledger = read_records(str(tmp_path / "out" / "ledger-*.jsonl"), "jsonl")
     first_dc = {}
     for entry in ledger:
-        first_dc.setdefault(entry["user"], entry["dc"])
+        first_dc.setdefault(entry["user"], entry["parts"]["dissimilarity"])
     shares = sorted(set(first_dc.values()))
     assert shares == ["0.025", "0.125"]  # 0.6/(2*12) and 1.0/(2*4)
     # what the ledger derived from each release's evidence: covered by every charge, and not trivially 0

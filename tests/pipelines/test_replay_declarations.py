@@ -35,7 +35,7 @@ def replay_with_levels(tmp_path, *args) -> tuple[dict, dict]:
     assert done.returncode == 0, done.stderr
     dc: dict = {}
     for entry in read_records(str(out / "ledger-*.jsonl"), "jsonl"):
-        dc.setdefault(entry["user"], set()).add(entry["dc"])
+        dc.setdefault(entry["user"], set()).add(entry["parts"]["dissimilarity"])
     with open(out / "report.json") as f:
         return dc, json.load(f)
 

@@ -9,15 +9,17 @@ from schemas import SCHEMA_NAMES, arrow_schema, avro_schema, validate
 
 SAMPLES = {
     "event": {"stream": "taxi", "user": "u1", "time": 1700000000.5, "value": 3, "w": None, "epsilon": None,
-              "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None},
+              "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None,
+              "lifetime": None},
     "requirement": {"stream": "taxi", "user": "u1", "time": "2023-11-14T22:13:20Z", "kind": "dynamic", "w": None,
-                    "epsilon": None, "w_b": 10, "epsilon_b": 1.0, "w_f": 5, "epsilon_f": 0.5, "level": None},
+                    "epsilon": None, "w_b": 10, "epsilon_b": 1.0, "w_f": 5, "epsilon_f": 0.5, "level": None,
+                    "lifetime": None},
     "release": {"stream": "taxi", "slot": 42, "slot_start": 1700000000.0, "slot_end": 1700000060.0,
                 "mechanism": "PBD", "mechanism_slot": 1, "histogram": [0, 5, 2], "kind": "fresh",
                 "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7, "statistic": "counts",
                 "estimate": [0.0, 5.0, 2.0], "trust": "central"},
-    "ledger_entry": {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25", "dc": "0.05",
-                     "publication": "0.2", "least": "0.2"},
+    "ledger_entry": {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25",
+                     "parts": {"dissimilarity": "0.05", "publication": "0.2"}, "least": "0.2"},
     "user_usage": {"stream": "taxi", "user": "u1", "slots": 10, "max_window_usage_ratio": 0.9, "violations": 0},
     "dead_letter": {"stream": None, "user": None, "stage": "parse", "reason": "not JSON", "record": "{oops"},
     "request": {"request_id": "r1", "stream": "taxi", "user": "u1", "slot": 42, "method": "lpd/m2",
@@ -108,7 +110,7 @@ def test_event_and_requirement_times_are_text_in_arrow():
 
 
 @pytest.mark.parametrize("name, added", [("release", {"statistic": "counts", "estimate": [], "trust": "central"}),
-                                         ("ledger_entry", {"least": ""})])
+                                         ("ledger_entry", {"least": "", "parts": {}})])
 def test_records_written_before_the_schema_evolved_still_read(name, added):
     """Fields added later have defaults: an old writer's records read with the new schema."""
     import io
@@ -123,3 +125,22 @@ def test_records_written_before_the_schema_evolved_still_read(name, added):
     buffer.seek(0)
     (read,) = list(fastavro.reader(buffer, reader_schema=avro_schema(name)))
     assert read == {**old_record, **added}
+
+
+def test_ledger_entries_written_with_dc_and_publication_still_read():
+    """Before charges had named parts an entry carried ``dc`` and ``publication``: the new schema skips them."""
+    import io
+
+    import fastavro
+
+    old_schema = avro_schema("ledger_entry")
+    fields = [f for f in old_schema["fields"] if f["name"] not in ("parts", "least")]
+    at = [f["name"] for f in fields].index("charge") + 1
+    old_schema["fields"] = fields[:at] + [{"name": "dc", "type": "string"},
+                                          {"name": "publication", "type": "string"}] + fields[at:]
+    old_record = {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25", "dc": "0.05", "publication": "0.2"}
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, fastavro.parse_schema(old_schema), [old_record])
+    buffer.seek(0)
+    (read,) = list(fastavro.reader(buffer, reader_schema=avro_schema("ledger_entry")))
+    assert read == {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25", "parts": {}, "least": ""}

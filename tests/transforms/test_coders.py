@@ -126,10 +126,12 @@ REPRESENTATIVE = {
                                                                         ("a", "b"))],
     EvaluationRow: [EvaluationRow("s", 3, [1, 2, 2**70], [0, 0, 0]), EvaluationRow("", 0, [], [])],
     CheckpointSaved: [CheckpointSaved("s", 12, b"WEVENT-CHECKPOINT 1\n\x00\xff"), CheckpointSaved("ü", 0, b"")],
-    ChargeChunk: [ChargeChunk("s\x1fu", np.arange(12, dtype=np.int64).reshape(2, 6), False, True, True),
-                  ChargeChunk("s\x1f用户", np.zeros((0, 8), np.int64), True, False, False),
-                  ChargeChunk("k", np.array([[np.iinfo(np.int64).min, -1, np.iinfo(np.int64).max]]), True, True,
-                              False)],
+    ChargeChunk: [ChargeChunk("s\x1fu", np.arange(12, dtype=np.int64).reshape(2, 6), "fixed",
+                              ("dissimilarity", "publication"), True, True),
+                  ChargeChunk("s\x1f用户", np.zeros((0, 8), np.int64), "dynamic", ("dissimilarity", "publication"),
+                              False, False),
+                  ChargeChunk("k", np.array([[np.iinfo(np.int64).min, -1, np.iinfo(np.int64).max]]), "lifetime",
+                              ("répondu",), True, False)],
     ReleaseRecord: [ReleaseRecord(stream="s", slot=4, slot_start=240.0, slot_end=300.0, mechanism="pbd",
                                   mechanism_slot=1, histogram=[1, 0, 2**40], kind="fresh", epsilon="0.5",
                                   predicted_error=None, registered_users=3, statistic="counts",
@@ -163,11 +165,25 @@ def test_a_charge_chunk_of_any_width_round_trips_and_a_table_of_another_type_is_
     coder = coders.ChargeChunkCoder()
     for width in range(0, 10):
         table = np.arange(3 * width, dtype=np.int64).reshape(3, width) - 5
-        decoded = coder.decode(coder.encode(ChargeChunk("k", table, True, False, True)))
+        decoded = coder.decode(coder.encode(ChargeChunk("k", table, "fixed", ("report",), False, True)))
         assert np.array_equal(decoded.table, table) and decoded.table.shape == (3, width)
         decoded.table[...] = 0  # writable: the ledger may work on it
     with pytest.raises(TypeError, match="2-d int64"):
-        coder.encode(ChargeChunk("k", np.zeros((2, 2), np.int32), True, True, True))
+        coder.encode(ChargeChunk("k", np.zeros((2, 2), np.int32), "fixed", ("report",), True, True))
+
+
+def test_a_charge_chunk_encoded_before_named_parts_decodes_as_the_same_charges():
+    """In flight during an update: (key, table of slot, dc, publication, least, w, E, dynamic, final, complete)."""
+    from transforms.encoding import encode_value
+    from transforms.ledger import charge_chunk
+
+    old = np.array([[7, 1, 2, 3, 4, 5], [8, 0, 5, 5, 4, 5]], np.int64)
+    decoded = coders.ChargeChunkCoder().decode(encode_value(("k", old, False, True, False)))
+    assert decoded[2:] == ("fixed", ("dissimilarity", "publication"), True, False)
+    chunk = charge_chunk(*decoded.ledger_input())
+    assert chunk["slots"].tolist() == [7, 8] and chunk["least"].tolist() == [3, 5]
+    assert chunk["dc"].tolist() == [1, 0] and chunk["charge"].tolist() == [3, 5]
+    assert chunk["requirements"].tolist() == [[4, 5], [4, 5]]
 
 
 def test_users_state_round_trips_ids_and_declarations_in_order():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
-from transforms.mechanisms import FixedRequirement, make_mechanism
+from transforms.mechanisms import FixedRequirement, LifetimeRequirement, make_mechanism
 from transforms.mechanisms.budget import to_units
 
 BOUNDED = RequirementPolicy(levels={"high": FixedRequirement(40, 0.5), "loose": FixedRequirement(10, 50.0)},
@@ -22,6 +22,7 @@ BOUNDED = RequirementPolicy(levels={"high": FixedRequirement(40, 0.5), "loose": 
     (("fixed", 500, "1.0"), None, "window 500 exceeds the operator's maximum 100"),
     (("fixed", 20, "0"), None, "epsilon must be in (0"),
     (("dynamic", 1, "5.0", 20, "1.0"), None, "takes fixed (w, epsilon) requirements"),
+    (("lifetime", "2"), None, "pbd takes windowed requirements (w-event), not a lifetime budget"),
 ])
 def test_fixed_mechanisms(declaration, row, reason):
     translator = DeclarationTranslator(make_mechanism("pbd", bins=2), BOUNDED)
@@ -41,6 +42,19 @@ def test_homogeneous_baselines_refuse_stricter_requirements():
     translator = DeclarationTranslator(make_mechanism("bd", bins=2, epsilon=0.5, window=30), RequirementPolicy())
     assert translator.row(("fixed", 20, "0.6"))[1] is None
     assert "stricter than bd's" in translator.row(("fixed", 40, "0.6"))[1]
+
+
+@pytest.mark.parametrize("name", ["pbd", "dpbd", "bd"])
+def test_windowed_mechanisms_refuse_a_lifetime_budget_in_one_line(name):
+    """Power for the refusal: the same budget as a fixed declaration is accepted."""
+    kwargs = {"epsilon": 4.0, "window": 10} if name == "bd" else {}
+    policy = RequirementPolicy(default=LifetimeRequirement(2.0), levels={"forever": LifetimeRequirement(1.0)})
+    translator = DeclarationTranslator(make_mechanism(name, bins=2, **kwargs), policy)
+    for declaration in (("lifetime", "2"), None, ("level", "forever")):
+        row, reason = translator.row(declaration)
+        assert row is None and "\n" not in reason
+        assert reason == f"requirement refused: {name} takes windowed requirements (w-event), not a lifetime budget"
+    assert translator.row(("fixed", 10, "4"))[1] is None
 
 
 @pytest.mark.parametrize("kwargs, message", [

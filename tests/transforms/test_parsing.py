@@ -115,6 +115,12 @@ JSONL_DEAD_LETTERS = [
     (line(user="a", time=1, value=1, level=""), "requirement: level must be a non-empty string"),
     (line(user="a", time=1, value=1, level=3), "requirement: level must be a non-empty string"),
     (line(user="a", time=1, value=1, level="gold", w=5, epsilon=1), "requirement: both level and explicit fields"),
+    (line(user="a", time=1, value=1, lifetime=2, w=5, epsilon=1),
+     "requirement: both a lifetime budget and other requirement fields"),
+    (line(user="a", time=1, value=1, lifetime=2, level="gold"),
+     "requirement: both a lifetime budget and other requirement fields"),
+    (line(user="a", time=1, value=1, lifetime=0), "requirement: lifetime must be > 0"),
+    (line(user="a", time=1, value=1, lifetime="inf"), "requirement: lifetime must be a finite number"),
     (line(user="\ud800", time=1, value=1), "field 'user' is not valid Unicode"),
     (line(stream="a\x1fb", user="u", time=1, value=1), "field 'stream' contains the reserved character U+001F"),
     ("x" * (JSONL.max_text_length + 1), "record too long"),
@@ -192,6 +198,8 @@ def test_naive_times_are_utc_whatever_the_local_zone(monkeypatch):
     (dict(level="gold"), ("level", "gold")),
     (dict(level=" gold "), ("level", "gold")),
     (dict(w=None, epsilon=None, level="silver"), ("level", "silver")),
+    (dict(lifetime=2), ("lifetime", "2.0")),
+    (dict(lifetime="0.75", w=None), ("lifetime", "0.75")),
 ])
 def test_requirement_encoding(requirement, expected):
     event = event_of(line(user="u", time=1, value=2, **requirement))
@@ -436,7 +444,8 @@ class HostileRepr:
         raise RuntimeError("no")
 
 
-FIELD_NAMES = ["user", "time", "value", "stream", "w", "epsilon", "w_b", "epsilon_b", "w_f", "epsilon_f", "level"]
+FIELD_NAMES = ["user", "time", "value", "stream", "w", "epsilon", "w_b", "epsilon_b", "w_f", "epsilon_f", "level",
+               "lifetime"]
 scalars = (st.none() | st.booleans() | st.integers() | st.integers(-5, 120) | st.floats() | st.text(max_size=20)
            | st.binary(max_size=10) | st.decimals() | st.datetimes(timezones=st.none() | st.timezones())
            | st.sampled_from(["2008-02-02 15:36:08", "1e999", "nan", "0.5", "-0", "gold", "\ud800", "", " "]))
@@ -485,7 +494,7 @@ def check_exactly_one_outcome(parsed, config: ParseConfig) -> None:
         assert isinstance(parsed.time, float) and 0 <= parsed.time <= MAX_TIME
         assert isinstance(parsed.value, int)
         assert 0 <= parsed.value < config.bins or (parsed.value == NO_VALUE and parsed.requirement is not None)
-        assert parsed.requirement is None or parsed.requirement[0] in ("fixed", "dynamic", "level")
+        assert parsed.requirement is None or parsed.requirement[0] in ("fixed", "dynamic", "level", "lifetime")
         assert len(parsed.raw) <= EVENT_RAW_LIMIT
         (parsed.stream + parsed.user + parsed.raw).encode("utf-8")
     else:

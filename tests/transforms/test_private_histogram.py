@@ -167,11 +167,16 @@ def test_the_stateless_batch_ledger_refuses_a_partial_chunk():
     from transforms.engine import ChargeChunk
     from transforms.ledger import CompleteChunkLedgerFn
 
-    table = np.array([[0, 1, 0, 1, 2, 3], [1, 1, 1, 2, 2, 3]])  # slot, dc, publication, least, w, E
-    usage = list(CompleteChunkLedgerFn(4).process(("s\x1fu", ChargeChunk("s\x1fu", table, False, True, True))))
+    table = np.array([[0, 1, 1, 0, 2, 3], [1, 2, 1, 1, 2, 3]])  # slot, least, dissimilarity, publication, w, E
+    parts = ("dissimilarity", "publication")
+
+    def chunk(complete: bool) -> ChargeChunk:
+        return ChargeChunk("s\x1fu", table, "fixed", parts, True, complete)
+
+    usage = list(CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(True))))
     assert usage == [{"stream": "s", "user": "u", "slots": 2, "max_window_usage_ratio": 1.0, "violations": 0}]
-    table[1, 3] = 3  # the evidence of slot 1 implies more than the user was charged
-    *_, usage = CompleteChunkLedgerFn(4).process(("s\x1fu", ChargeChunk("s\x1fu", table, False, True, True)))
+    table[1, 1] = 3  # the evidence of slot 1 implies more than the user was charged
+    *_, usage = CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(True)))
     assert usage["violations"] == 1
     with pytest.raises(ValueError, match="partial chunk"):
-        list(CompleteChunkLedgerFn(4).process(("s\x1fu", ChargeChunk("s\x1fu", table, False, True, False))))
+        list(CompleteChunkLedgerFn(4).process(("s\x1fu", chunk(False))))

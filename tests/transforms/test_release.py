@@ -18,6 +18,7 @@ from beam_helpers import (FIXED_CHOICES, SLOT, batch_pipeline, make_events, refe
 from transforms import checkpoint as ckpt
 from transforms.ledger import check_windows, empty_tail
 from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.requirements import FixedRequirements
 from transforms.declarations import RequirementPolicy
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import pack_contributions
@@ -71,8 +72,9 @@ def whole_run_violations(entries: list, users: int) -> list:
         window, epsilon = FIXED_CHOICES[int(user[4:]) % len(FIXED_CHOICES)]
         slots = np.array(sorted(charges), np.int64)
         spent, least = np.array([charges[s] for s in sorted(charges)], np.int64).T
-        chunk = {"slots": slots, "dc": spent, "publication": np.zeros_like(spent), "least": least, "dynamic": False,
-                 "final": True, "requirements": np.tile([window, to_units(epsilon)], (slots.size, 1))}
+        chunk = {"slots": slots, "charge": spent, "dc": np.zeros_like(spent), "least": least,
+                 "kind": FixedRequirements, "final": True,
+                 "requirements": np.tile([window, to_units(epsilon)], (slots.size, 1))}
         found += check_windows(empty_tail(), chunk, 1000)[2]
     assert len(by_user) == users
     return found

@@ -31,9 +31,9 @@ DEAD_LETTERS = [
 ]
 EVENTS = [
     {"stream": "taxi", "user": "u1", "time": 1700000000.5, "value": 1, "w": None, "epsilon": None, "w_b": None,
-     "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None},
+     "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None, "lifetime": None},
     {"stream": "taxi", "user": "u2", "time": "2023-11-14T22:13:20Z", "value": None, "w": 10, "epsilon": 1.0,
-     "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None},
+     "w_b": None, "epsilon_b": None, "w_f": None, "epsilon_f": None, "level": None, "lifetime": None},
 ]
 
 

@@ -15,9 +15,10 @@ The same objects run inside the Beam ``ReleaseController``.
 
 from __future__ import annotations
 
-from transforms.mechanisms.base import (HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind,
-                                        UserCharges)
+from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismParams, Release, ReleaseKind
 from transforms.mechanisms.batch import NO_VALUE, SlotBatch
+from transforms.mechanisms.charges import (DISSIMILARITY, PUBLICATION, Charges, CohortCharges, ReporterCharges,
+                                           SparseCharges)
 from transforms.mechanisms.domain import Categorical, Estimate, Interval, TrustModel
 from transforms.mechanisms.dynamic import DPBAParams, DynamicParams
 from transforms.mechanisms.ledger import PrivacyLedger, Violation
@@ -25,10 +26,12 @@ from transforms.mechanisms.obs import ErrorModel
 from transforms.mechanisms.registry import (MECHANISMS, Family, make_mechanism, mechanism_class, mechanism_for_requirements,
                                             mechanism_for_setup, names_of, params_from_options)
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                                FixedRequirements)
+                                                FixedRequirements, LifetimeRequirement, LifetimeRequirements)
 
 __all__ = ["MECHANISMS", "Family", "mechanism_for_requirements", "mechanism_for_setup", "names_of",
-           "params_from_options", "NO_VALUE", "Categorical", "Estimate", "Interval", "TrustModel", "DPBAParams", "DynamicParams", "DynamicRequirement", "DynamicRequirements",
-           "ErrorModel", "FixedRequirement", "FixedRequirements", "HomogeneousParams", "Mechanism",
-           "MechanismParams", "PrivacyLedger", "Release", "ReleaseKind", "SlotBatch", "UserCharges", "Violation",
-           "make_mechanism", "mechanism_class"]
+           "params_from_options", "NO_VALUE", "DISSIMILARITY", "PUBLICATION", "Categorical", "Charges",
+           "CohortCharges", "Estimate", "Interval", "TrustModel", "DPBAParams", "DynamicParams", "DynamicRequirement",
+           "DynamicRequirements", "ErrorModel", "FixedRequirement", "FixedRequirements", "HomogeneousParams",
+           "LifetimeRequirement", "LifetimeRequirements", "Mechanism", "MechanismParams", "PrivacyLedger", "Release",
+           "ReleaseKind", "ReporterCharges", "SlotBatch", "SparseCharges", "Violation", "make_mechanism",
+           "mechanism_class"]

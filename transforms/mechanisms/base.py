@@ -30,13 +30,15 @@ import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import to_epsilon, to_units
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION, Charges, CohortCharges
 from transforms.mechanisms.domain import Categorical, Domain, Estimate, TrustModel
 from transforms.mechanisms.evidence import Evidence, Statistic
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.obs import ErrorModel
-from transforms.mechanisms.population import UNREGISTERED, Column, Population, SlotData
+from transforms.mechanisms.population import Column, Population, SlotData
 from transforms.mechanisms.requirements import (DynamicRequirement, DynamicRequirements, FixedRequirement,
-                                                FixedRequirements, Requirements)
+                                                FixedRequirements, LifetimeRequirement, LifetimeRequirements,
+                                                Requirements)
 
 
 class ReleaseKind(str, Enum):
@@ -48,71 +50,6 @@ class ReleaseKind(str, Enum):
 
 
 @dataclass(frozen=True, eq=False)
-class UserCharges:
-    """What each registered user was charged at one slot, and the requirement in force.
-
-    Built from per-cohort values and expanded to users only when read, so a
-    mechanism over a million users pays nothing for it unless a ledger asks.
-    """
-
-    cohort_of: np.ndarray               # snapshot: cohort row per user index (or UNREGISTERED/WAITING)
-    cohort_dc_units: np.ndarray         # ε^(1) per cohort row
-    cohort_publication_units: np.ndarray  # ε^(2) per cohort row
-    cohort_requirements: Requirements   # requirement in force per cohort row
-    waiting_users: np.ndarray           # users waiting for a changed fixed requirement (charged 0)
-    waiting_requirements: FixedRequirements | None
-    evidence: Evidence                  # what the slot's statistics were computed from: the ledger's check
-    declarations: SlotBatch             # the slot's input rows: the ledger keeps what users declared itself
-    default_requirement: Requirements | None = None  # the public default a new user without a declaration gets
-
-    @cached_property
-    def users(self) -> np.ndarray:
-        """Every registered user index, ascending."""
-        return np.flatnonzero(self.cohort_of != UNREGISTERED)
-
-    @cached_property
-    def rows(self) -> np.ndarray:
-        """The cohort row of each of :attr:`users` (WAITING for a user waiting for a changed requirement)."""
-        return self.cohort_of[self.users]
-
-    @cached_property
-    def _all_in_cohorts(self) -> bool:
-        return bool(self.rows.min(initial=0) >= 0)  # nobody waiting for a changed requirement
-
-    def _per_user(self, per_cohort: np.ndarray) -> np.ndarray:
-        rows = self.rows
-        if self._all_in_cohorts:
-            return per_cohort[rows].astype(np.int64, copy=False)
-        return np.where(rows >= 0, per_cohort[np.maximum(rows, 0)], 0).astype(np.int64)
-
-    @cached_property
-    def dc_units(self) -> np.ndarray:
-        """ε^(1) (the dissimilarity part) per user, in budget units."""
-        return self._per_user(self.cohort_dc_units)
-
-    @cached_property
-    def publication_units(self) -> np.ndarray:
-        """ε^(2) (the publication part) per user, in budget units."""
-        return self._per_user(self.cohort_publication_units)
-
-    @cached_property
-    def units(self) -> np.ndarray:
-        """Total budget charged per user at this slot."""
-        return self._per_user(self.cohort_dc_units + self.cohort_publication_units)
-
-    @cached_property
-    def requirements(self) -> Requirements:
-        """The requirement in force for each user of :attr:`users`."""
-        rows = self.rows
-        per_user = self.cohort_requirements.take(rows if self._all_in_cohorts else np.maximum(rows, 0))
-        if self.waiting_users.size:
-            at = np.searchsorted(self.users, self.waiting_users)
-            for name in ("window", "epsilon_units"):
-                getattr(per_user, name)[at] = getattr(self.waiting_requirements, name)
-        return per_user
-
-
-@dataclass(frozen=True, eq=False)
 class Release:
     """One slot's output: an estimate of a named statistic, under the trust model it was made in."""
 
@@ -121,7 +58,7 @@ class Release:
     kind: ReleaseKind
     epsilon_units: int        # noise budget of a fresh release (0 otherwise)
     predicted_error: float    # predicted per-bin error behind the decision (squared units)
-    charges: UserCharges
+    charges: Charges
     estimates: Estimate = Estimate.COUNTS
     trust: TrustModel = TrustModel.CENTRAL
     values: np.ndarray | None = None  # the float64 estimate, when it is not the counts themselves
@@ -312,15 +249,23 @@ class Mechanism(abc.ABC):
         """Raise a ValueError naming the first requirement this mechanism cannot honour (and its user, given
         ``users``, one per row)."""
 
-    def validate_requirement(self, requirement: FixedRequirement | DynamicRequirement) -> Requirements:
+    def validate_requirement(self, requirement: FixedRequirement | DynamicRequirement | LifetimeRequirement
+                             ) -> Requirements:
         """One declared requirement as a validated row of this mechanism's requirement columns.
 
         A fixed ``(w, E)`` declared to a dynamic mechanism is ``(w, E)`` backward and forward; a dynamic one
-        declared to a fixed-requirement mechanism is refused."""
-        if isinstance(requirement, DynamicRequirement):
+        declared to a fixed-requirement mechanism is refused; a lifetime budget is neither windowed form, so
+        only a mechanism of lifetime requirements takes one, and nothing else."""
+        lifetime = self.requirement_kind is LifetimeRequirements
+        if lifetime != isinstance(requirement, LifetimeRequirement):
+            raise ValueError(f"{self.name} takes a lifetime budget (lifetime:E), not windowed requirements" if lifetime
+                             else f"{self.name} takes windowed requirements (w-event), not a lifetime budget")
+        if lifetime:
+            columns: Requirements = LifetimeRequirements.uniform(requirement, 1)
+        elif isinstance(requirement, DynamicRequirement):
             if self.requirement_kind is not DynamicRequirements:
                 raise ValueError(f"{self.name} takes fixed (w, epsilon) requirements, not dynamic ones")
-            columns: Requirements = DynamicRequirements.uniform(requirement, 1)
+            columns = DynamicRequirements.uniform(requirement, 1)
         else:
             fixed = FixedRequirements.uniform(requirement, 1)
             columns = fixed if self.requirement_kind is FixedRequirements else DynamicRequirements(
@@ -344,9 +289,9 @@ class Mechanism(abc.ABC):
         if decision.kind is ReleaseKind.FRESH:
             self.last_release = decision.histogram.astype(np.int64)
         memberships = self.population.memberships()
-        charges = UserCharges(
-            cohort_of=memberships.cohort_of, cohort_dc_units=decision.dc_units,
-            cohort_publication_units=decision.publication_units,
+        charges = CohortCharges(
+            cohort_of=memberships.cohort_of,
+            cohort_parts={DISSIMILARITY: decision.dc_units, PUBLICATION: decision.publication_units},
             cohort_requirements=self.in_force_requirements(), waiting_users=memberships.waiting_users,
             waiting_requirements=memberships.waiting_requirements,
             evidence=Evidence(data.groups, decision.statistics), declarations=batch,

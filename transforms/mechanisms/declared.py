@@ -10,10 +10,11 @@ rules every mechanism announces, never against a mechanism's own view of it
   ``t + w' - 1``; until then ``(w, E)`` stays in force, and declaring
   ``(w, E)`` again cancels the change (population/__init__.py states why this is
   private);
-* a dynamic declaration ``(w_B, E_B, w_F, E_F)`` is in force from its slot
-  until the user declares again.  A backward ``E_B`` below what the window
-  already spent is projected (spec §1.6); the ledgers compute that
-  projection themselves, from the charges they recorded.
+* a dynamic declaration ``(w_B, E_B, w_F, E_F)``, or a lifetime budget
+  ``E``, is in force from its slot until the user declares again.  A
+  backward ``E_B`` below what the window already spent is projected
+  (spec §1.6); the ledgers compute that projection themselves, from the
+  charges they recorded.
 """
 
 from __future__ import annotations
@@ -22,21 +23,38 @@ import io
 
 import numpy as np
 
-from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
+                                                Requirements)
+
+KINDS = {"fixed": FixedRequirements, "dynamic": DynamicRequirements, "lifetime": LifetimeRequirements}
+"""Each requirement kind by the name checkpoints store."""
+
+NOTHING_ALLOWED = {FixedRequirements: np.array([1, 0], np.int64), DynamicRequirements: np.array([1, 0, 1, 0], np.int64),
+                   LifetimeRequirements: np.array([0], np.int64)}
+"""Per kind, the requirement checked for a user charged without a declaration: nothing may be charged."""
 
 
-NOTHING_ALLOWED = np.array([1, 0, 1, 0], np.int64)
-"""The requirement checked for a user charged without a declaration: one-slot windows allowing no charge."""
+def kind_name(kind: type) -> str:
+    """The name checkpoints store for a requirement kind."""
+    return next(name for name, known in KINDS.items() if known is kind)
+
+
+def kind_of_arrays(arrays: dict, prefix: str = "") -> type:
+    """The requirement kind saved in ``arrays`` (``kind``; payloads written before lifetime kept ``dynamic``)."""
+    if f"{prefix}kind" in arrays:
+        return KINDS[str(arrays[f"{prefix}kind"])]
+    return DynamicRequirements if bool(arrays[f"{prefix}dynamic"]) else FixedRequirements
 
 
 class DeclaredRequirements:
     """Per user index: registered?, the requirement in force and (fixed) a pending change."""
 
     def __init__(self, kind: type):
-        if kind not in (FixedRequirements, DynamicRequirements):
+        if kind not in NOTHING_ALLOWED:
             raise ValueError(f"unknown requirement kind {kind!r}")
         self.kind = kind
-        self.width = 2 if kind is FixedRequirements else 4
+        self.nothing_allowed = NOTHING_ALLOWED[kind]
+        self.width = kind.width
         self.registered = np.zeros(0, bool)
         self.in_force = np.zeros((0, self.width), np.int64)
         self.pending = np.zeros((0, 2), np.int64)
@@ -63,7 +81,7 @@ class DeclaredRequirements:
             self.in_force[users[new]] = declared[new]
             self.version += 1
         known, declared = users[~new], declared[~new]
-        if self.kind is DynamicRequirements:
+        if self.kind is not FixedRequirements:  # dynamic and lifetime: in force from the declaring slot
             differs = (self.in_force[known] != declared).any(axis=1)
             if differs.any():
                 self.in_force[known[differs]] = declared[differs]
@@ -86,18 +104,15 @@ class DeclaredRequirements:
         return known
 
     def matrix_of(self, users: np.ndarray) -> np.ndarray:
-        """Each of ``users``' requirement in force as a row; one never declared allows no charge (w=1, E=0)."""
+        """Each of ``users``' requirement in force as a row; one never declared allows no charge (E=0)."""
         users = np.asarray(users, np.int64)
         if users.size and users.max() >= self.registered.size:
             self._grow(int(users.max()) + 1)
-        return np.where(self.registered[users][:, None], self.in_force[users], NOTHING_ALLOWED[:self.width])
+        return np.where(self.registered[users][:, None], self.in_force[users], self.nothing_allowed)
 
     def requirements_of(self, users: np.ndarray) -> Requirements:
         """:meth:`matrix_of` as requirement columns."""
-        m = self.matrix_of(users)
-        if self.kind is FixedRequirements:
-            return FixedRequirements(m[:, 0], m[:, 1])
-        return DynamicRequirements(m[:, 0], m[:, 1], m[:, 2], m[:, 3])
+        return self.kind(*self.matrix_of(users).T)
 
     def _activate(self, slot: int) -> None:
         due = np.flatnonzero((self.pending_from > 0) & (self.pending_from <= slot))
@@ -109,15 +124,15 @@ class DeclaredRequirements:
     def to_bytes(self) -> bytes:
         """The register as an ``.npz`` payload (checkpoints)."""
         buffer = io.BytesIO()
-        np.savez(buffer, dynamic=np.array(self.kind is DynamicRequirements), **self.state_arrays())
+        np.savez(buffer, kind=np.array(kind_name(self.kind)), **self.state_arrays())
         return buffer.getvalue()
 
     @classmethod
     def from_bytes(cls, payload: bytes) -> "DeclaredRequirements":
         with np.load(io.BytesIO(payload), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-        register = cls(DynamicRequirements if bool(arrays.pop("dynamic")) else FixedRequirements)
-        register.load_state_arrays(arrays)
+        register = cls(kind_of_arrays(arrays))
+        register.load_state_arrays({k: v for k, v in arrays.items() if k not in ("kind", "dynamic")})
         return register
 
     def _grow(self, size: int) -> None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 import decimal
 import functools
 from fractions import Fraction
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+
+if TYPE_CHECKING:
+    from transforms.mechanisms.charges import Charges
 
 CERTAIN = 1 << 32
 """The coin threshold of a report that always enters a statistic."""
@@ -84,15 +87,15 @@ def _of_groups(per_group: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return np.where(inside, per_group[np.where(inside, groups, 0)], 0)
 
 
-def least_charges_of_registered(charges) -> np.ndarray:
+def least_charges_of_registered(charges: Charges) -> np.ndarray:
     """The least charge of each of ``charges.users`` (the registered users), from ``charges.evidence``.
 
     Raises when the evidence lets a user who is not registered enter a statistic: such a user has
     no requirement and no charge, so the release could not be accounted for.
     """
     evidence, users = charges.evidence, charges.users
-    if evidence.groups is charges.cohort_of:  # the usual release: by the rows the charges name
-        return _of_groups(evidence.least_units_per_group(), charges.rows)
+    if evidence.groups is charges.group_of:  # the usual release: by the groups the charges name
+        return _of_groups(evidence.least_units_per_group(), charges.groups)
     entered = np.flatnonzero(evidence.groups >= 0)
     outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
     if outside.size:

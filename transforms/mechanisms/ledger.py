@@ -1,18 +1,22 @@
 """The privacy ledger: an exact, independent check of every user's windows.
 
 The ledger knows nothing about mechanisms.  It takes, slot after slot, what
-each user was charged and the requirement in force
-(:class:`~transforms.mechanisms.base.UserCharges`), and checks
+each user was charged (:class:`~transforms.mechanisms.charges.Charges`: cohort,
+reporter or sparse charges), keeps what each user declared, and checks
 
 * fixed ``(w, E)``: the last ``w`` charges sum to at most ``E``, at every slot;
 * dynamic ``(w_B, E_B, w_F, E_F)`` declared at ``τ``: the charges of
   ``[τ-w_B+1, τ]`` sum to at most ``E_B``, and those of ``[τ, τ+w_F-1]`` to
   at most ``E_F`` (checked when the window closes, and for windows still
-  open by :meth:`PrivacyLedger.close`).
+  open by :meth:`PrivacyLedger.close`);
+* lifetime ``E``: every charge since the user's first slot sums to at most
+  ``E``, at every slot, forever.
 
-Charges are integer budget units.  Running totals are kept modulo 2^64
-(``uint64`` wraps), and a window sum is the difference of two totals, which is
-exact for any stream length because every true window sum is far below 2^63.
+Charges are integer budget units.  Running totals are cumulative from the
+user's first slot (a new class starts at 0, a split copies its parent's) and
+kept modulo 2^64 (``uint64`` wraps); a window sum is the difference of two
+totals and a lifetime sum the total itself, exact for any stream length as
+long as every true sum is below 2^63 units (9.2 million ε).
 
 **Classes.**  Users whose charges and requirements have been identical at
 every slot so far have identical window sums, hence identical verdicts.  The
@@ -20,9 +24,9 @@ ledger keeps one running total per such *class* and checks each class once;
 a violation still counts once per member, and kept violations name the
 members, so verdicts are exactly those of checking user by user.  Classes
 are learnt from the charges alone: at one slot a user's charge and
-requirement are functions of their cohort row (of their own pending
-requirement while they wait for a change), so when the members of a class
-sit in different rows the class splits, each part starting from a copy of
+requirement are functions of their group (the charges' cohort row, reporter
+group or distinct sparse charge; their own declared requirement), so when the
+members of a class sit in different rows the class splits, each part starting from a copy of
 the class's totals and open forward windows.  When nobody changes row (the
 steady state) a slot costs a few operations on arrays of classes, whatever
 the number of users.
@@ -35,11 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.mechanisms.base import UserCharges
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.declared import NOTHING_ALLOWED, DeclaredRequirements
+from transforms.mechanisms.charges import DISSIMILARITY, Charges
+from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays
 from transforms.mechanisms.population import UNREGISTERED
-from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
+                                                Requirements)
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 
 _UNKNOWN_ROW = -3
@@ -52,7 +57,7 @@ class Violation:
 
     user: int
     slot: int           # the slot the window ends at (or the last slot seen, for open windows)
-    kind: str           # "fixed", "backward", "forward", or "undercharged" (a charge below the evidence's least)
+    kind: str           # "fixed", "backward", "forward", "lifetime", or "undercharged" (below the evidence's least)
     window_units: int   # undercharged: the least charge the evidence implies
     bound_units: int    # undercharged: what the mechanism charged
 
@@ -73,15 +78,17 @@ class PrivacyLedger:
         self.max_window = max_window
         self.slot = 0
         self._class_of = np.zeros(0, np.int64)   # class of each user index
-        self._class_row = np.zeros(0, np.int64)  # each class's row at the last slot (UNREGISTERED: not checked)
+        self._class_row = np.zeros(0, np.int64)  # each class's row at the last slot (negative: not checked)
         self._class_size = np.zeros(0, np.int64)
         self._checked = self._checked_rows = np.zeros(0, np.int64)  # the classes with a row, and their rows
-        # totals[s % (W+1), c]: class c's running total after slot s; slot-major so one slot is contiguous
+        # totals[s % (W+1), c]: class c's running total (since its first slot) after slot s; slot-major so one
+        # slot is contiguous
         self._totals = np.zeros((max_window + 1, 0), np.uint64)
         self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (classes, start, bounds)
         self._dc_totals = np.zeros((max_window + 1, 0), np.uint64)  # the same for the dissimilarity part (dynamic)
+        self._origins = np.zeros((2, 0), np.uint64)  # per class, both running totals before its first slot
         self._declared: DeclaredRequirements | None = None  # what users declared: the requirements checked
-        self._rows_seen: np.ndarray | None = None  # the last slot's cohort_of, while nothing was declared
+        self._rows_seen: np.ndarray | None = None  # the last slot's group_of, while nothing was declared
         self._seen_version = -1
         self._row_requirements: Requirements | None = None
         self.max_usage_ratio = 0.0
@@ -90,7 +97,7 @@ class PrivacyLedger:
         self._max_kept = max_violations_kept
 
     # ------------------------------------------------------------------ input
-    def record(self, slot: int, charges: UserCharges) -> None:
+    def record(self, slot: int, charges: Charges) -> None:
         """Add one slot's charges (slots must arrive in order, without gaps)."""
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
@@ -101,13 +108,16 @@ class PrivacyLedger:
         if units.size and units.min() < 0:
             raise ValueError("charges must be non-negative")
         self.slot = slot
-        dynamic = isinstance(reqs, DynamicRequirements)
+        kind = type(reqs)
+        dynamic = kind is DynamicRequirements
         matrix = reqs.as_matrix()[rows]
-        self._require_within(matrix[:, 0::2].max(axis=1) if dynamic else matrix[:, 0])
+        if kind is not LifetimeRequirements:  # every window in force (defaults too) must fit the kept depth
+            self._require_within(matrix[:, 0::2].max(axis=1) if dynamic else matrix[:, 0])
         self._add(slot, checked, units, row_dc[rows] if dynamic else None)
-        self._judge(*closing_windows(dynamic, slot, matrix,
+        self._judge(*closing_windows(kind, slot, matrix,
                                      lambda first, last: self._sums_between(self._totals, checked, first, last),
-                                     lambda first, last: self._sums_between(self._dc_totals, checked, first, last)),
+                                     lambda first, last: self._sums_between(self._dc_totals, checked, first, last),
+                                     lambda last: self._spent(checked, last)),
                     classes=checked)
         if dynamic:
             ends, bounds = forward_end(slot, matrix[:, 2]), matrix[:, 3]
@@ -128,13 +138,16 @@ class PrivacyLedger:
         return self.violation_count == 0
 
     def window_sum(self, user: int, first_slot: int, last_slot: int) -> int:
-        """Exact sum of ``user``'s charges over ``[first_slot, last_slot]`` (within the kept depth)."""
-        if not (0 < first_slot <= last_slot <= self.slot and self.slot - first_slot < self.max_window):
+        """Exact sum of ``user``'s charges over ``[first_slot, last_slot]`` (within the kept depth, except that
+        ``first_slot=1`` reaches back to the start however long ago: the user's lifetime spend)."""
+        if not (0 < first_slot <= last_slot <= self.slot and self.slot - last_slot < self.max_window
+                and (first_slot == 1 or self.slot - first_slot < self.max_window)):
             raise ValueError("window outside the ledger's kept history")
         if user >= self._class_of.size:
             return 0
         ring, kind = self._totals.shape[0], self._class_of[user]
-        end, start = self._totals[last_slot % ring, kind], self._totals[(first_slot - 1) % ring, kind]
+        end = self._totals[last_slot % ring, kind]
+        start = self._origins[0, kind] if first_slot == 1 else self._totals[(first_slot - 1) % ring, kind]
         difference = (int(end) - int(start)) % 2**64  # Python ints: no numpy overflow warning when totals wrap
         return difference - 2**64 if difference >= 2**63 else difference
 
@@ -160,10 +173,10 @@ class PrivacyLedger:
             "violations": np.array([(v.user, v.slot, v.window_units, v.bound_units) for v in kept],
                                    np.int64).reshape(-1, 4),
             "violation_kinds": np.array([v.kind for v in kept], dtype="U16"),
-            "dc_totals": self._dc_totals[:, self._class_of],
+            "dc_totals": self._dc_totals[:, self._class_of], "origins": self._origins[:, self._class_of],
         }
         if self._declared is not None:
-            arrays["declared.dynamic"] = np.array(self._declared.kind is DynamicRequirements)
+            arrays["declared.kind"] = np.array(kind_name(self._declared.kind))
             arrays.update({f"declared.{k}": v for k, v in self._declared.state_arrays().items()})
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
@@ -183,23 +196,24 @@ class PrivacyLedger:
         ledger.max_usage_ratio = float(arrays["max_usage_ratio"])
         totals = np.array(arrays["totals"], np.uint64)
         dc_totals = np.array(arrays["dc_totals"], np.uint64) if "dc_totals" in arrays else np.zeros_like(totals)
-        if "declared.dynamic" in arrays:
-            ledger._declared = DeclaredRequirements(DynamicRequirements if bool(arrays["declared.dynamic"])
-                                                    else FixedRequirements)
+        origins = np.array(arrays["origins"], np.uint64) if "origins" in arrays else \
+            np.zeros((2, totals.shape[1]), np.uint64)  # written before lifetime budgets: totals started at 0
+        if "declared.kind" in arrays or "declared.dynamic" in arrays:
+            ledger._declared = DeclaredRequirements(kind_of_arrays(arrays, "declared."))
             ledger._declared.load_state_arrays({k[9:]: v for k, v in arrays.items() if k.startswith("declared.")})
         pending, at = [], 0
         for end, start, size in arrays["forward_head"]:
             pending.append((int(end), int(start), arrays["forward_users"][at:at + size],
                             arrays["forward_bounds"][at:at + size]))
             at += size
-        class_of = _distinct(np.concatenate([totals, dc_totals]).T)
+        class_of = _distinct(np.concatenate([totals, dc_totals, origins]).T)
         for _, _, users, bounds in pending:
             member, bound = np.zeros(class_of.size, np.int64), np.zeros(class_of.size, np.int64)
             member[users], bound[users] = 1, bounds
             class_of = _distinct(np.stack([class_of, member, bound], axis=1))
         _, representative = np.unique(class_of, return_index=True)
         ledger._class_of, ledger._totals = class_of, totals[:, representative]
-        ledger._dc_totals = dc_totals[:, representative]
+        ledger._dc_totals, ledger._origins = dc_totals[:, representative], origins[:, representative]
         ledger._class_row = np.full(representative.size, _UNKNOWN_ROW, np.int64)
         ledger._class_size = np.bincount(class_of, minlength=representative.size)
         for end, start, users, bounds in pending:
@@ -210,40 +224,47 @@ class PrivacyLedger:
         return ledger
 
     # ------------------------------------------------------------------ classes
-    def _rows(self, slot: int, charges: UserCharges) -> tuple[np.ndarray, np.ndarray, Requirements]:
+    def _rows(self, slot: int, charges: Charges) -> tuple[np.ndarray, np.ndarray, Requirements]:
         """Bring the classes up to this slot; return each row's charge, dissimilarity charge and requirement.
 
         The requirement checked is what each user declared (:class:`DeclaredRequirements`), never the
-        mechanism's: a cohort row whose members declared different things is split into one row per
-        requirement, and users waiting for a changed fixed requirement share rows charged nothing.
+        mechanism's: a group whose members declared different things is split into one row per
+        requirement, and registered users in no group (waiting for a changed fixed requirement) share rows
+        charged nothing.
         """
         if self._declared is None:
-            self._declared = DeclaredRequirements(type(charges.cohort_requirements))
+            self._declared = DeclaredRequirements(charges.requirement_kind)
         declared, batch = self._declared, charges.declarations
-        if batch.requirements is not None:  # a window this ledger cannot hold is refused when declared
-            reqs = batch.requirements
-            self._require_within(reqs.window if isinstance(reqs, FixedRequirements) else
-                                 np.maximum(reqs.backward_window, reqs.forward_window))
-        declared.declare(slot, batch.users, batch.requirements, charges.default_requirement)
-        cohort_of, dc = charges.cohort_of, charges.cohort_dc_units
-        units = dc + charges.cohort_publication_units
+        if charges.requirement_kind is not declared.kind:
+            raise ValueError(f"charges under {charges.requirement_kind.__name__} reached a ledger of "
+                             f"{declared.kind.__name__}")
+        reqs = batch.requirements
+        if reqs is not None:
+            if not isinstance(reqs, declared.kind):
+                raise ValueError(f"{type(reqs).__name__} declared to a ledger of {declared.kind.__name__}")
+            if isinstance(reqs, FixedRequirements):  # a window this ledger cannot hold is refused when declared
+                self._require_within(reqs.window)
+            elif isinstance(reqs, DynamicRequirements):
+                self._require_within(np.maximum(reqs.backward_window, reqs.forward_window))
+        declared.declare(slot, batch.users, reqs, charges.default_requirement)
+        group_of, units, dc = charges.group_of, charges.group_units, charges.group_part(DISSIMILARITY)
         if not (declared.version == self._seen_version and self._rows_seen is not None
                 and units.size == self._row_source.size - self._split_rows
-                and np.array_equal(cohort_of, self._rows_seen)):
-            self._regroup(cohort_of, units.size)
+                and np.array_equal(group_of, self._rows_seen)):
+            self._regroup(group_of, units.size)
         source = self._row_source  # each row's charge row (-1: charged nothing, the 0 appended below)
         return np.append(units, 0)[source], np.append(dc, 0)[source], self._row_requirements
 
-    def _regroup(self, cohort_of: np.ndarray, rows: int) -> None:
-        """Rows of (charge row, declared requirement): the mechanism's rows, split where members disagree."""
+    def _regroup(self, group_of: np.ndarray, rows: int) -> None:
+        """Rows of (charge group, declared requirement): the charges' groups, split where members disagree."""
         declared = self._declared
-        users = np.flatnonzero(cohort_of != UNREGISTERED)
+        users = np.flatnonzero(group_of != UNREGISTERED)
         requirement = declared.matrix_of(users)
-        row_of = np.where(cohort_of[users] >= 0, cohort_of[users], rows)  # waiting: row `rows`, charged 0
+        row_of = np.where(group_of[users] >= 0, group_of[users], rows)  # in no group: row `rows`, charged 0
         representative = np.full(rows + 1, -1)
         representative[row_of] = np.arange(users.size)
         source = np.concatenate([np.arange(rows), [-1]])
-        table = np.tile(NOTHING_ALLOWED[:declared.width], (rows + 1, 1))
+        table = np.tile(declared.nothing_allowed, (rows + 1, 1))
         members = representative >= 0
         table[members] = requirement[representative[members]]
         odd = np.flatnonzero((requirement != table[row_of]).any(axis=1))
@@ -253,13 +274,12 @@ class PrivacyLedger:
             row_of[odd] = rows + 1 + inverse.reshape(-1)
             source = np.concatenate([source, np.where(distinct[:, 0] < rows, distinct[:, 0], -1)])
             table = np.concatenate([table, distinct[:, 1:]])
-        per_user = np.full(cohort_of.size, UNREGISTERED, np.int64)
+        per_user = np.full(group_of.size, UNREGISTERED, np.int64)
         per_user[users] = row_of
         self._follow(per_user)
         self._row_source = source
-        self._row_requirements = (FixedRequirements(table[:, 0], table[:, 1]) if declared.width == 2 else
-                                  DynamicRequirements(table[:, 0], table[:, 1], table[:, 2], table[:, 3]))
-        self._rows_seen, self._seen_version = cohort_of.copy(), declared.version
+        self._row_requirements = declared.kind(*table.T)
+        self._rows_seen, self._seen_version = group_of.copy(), declared.version
         self._split_rows = source.size - rows  # rows added for waiting users and disagreeing members
 
     def _follow(self, rows: np.ndarray) -> None:
@@ -285,7 +305,7 @@ class PrivacyLedger:
             parents = group_class[~keeps]
             if parents.size:
                 target[~keeps] = self._add_classes(self._totals[:, parents], group_row[~keeps],
-                                                   self._dc_totals[:, parents])
+                                                   self._dc_totals[:, parents], self._origins[:, parents])
                 self._inherit_forward(parents, target[~keeps])
             self._class_row[target] = group_row
             self._class_of[moved] = target[inverse.reshape(-1)]
@@ -293,12 +313,16 @@ class PrivacyLedger:
         self._checked = np.flatnonzero(self._class_row >= 0)
         self._checked_rows = self._class_row[self._checked]
 
-    def _add_classes(self, totals: np.ndarray, rows: np.ndarray, dc_totals: np.ndarray | None = None) -> np.ndarray:
-        """Append classes with these totals columns (zero dissimilarity totals unless given) and rows."""
+    def _add_classes(self, totals: np.ndarray, rows: np.ndarray, dc_totals: np.ndarray | None = None,
+                     origins: np.ndarray | None = None) -> np.ndarray:
+        """Append classes with these totals columns and rows (zero dissimilarity totals and origins unless given:
+        a split copies its parent's, a new class starts from nothing)."""
         first = self._class_row.size
         self._totals = np.concatenate([self._totals, totals], axis=1)
         self._dc_totals = np.concatenate([self._dc_totals, np.zeros_like(totals) if dc_totals is None else dc_totals],
                                          axis=1)
+        self._origins = np.concatenate([self._origins, np.zeros((2, totals.shape[1]), np.uint64)
+                                        if origins is None else origins], axis=1)
         self._class_row = np.concatenate([self._class_row, rows])
         return np.arange(first, self._class_row.size)
 
@@ -323,21 +347,21 @@ class PrivacyLedger:
         return users, values[position[self._class_of[users]]]
 
     # ------------------------------------------------------------------ checks
-    def _check_evidence(self, slot: int, charges: UserCharges) -> None:
+    def _check_evidence(self, slot: int, charges: Charges) -> None:
         """Every user's charge must cover the least charge their part in the slot's statistics implies."""
         evidence = charges.evidence
         least = evidence.least_units_per_group()
         if not least.any():
             return
-        claimed = charges.cohort_dc_units + charges.cohort_publication_units
-        if evidence.groups is charges.cohort_of and least.size == claimed.size:
-            if not (least > claimed).any():  # one comparison per row: evidence and charges share the rows
+        claimed = charges.group_units
+        if evidence.groups is charges.group_of and least.size == claimed.size:
+            if not (least > claimed).any():  # one comparison per group: evidence and charges share the groups
                 return
         users = np.flatnonzero(evidence.groups >= 0)
         owed = evidence.least_units(users)
         rows = np.full(users.size, UNREGISTERED, np.int64)
-        known = users < charges.cohort_of.size
-        rows[known] = charges.cohort_of[users[known]]
+        known = users < charges.group_of.size
+        rows[known] = charges.group_of[users[known]]
         paid = np.where(rows >= 0, claimed[np.maximum(rows, 0)], 0)
         short = np.flatnonzero(owed > paid)
         self.violation_count += int(short.size)
@@ -365,6 +389,10 @@ class PrivacyLedger:
         ring = totals.shape[0]
         older = np.maximum(first_slots - 1, 0) % ring
         return (totals[last_slot % ring, classes] - totals[older, classes]).view(np.int64)
+
+    def _spent(self, classes: np.ndarray, last_slot: int) -> np.ndarray:
+        """Each class's every charge up to ``last_slot`` since its first slot: its running total less its origin."""
+        return (self._totals[last_slot % self._totals.shape[0], classes] - self._origins[0, classes]).view(np.int64)
 
     def _close_forward(self, pending) -> None:
         if len(pending) == 1:

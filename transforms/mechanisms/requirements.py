@@ -1,11 +1,14 @@
 """Users' privacy requirements, as validated columns of exact budget units.
 
-Two forms exist (spec/pwsm.md §1.4-1.5):
+Three forms exist (spec/pwsm.md §1.4-1.5, spec/dpi.md §2.10):
 
 * **fixed** ``(w, E)``: at most ``E`` over any ``w`` consecutive slots;
 * **dynamic** ``(w_B, E_B, w_F, E_F)`` declared at a slot ``t``: at most ``E_B``
   over the backward window ``[t-w_B+1, t]`` and at most ``E_F`` over the
-  forward window ``[t, t+w_F-1]``.
+  forward window ``[t, t+w_F-1]``;
+* **lifetime** ``E``: at most ``E`` over every slot since the user's first,
+  forever (a declaration is in force from its slot until the user declares
+  again, like a dynamic one).
 
 Requirements travel as columns aligned with a slot batch, so a million users
 are validated with a handful of numpy operations.
@@ -14,6 +17,7 @@ are validated with a handful of numpy operations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -83,6 +87,7 @@ class DynamicRequirement:
 class FixedRequirements:
     """Columns of fixed requirements: ``window`` slots and ``epsilon_units``."""
 
+    width: ClassVar[int] = 2  # columns of :meth:`as_matrix`
     window: np.ndarray
     epsilon_units: np.ndarray
 
@@ -112,6 +117,7 @@ class FixedRequirements:
 class DynamicRequirements:
     """Columns of dynamic declarations, budgets in units."""
 
+    width: ClassVar[int] = 4
     backward_window: np.ndarray
     backward_units: np.ndarray
     forward_window: np.ndarray
@@ -158,4 +164,45 @@ class DynamicRequirements:
                          self.forward_window, self.forward_units], axis=1)
 
 
-Requirements = FixedRequirements | DynamicRequirements
+@dataclass(frozen=True)
+class LifetimeRequirement:
+    """One user's lifetime budget: at most ``epsilon`` over all slots since their first."""
+
+    epsilon: float
+
+    def __post_init__(self):
+        to_units(self.epsilon, "epsilon")
+
+    @property
+    def epsilon_units(self) -> int:
+        return to_units(self.epsilon, "epsilon")
+
+
+@dataclass(frozen=True)
+class LifetimeRequirements:
+    """Columns of lifetime budgets, in units."""
+
+    width: ClassVar[int] = 1
+    epsilon_units: np.ndarray
+
+    @classmethod
+    def of(cls, epsilon) -> "LifetimeRequirements":
+        """Validate and convert (``epsilon`` in epsilon, not units)."""
+        return cls(to_units_array(epsilon, "epsilon"))
+
+    @classmethod
+    def uniform(cls, requirement: LifetimeRequirement, count: int) -> "LifetimeRequirements":
+        return cls(np.full(count, requirement.epsilon_units, np.int64))
+
+    def __len__(self) -> int:
+        return self.epsilon_units.size
+
+    def take(self, index) -> "LifetimeRequirements":
+        return LifetimeRequirements(self.epsilon_units[index])
+
+    def as_matrix(self) -> np.ndarray:
+        """One column, ``epsilon_units``."""
+        return self.epsilon_units.reshape(-1, 1)
+
+
+Requirements = FixedRequirements | DynamicRequirements | LifetimeRequirements

@@ -8,8 +8,11 @@ over a range of slots; the rules are written once:
 * dynamic ``(w_B, E_B, w_F, E_F)`` declared at ``t``: ``[t-w_B+1, t]`` is at
   most ``E_B``, or, when the charges of ``[t-w_B+1, t-1]`` had already passed
   it, the least feasible bound ``max(E_B, 2Σε^(1), 2Σε^(2))`` of those slots
-  (spec §1.6, computed from the ledger's own sums); ``[t, t+w_F-1]`` is at
-  most ``E_F``, checked when it closes (or when a bounded stream ends).
+  (spec §1.6, computed from the ledger's own sums; ε^(1) is the charges'
+  ``"dissimilarity"`` part, ε^(2) the rest); ``[t, t+w_F-1]`` is at most
+  ``E_F``, checked when it closes (or when a bounded stream ends);
+* lifetime ``E``: every charge from the user's first slot up to ``t`` is at
+  most ``E``, at every slot (nobody is charged before registering).
 """
 
 from __future__ import annotations
@@ -18,22 +21,30 @@ from typing import Callable
 
 import numpy as np
 
+from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, LifetimeRequirements
+
 Sums = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``sums(first, last)``: the charges of each row over the slots ``[first, last]`` (0 when empty)."""
+Spent = Callable[[np.ndarray | int], np.ndarray]
+"""``spent(last)``: every charge of each row up to slot ``last``, since the row's first slot."""
 
 
-def closing_windows(dynamic: bool, ends: np.ndarray | int, requirements: np.ndarray, total: Sums,
-                    dissimilarity: Sums) -> tuple[str, np.ndarray, np.ndarray]:
+def closing_windows(kind: type, ends: np.ndarray | int, requirements: np.ndarray, total: Sums,
+                    dissimilarity: Sums, spent: Spent) -> tuple[str, np.ndarray, np.ndarray]:
     """The window each row closes at slot ``ends``: ``(kind, window sums, bounds)``.
 
-    ``requirements`` holds one declared requirement per row, ``(w, E)`` or
-    ``(w_B, E_B, w_F, E_F)`` in budget units; ``total`` sums every charge and
-    ``dissimilarity`` only the dissimilarity part.
+    ``requirements`` holds one declared requirement per row of ``kind``, ``(w, E)``,
+    ``(w_B, E_B, w_F, E_F)`` or ``(E,)`` in budget units; ``total`` sums every charge,
+    ``dissimilarity`` only the dissimilarity part, and ``spent`` everything since the start.
     """
+    if kind is LifetimeRequirements:
+        return "lifetime", spent(ends), requirements[:, 0]
     window, bound = requirements[:, 0], requirements[:, 1]
     first = ends - window + 1
-    if not dynamic:
+    if kind is FixedRequirements:
         return "fixed", total(first, ends), bound
+    if kind is not DynamicRequirements:
+        raise ValueError(f"unknown requirement kind {kind!r}")
     past, past_dissimilarity = total(first, ends - 1), dissimilarity(first, ends - 1)
     projected = np.maximum.reduce([bound, 2 * past_dissimilarity, 2 * (past - past_dissimilarity)])
     return "backward", total(first, ends), projected

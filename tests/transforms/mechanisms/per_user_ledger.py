@@ -3,17 +3,20 @@
 It is the specification the class-based :class:`~transforms.mechanisms.PrivacyLedger`
 must match exactly (same verdicts, same kept violations in the same order, same
 window sums); it reads the per-user expansion of the charges
-(``UserCharges.users`` / ``units`` / ``dc_units``) and never groups users.  The
-requirement it checks is kept user by user from the declarations in a plain
-loop (the public rules of ``declared.py``, written again), and a dynamic
-backward budget is projected from its own sums (spec §1.6).
+(``Charges.users`` / ``units`` / ``part_units("dissimilarity")``, whatever their
+shape) and never groups users.  The requirement it checks is kept user by user
+from the declarations in a plain loop (the public rules of ``declared.py``,
+written again), a dynamic backward budget is projected from its own sums
+(spec §1.6), and a lifetime budget is checked against each user's total spend
+kept as a Python integer (no ring, no wrap).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from transforms.mechanisms import DynamicRequirements, FixedRequirements, UserCharges, Violation
+from transforms.mechanisms import (DISSIMILARITY, Charges, DynamicRequirements, FixedRequirements,
+                                   LifetimeRequirements, Violation)
 
 
 class PerUserLedger:
@@ -24,6 +27,7 @@ class PerUserLedger:
         self.slot = 0
         self._totals = np.zeros((max_window + 1, 0), np.uint64)  # totals[s % (W+1), user]
         self._dc = np.zeros((max_window + 1, 0), np.uint64)      # the same, dissimilarity part only
+        self._lifetime: dict[int, int] = {}                        # user -> every charge so far (exact)
         self._in_force: dict[int, tuple] = {}                      # user -> requirement in force
         self._pending: dict[int, tuple[int, tuple]] = {}           # user -> (from slot, requirement)
         self._open_forward: dict[int, list[tuple[np.ndarray, int, np.ndarray]]] = {}  # end -> (users, start, bounds)
@@ -32,10 +36,14 @@ class PerUserLedger:
         self.violations: list[Violation] = []
         self._max_kept = max_violations_kept
 
-    def record(self, slot: int, charges: UserCharges) -> None:
+    def record(self, slot: int, charges: Charges) -> None:
         assert slot == self.slot + 1
-        dynamic = isinstance(charges.cohort_requirements, DynamicRequirements)
-        self._declare(slot, charges, dynamic)
+        kind = charges.requirement_kind
+        if kind is LifetimeRequirements:
+            self._record_lifetime(slot, charges)
+            return
+        dynamic = kind is DynamicRequirements
+        self._declare(slot, charges, kind)
         users, units = charges.users, charges.units
         assert units.min(initial=0) >= 0
         width = int(users.max(initial=-1)) + 1
@@ -47,14 +55,14 @@ class PerUserLedger:
         past, past_dc = {}, {}
         if dynamic:
             for u in users.tolist():
-                first = slot - self._requirement(u, dynamic)[0] + 1
+                first = slot - self._requirement(u, kind)[0] + 1
                 past[u] = self._between(self._totals, u, first, slot - 1)
                 past_dc[u] = self._between(self._dc, u, first, slot - 1)
-        for totals, added in ((self._totals, units), (self._dc, charges.dc_units)):
+        for totals, added in ((self._totals, units), (self._dc, charges.part_units(DISSIMILARITY))):
             totals[slot % ring] = totals[(slot - 1) % ring]
             totals[slot % ring, users] += added.astype(np.uint64)
         self.slot = slot
-        matrix = np.array([self._requirement(u, dynamic) for u in users.tolist()], np.int64).reshape(-1, 4 if dynamic else 2)
+        matrix = np.array([self._requirement(u, kind) for u in users.tolist()], np.int64).reshape(-1, kind.width)
         reqs = (DynamicRequirements(*matrix.T) if dynamic else FixedRequirements(*matrix.T))
         if dynamic:
             bounds = np.array([max(int(e), 2 * past_dc[u], 2 * (past[u] - past_dc[u]))
@@ -68,20 +76,36 @@ class PerUserLedger:
         else:
             self._check(users, self._since(users, slot - reqs.window + 1), reqs.epsilon_units, "fixed")
 
-    def _declare(self, slot: int, charges: UserCharges, dynamic: bool) -> None:
+    def _record_lifetime(self, slot: int, charges: Charges) -> None:
+        """Every charge since the user's first slot, against the lifetime budget in force, at every slot."""
+        self._declare(slot, charges, LifetimeRequirements)
+        self.slot = slot
+        users = charges.users
+        for user, units in zip(users.tolist(), charges.units.tolist()):
+            assert units >= 0
+            self._lifetime[user] = self._lifetime.get(user, 0) + units
+        spent = np.array([self._lifetime[u] for u in users.tolist()], np.int64)
+        bounds = np.array([self._requirement(u, LifetimeRequirements)[0] for u in users.tolist()], np.int64)
+        self._check(users, spent, bounds, "lifetime")
+
+    def lifetime_sum(self, user: int) -> int:
+        """Every charge ``user`` has had (lifetime requirements only)."""
+        return self._lifetime.get(user, 0)
+
+    def _declare(self, slot: int, charges: Charges, kind: type) -> None:
         """The public rules, one user at a time."""
+        dynamic = kind is not FixedRequirements  # dynamic and lifetime declarations are in force at once
         for user, (start, requirement) in list(self._pending.items()):
             if start <= slot:
                 self._in_force[user] = requirement
                 del self._pending[user]
         batch = charges.declarations
         if batch.requirements is not None:
-            rows = batch.requirements.as_matrix() if dynamic else \
-                np.stack([batch.requirements.window, batch.requirements.epsilon_units], axis=1)
+            rows = batch.requirements.as_matrix()
             declared = [(int(u), tuple(int(x) for x in row)) for u, row in zip(batch.users, rows)]
         elif charges.default_requirement is not None:
             default = charges.default_requirement
-            row = default.as_matrix()[0] if dynamic else (default.window[0], default.epsilon_units[0])
+            row = default.as_matrix()[0]
             declared = [(int(u), tuple(int(x) for x in row)) for u in batch.users if int(u) not in self._in_force]
         else:
             declared = []
@@ -98,9 +122,10 @@ class PerUserLedger:
                 else:
                     self._pending[user] = (start, requirement)
 
-    def _requirement(self, user: int, dynamic: bool) -> tuple:
+    def _requirement(self, user: int, kind: type) -> tuple:
         """In force for ``user``; one that never declared may be charged nothing."""
-        return self._in_force.get(user, (1, 0, 1, 0) if dynamic else (1, 0))
+        nothing = {FixedRequirements: (1, 0), DynamicRequirements: (1, 0, 1, 0), LifetimeRequirements: (0,)}[kind]
+        return self._in_force.get(user, nothing)
 
     def _between(self, totals, user: int, first: int, last: int) -> int:
         ring = totals.shape[0]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
-from transforms.mechanisms import DynamicRequirements, FixedRequirements
+from transforms.mechanisms import (DynamicRequirements, FixedRequirements, LifetimeRequirements, PrivacyLedger,
+                                   ReporterCharges, SlotBatch)
 from transforms.mechanisms.declared import DeclaredRequirements
+from transforms.mechanisms.evidence import no_statistics
 
 
 def fixed(*pairs):
@@ -64,3 +68,39 @@ def test_the_register_round_trips_through_bytes():
     copy.declare(5, [], None, None)
     register.declare(5, [], None, None)
     assert in_force(copy, [0, 1, 3]) == in_force(register, [0, 1, 3]) == [(4, 2 * U), (1, 0), (5, U // 2)]
+
+
+def test_a_lifetime_budget_holds_from_its_slot_until_the_next_and_round_trips():
+    register = DeclaredRequirements(LifetimeRequirements)
+    register.declare(1, [0, 2], LifetimeRequirements.of([1.0, 2.0]), None)
+    register.declare(3, [0], LifetimeRequirements.of([4.0]), LifetimeRequirements.of([9.0]))
+    register.declare(4, [5], None, LifetimeRequirements.of([3.0]))  # a new user without a declaration: the default
+    copy = DeclaredRequirements.from_bytes(register.to_bytes())
+    assert in_force(copy, [0, 1, 2, 5]) == in_force(register, [0, 1, 2, 5]) == [(4 * U,), (0,), (2 * U,), (3 * U,)]
+
+
+def _rewritten(payload: bytes, drop: str, **add) -> bytes:
+    """``payload`` as written before lifetime budgets: without key ``drop``, with ``add``."""
+    with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files if k != drop}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, **{k: np.array(v) for k, v in add.items()})
+    return buffer.getvalue()
+
+
+def test_registers_and_ledgers_saved_before_lifetime_budgets_still_load():
+    """They stored a ``dynamic`` flag where they now store the kind's name; ledgers had no origins (all 0)."""
+    register = DeclaredRequirements(DynamicRequirements)
+    register.declare(1, [0], DynamicRequirements.of([2], [1.0], [3], [0.5]), None)
+    old = DeclaredRequirements.from_bytes(_rewritten(register.to_bytes(), "kind", dynamic=True))
+    assert old.kind is DynamicRequirements and in_force(old, [0]) == [(2, U, 3, U // 2)]
+    ledger, users = PrivacyLedger(3), np.arange(2)
+    for slot in (1, 2):
+        ledger.record(slot, ReporterCharges(users, users[:1], {"report": U // 4}, DynamicRequirements,
+                                            no_statistics(users), SlotBatch.of(users, [-1, -1], DynamicRequirements.of(
+                                                [2, 2], [1.0, 1.0], [3, 3], [0.5, 0.5])) if slot == 1 else
+                                            SlotBatch.of([], [], None)))
+    payload = _rewritten(_rewritten(ledger.to_bytes(), "declared.kind", **{"declared.dynamic": True}), "origins")
+    loaded = PrivacyLedger.from_bytes(payload)
+    assert loaded._declared.kind is DynamicRequirements
+    assert [loaded.window_sum(u, 1, 2) for u in users] == [U // 2, 0]

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanism_helpers import declaring, run_with_ledger
-from transforms.mechanisms import DynamicRequirements, Family, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, Family,
+                                   FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, least_charge_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -52,15 +53,15 @@ def test_the_least_charge_grows_with_the_probability_and_matches_the_amplificati
 
 def _charges(cohort_of, dc, publication, evidence):
     rows = len(dc)
-    return UserCharges(cohort_of=cohort_of, cohort_dc_units=np.array(dc, np.int64),
-                       cohort_publication_units=np.array(publication, np.int64),
-                       cohort_requirements=FixedRequirements(np.full(rows, 2), np.full(rows, 10 * UNITS_PER_EPSILON)),
-                       waiting_users=np.flatnonzero(cohort_of == WAITING),
-                       waiting_requirements=FixedRequirements(np.array([2]), np.array([UNITS_PER_EPSILON]))
-                       if (cohort_of == WAITING).any() else None,
-                       evidence=evidence,
-                       declarations=declaring(np.arange(cohort_of.size),
-                                              FixedRequirements.of([2] * cohort_of.size, [10] * cohort_of.size)))
+    return CohortCharges(cohort_of=cohort_of, cohort_parts={DISSIMILARITY: np.array(dc, np.int64),
+                                                         PUBLICATION: np.array(publication, np.int64)},
+                         cohort_requirements=FixedRequirements(np.full(rows, 2), np.full(rows, 10 * UNITS_PER_EPSILON)),
+                         waiting_users=np.flatnonzero(cohort_of == WAITING),
+                         waiting_requirements=FixedRequirements(np.array([2]), np.array([UNITS_PER_EPSILON]))
+                         if (cohort_of == WAITING).any() else None,
+                         evidence=evidence,
+                         declarations=declaring(np.arange(cohort_of.size),
+                                                FixedRequirements.of([2] * cohort_of.size, [10] * cohort_of.size)))
 
 
 def test_the_ledger_flags_a_user_in_a_statistic_whom_the_charges_call_waiting():
@@ -131,5 +132,5 @@ def test_every_release_names_its_statistics_and_the_cells_come_from_its_groups(n
         names = [s.name for s in evidence.statistics]
         assert names in ([], ["dissimilarity"], ["publication"], ["dissimilarity", "publication"])
         assert (release.kind.value == "fresh") == ("publication" in names)
-        assert evidence.groups is release.charges.cohort_of  # the snapshot the cells were counted from
+        assert evidence.groups is release.charges.group_of  # the snapshot the cells were counted from
         assert not evidence.groups.flags.writeable

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -12,7 +11,8 @@ from hypothesis import strategies as st
 from per_user_ledger import PerUserLedger
 from streams import StreamSpec
 from transforms.mechanisms.engine import Engine
-from transforms.mechanisms import DynamicRequirements, Family, FixedRequirements, PrivacyLedger, SlotBatch, UserCharges, make_mechanism
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, Family,
+                                   FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism)
 from transforms.mechanisms.budget import MAX_EPSILON, UNITS_PER_EPSILON
 from transforms.mechanisms.evidence import no_statistics
 from mechanism_helpers import declaring
@@ -20,14 +20,15 @@ from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import UNREGISTERED, WAITING
 
 
-def charges(units, requirements) -> UserCharges:
-    """Charges for users 0..n-1, each in their own cohort."""
+def charges(units, requirements, dissimilarity=None) -> CohortCharges:
+    """Charges for users 0..n-1, each in their own cohort (``units`` of publication, plus ``dissimilarity``)."""
     n = len(units)
-    return UserCharges(cohort_of=np.arange(n), cohort_dc_units=np.zeros(n, np.int64),
-                       cohort_publication_units=np.asarray(units, np.int64),
-                       cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
-                       waiting_requirements=None, evidence=no_statistics(np.arange(n)),
-                       declarations=declaring(np.arange(n), requirements))
+    dc = np.zeros(n, np.int64) if dissimilarity is None else np.asarray(dissimilarity, np.int64)
+    return CohortCharges(cohort_of=np.arange(n),
+                         cohort_parts={DISSIMILARITY: dc, PUBLICATION: np.asarray(units, np.int64)},
+                         cohort_requirements=requirements, waiting_users=np.zeros(0, np.int64),
+                         waiting_requirements=None, evidence=no_statistics(np.arange(n)),
+                         declarations=declaring(np.arange(n), requirements))
 
 
 def brute_force_max_ratio(history: np.ndarray, windows: np.ndarray, bounds: np.ndarray) -> float:
@@ -85,7 +86,7 @@ def test_backward_window_violation():
     u = UNITS_PER_EPSILON
     reqs = DynamicRequirements(np.array([3]), np.array([u]), np.array([1]), np.array([10 * u]))
     for t, units in enumerate([u // 2, u // 2, 2], start=1):  # half to each part, like PWSM
-        ledger.record(t, dataclasses.replace(charges([units // 2], reqs), cohort_dc_units=np.array([units // 2])))
+        ledger.record(t, charges([units // 2], reqs, [units // 2]))
     assert ledger.violation_count == 1 and ledger.violations[0].kind == "backward"
 
 
@@ -153,7 +154,7 @@ def test_a_ledger_restored_mid_stream_continues_exactly(seed, users, slots, data
 
 # ------------------------------------------------------------------ the class-based ledger equals the per-user one
 def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, dynamic: bool,
-                   max_window: int) -> UserCharges:
+                   max_window: int) -> CohortCharges:
     """One slot's charges: users mostly stay in their cohort row, some move, join, leave or wait."""
     rows = gen.integers(1, 5)
     cohort_of = np.full(users, UNREGISTERED)
@@ -176,13 +177,14 @@ def random_charges(gen: np.random.Generator, previous: np.ndarray, users: int, d
     odd = gen.random(declare.size) < 0.2
     take[odd] = gen.integers(0, rows, int(odd.sum()))
     declared = requirements.take(take)
-    return UserCharges(cohort_of=cohort_of, cohort_dc_units=gen.integers(0, u // 4, rows),
-                       cohort_publication_units=gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5),
-                       cohort_requirements=requirements, waiting_users=waiting,
-                       waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
-                                                              np.full(waiting.size, u)) if waiting.size else None,
-                       evidence=no_statistics(cohort_of), declarations=declaring(declare, declared),
-                       default_requirement=requirements.take(np.zeros(1, np.int64)))
+    return CohortCharges(cohort_of=cohort_of, cohort_parts={
+                           DISSIMILARITY: gen.integers(0, u // 4, rows),
+                           PUBLICATION: gen.integers(0, u // 8, rows) * (gen.random(rows) < 0.5)},
+                         cohort_requirements=requirements, waiting_users=waiting,
+                         waiting_requirements=FixedRequirements(gen.integers(1, min(3, max_window + 1), waiting.size),
+                                                                np.full(waiting.size, u)) if waiting.size else None,
+                         evidence=no_statistics(cohort_of), declarations=declaring(declare, declared),
+                         default_requirement=requirements.take(np.zeros(1, np.int64)))
 
 
 def assert_same(ledger: PrivacyLedger, reference: PerUserLedger, users: int) -> None:
@@ -224,12 +226,13 @@ def test_a_steady_population_is_checked_as_a_few_classes():
     cohort_of = np.repeat(np.arange(10), 1000)
     reqs = FixedRequirements(np.full(10, 3), np.full(10, 10))
     for slot in range(1, 6):
-        ledger.record(slot, UserCharges(cohort_of=cohort_of, cohort_dc_units=np.arange(10),
-                                        cohort_publication_units=np.zeros(10, np.int64), cohort_requirements=reqs,
-                                        waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
-                                        evidence=no_statistics(cohort_of),
-                                        declarations=declaring(np.arange(10000) if slot == 1 else [],
-                                                               reqs.take(cohort_of) if slot == 1 else None)))
+        ledger.record(slot, CohortCharges(cohort_of=cohort_of, cohort_parts={
+                                            DISSIMILARITY: np.arange(10), PUBLICATION: np.zeros(10, np.int64)},
+                                          cohort_requirements=reqs,
+                                          waiting_users=np.zeros(0, np.int64), waiting_requirements=None,
+                                          evidence=no_statistics(cohort_of),
+                                          declarations=declaring(np.arange(10000) if slot == 1 else [],
+                                                                 reqs.take(cohort_of) if slot == 1 else None)))
     assert ledger._totals.shape[1] == 10  # one running total per cohort
     # cohort k spends k per slot: cohorts 6..9 exceed 10 from slot 2 on, cohorts 4 and 5 from slot 3 on
     assert ledger.violation_count == 4 * 4000 + 2 * 3000

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mechanism_helpers import run_with_ledger
 from streams import DYNAMIC, HOMOGENEOUS, StreamSpec, stream_specs
 from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
-from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirement, FixedRequirements,
+from transforms.mechanisms import (MECHANISMS, PUBLICATION, DynamicRequirements, FixedRequirement, FixedRequirements,
                                    ReleaseKind, SlotBatch, make_mechanism)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
@@ -140,7 +140,7 @@ def test_absorption_nullifies_after_a_multi_share_publication(name):
     multi = 0
     for i, release in enumerate(releases):
         if release.kind is ReleaseKind.FRESH:
-            shares = int(release.charges.publication_units.max()) // share
+            shares = int(release.charges.part_units(PUBLICATION).max()) // share
             following = [r.kind for r in releases[i + 1:i + shares]]
             assert following == [ReleaseKind.NULLIFIED] * len(following), (release.slot, shares)
             multi += shares > 1

@@ -40,7 +40,8 @@ from hypothesis import strategies as st
 from mechanism_helpers import units
 from reference_pwsm import DYNAMIC_MECHANISMS, UNITS, Draws, ReferenceMechanism
 from test_vectors import DATA, E, TABLE_3, W, times_e
-from transforms.mechanisms import (DynamicRequirement, DynamicRequirements, FixedRequirement, FixedRequirements,
+from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, DynamicRequirement, DynamicRequirements,
+                                   FixedRequirement, FixedRequirements,
                                    SlotBatch, make_mechanism, pwsm, sampling)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
@@ -162,8 +163,8 @@ def run_core(scenario: Scenario) -> tuple[list[dict], list[tuple]]:
                 "kind": release.kind.value,
                 "histogram": tuple(int(v) for v in release.histogram),
                 "epsilon_units": int(release.epsilon_units),
-                "dc": dict(zip(users, map(int, charges.dc_units))),
-                "publication": dict(zip(users, map(int, charges.publication_units))),
+                "dc": dict(zip(users, map(int, charges.part_units(DISSIMILARITY)))),
+                "publication": dict(zip(users, map(int, charges.part_units(PUBLICATION)))),
                 "requirements": {u: tuple(int(c[i]) for c in columns) for i, u in enumerate(users)},
             })
     return out, draws.log

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mechanism_helpers import run_with_ledger
-from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
+from transforms.mechanisms import DISSIMILARITY, PUBLICATION, FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.population import WAITING, CohortTable, FixedCohorts, UserRegistry
@@ -53,7 +53,7 @@ def test_a_window_of_one_takes_effect_at_once():
     pbd.step(SlotBatch.of([0], [0], fixed([6], [1.0])), rng)
     release = pbd.step(SlotBatch.of([0], [0], fixed([1], [0.2])), rng)
     assert int(release.charges.requirements.window[0]) == 1
-    assert int(release.charges.dc_units[0]) == to_units(0.2) // 2
+    assert int(release.charges.part_units(DISSIMILARITY)[0]) == to_units(0.2) // 2
 
 
 @pytest.mark.parametrize("name", ["pbd", "pba"])
@@ -96,7 +96,7 @@ def test_pba_cohort_empty_at_a_publication_keeps_its_own_nullification(monkeypat
     releases, ledger = run_with_ledger(pba, batches)
     assert [r.kind.value for r in releases[:4]] == ["skipped", "skipped", "fresh", "fresh"]
     assert ledger.ok, ledger.violations
-    charged = [dict(zip(r.charges.users.tolist(), r.charges.publication_units.tolist()))[1] for r in releases]
+    charged = [dict(zip(r.charges.users.tolist(), r.charges.part_units(PUBLICATION).tolist()))[1] for r in releases]
     assert charged[2] == 3 * to_units(1.2) // 6  # three shares at slot 3
     assert charged[3] == 0 and charged[4] == 0   # waiting, then still nullified for B
 

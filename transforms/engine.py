@@ -239,7 +239,7 @@ class StreamEngine:
         self._last_in_force: tuple = (-1, None, None)
         self.user_ids = user_ids
         self.index = {user: i for i, user in enumerate(user_ids)}
-        self.declarations: list = []  # one object per distinct declaration (state pickles each once) ...
+        self.declarations: list = []  # one object per distinct declaration (state encodes each once) ...
         self._declaration_ids: dict = {}  # ... and its position there
         self.declared = {user: self.declarations[self.declaration_id(d)] for user, d in (declared or {}).items()}
         self._saved_at = next_slot  # next_slot of the last checkpoint emitted (or loaded)

@@ -135,9 +135,11 @@ class MechanismParams:
     def from_requirements(cls, requirements: Requirements, bins: int, **common) -> "MechanismParams":
         """Parameters that honour every one of ``requirements`` (a homogeneous baseline runs at
         ``(min E_i, max w_i)``; a dynamic mechanism's ``max_window`` is the longest declared window)."""
-        matrix = requirements.as_matrix()
+        if requirements.width == 1:
+            raise ValueError("a lifetime budget has no window to fit a windowed mechanism's parameters to")
+        matrix = requirements.as_matrix()  # (w, E) pairs: one for fixed, backward and forward for dynamic
         windows, units = matrix[:, 0::2], matrix[:, 1::2]
-        return cls.from_options(bins, epsilon=to_epsilon(int(units.min())), window=int(matrix[:, 0].max()),
+        return cls.from_options(bins, epsilon=to_epsilon(int(units.min())), window=int(windows.max()),
                                 max_window=int(windows.max()), **common)
 
     def kwargs(self) -> dict:

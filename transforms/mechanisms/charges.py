@@ -14,7 +14,9 @@ class-based core ledger learns its classes from.  Three shapes exist:
   slot (budget-division local-DP methods, the Square Wave family, DPI), 0
   for the registered users who did not;
 * :class:`SparseCharges`: individual charges for the users a
-  population-division method sampled; users with equal charges share a group.
+  population-division method sampled; users with equal charges share a group;
+* :class:`GroupCharges`: groups given directly (the local-DP stream methods:
+  one group per combination of reports a user sent at the slot).
 
 Each carries the slot's :class:`~transforms.mechanisms.evidence.Evidence`
 (what the statistics were computed from: the ledgers derive least charges
@@ -260,4 +262,32 @@ class SparseCharges(Charges):
         parts = {name: np.append(distinct[:, i], 0) for i, name in enumerate(self.charged_parts)}
         object.__setattr__(self, "users_registered", registered)
         object.__setattr__(self, "group_of", _group_of(registered, charged, inverse.reshape(-1), rest, "charged"))
+        object.__setattr__(self, "group_parts", parts)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupCharges(Charges):
+    """Groups given directly: ``group_of`` per user index and, per part, each group's units.
+
+    For charges whose groups a caller has already formed (the local-DP stream methods group users by the
+    reports they sent, and their evidence names the same array).  ``group_of`` is validated like every
+    charges' (``UNREGISTERED``, another negative value for a registered user charged nothing, or a group).
+    """
+
+    group_of: np.ndarray
+    group_parts: Mapping[str, np.ndarray]
+    requirement_kind: type
+    evidence: Evidence
+    declarations: SlotBatch
+    default_requirement: Requirements | None = None
+
+    def __post_init__(self):
+        _check_parts(self.group_parts)
+        _check_kind(self.requirement_kind)
+        parts = {name: _units(units, name).reshape(-1) for name, units in self.group_parts.items()}
+        sizes = {part.size for part in parts.values()}
+        group_of = np.asarray(self.group_of)
+        if len(sizes) != 1 or group_of.ndim != 1 or group_of.dtype.kind not in "iu" \
+                or (group_of.size and group_of.max() >= sizes.pop()):
+            raise ValueError("group_of must be a 1-D integer array whose groups each part covers")
         object.__setattr__(self, "group_parts", parts)

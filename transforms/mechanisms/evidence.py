@@ -13,7 +13,10 @@ From the evidence alone the ledger derives each user's least charge: a
 statistic with discrete Laplace noise of scale ``b`` and L1 sensitivity
 ``Δ`` is ``Δ/b``-DP, and a report that enters it with probability ``p`` (an
 exact coin, ``p = threshold / 2**32``) costs ``ln(1 + p·(e^{Δ/b} - 1))``
-(amplification by subsampling); statistics of one slot add up.  The value is
+(amplification by subsampling); a :class:`LocalReport` (a randomized
+response a user sent, local DP) costs ``ln(keep/other)``, the log of its
+largest ratio of output probabilities, whatever the collector does with it;
+statistics of one slot add up.  The value is
 bounded from above with outward-rounded decimal arithmetic and rounded up to
 whole budget units, so a charge that passes covers the true cost.
 """
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.certified import log_ratio_units
 
 if TYPE_CHECKING:
     from transforms.mechanisms.charges import Charges
@@ -54,20 +58,51 @@ class Statistic(NamedTuple):
     sensitivity: int
     thresholds: np.ndarray
 
+    def least_units(self) -> np.ndarray:
+        """Least charge of a member of each group, in budget units."""
+        return _least_units_of(np.asarray(self.thresholds, np.uint64).tobytes(), self.noise_scale, self.sensitivity)
+
+
+class LocalReport(NamedTuple):
+    """Reports users sent through a local randomizer (local DP) and who sent one.
+
+    ``keep/other`` is the randomizer's largest ratio of one output's
+    probabilities under two inputs (exact integers, e.g. GRR's ``P/Q``); a
+    member of group ``g`` sent one such report when ``thresholds[g] > 0``
+    (``CERTAIN``), none when it is 0.  The report itself is what the
+    collector sees, so it costs ``ln(keep/other)`` in full: no coin of the
+    collector's amplifies it.
+    """
+
+    name: str
+    keep: int
+    other: int
+    thresholds: np.ndarray
+
+    def least_units(self) -> np.ndarray:
+        """Least charge of a member of each group, in budget units."""
+        return np.where(np.asarray(self.thresholds) > 0, _ratio_units(self.keep, self.other), 0).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ratio_units(keep: int, other: int) -> int:
+    if not 0 < other <= keep:
+        raise ValueError(f"a local report needs 0 < other <= keep, got keep={keep}, other={other}")
+    return log_ratio_units(keep, other)
+
 
 class Evidence(NamedTuple):
     """Every statistic of a slot, and the group of each user index (negative: in none)."""
 
     groups: np.ndarray
-    statistics: tuple[Statistic, ...] = ()
+    statistics: tuple[Statistic | LocalReport, ...] = ()
 
     def least_units_per_group(self) -> np.ndarray:
         """Least charge of a member of each group, in budget units (summed over the statistics)."""
         rows = max((s.thresholds.size for s in self.statistics), default=0)
         least = np.zeros(rows, np.int64)
         for statistic in self.statistics:
-            least[:statistic.thresholds.size] += _least_units_of(
-                np.asarray(statistic.thresholds, np.uint64).tobytes(), statistic.noise_scale, statistic.sensitivity)
+            least[:statistic.thresholds.size] += statistic.least_units()
         return least
 
     def least_units(self, users: np.ndarray) -> np.ndarray:

@@ -19,11 +19,15 @@ from transforms.mechanisms.adaptive import Adaptive, DynamicAdaptive
 from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismParams
 from transforms.mechanisms.dynamic import DYNAMIC
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
+from transforms.mechanisms.ldp.budget_division import BUDGET_DIVISION
+from transforms.mechanisms.ldp.personalized import PLBU
+from transforms.mechanisms.ldp.population_division import POPULATION_DIVISION
 from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import DynamicRequirements, Requirements
 
 MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive,
-                                          DynamicAdaptive.name: DynamicAdaptive}
+                                          DynamicAdaptive.name: DynamicAdaptive, **BUDGET_DIVISION,
+                                          **POPULATION_DIVISION, PLBU.name: PLBU}
 """Every registered mechanism by its lower-case name."""
 
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.mechanisms import DynamicRequirements, Family, FixedRequirements, SlotBatch, names_of, params_from_options
+from transforms.mechanisms import (MECHANISMS, DynamicRequirements, Family, FixedRequirements, SlotBatch, TrustModel,
+                                   names_of, params_from_options)
+from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
 
 HOMOGENEOUS = tuple(names_of(Family.HOMOGENEOUS))
 DYNAMIC = tuple(names_of(Family.DYNAMIC))
@@ -26,6 +28,15 @@ class StreamSpec:
     change: float = 0.0            # probability a user declares a new requirement in a slot
     join_spread: int = 0           # users join at a uniform slot in [1, 1 + join_spread]
     dynamic: bool = False
+
+    def for_mechanism(self, name: str) -> "StreamSpec":
+        """This stream as mechanism ``name`` takes it: a local-DP method needs two bins or more, and a per-report
+        budget it can spend (at most 20: the budgets above become 4)."""
+        if MECHANISMS[name].trust is TrustModel.CENTRAL:
+            return self
+        largest = MAX_LDP_EPSILON_UNITS // 10**12
+        epsilons = tuple(dict.fromkeys(e if e <= largest else 4.0 for e in self.epsilons))
+        return StreamSpec(**{**self.__dict__, "bins": max(self.bins, 2), "epsilons": epsilons})
 
     def mechanism_kwargs(self, name: str, **common) -> dict:
         """``name``'s parameters for this stream (``common`` ones as given): the baselines at (min E_i, max w_i)."""

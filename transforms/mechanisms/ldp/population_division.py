@@ -1,0 +1,199 @@
+"""LDP-IDS population division: LPU, LPD, LPA (spec ``ldp_ids.md`` §5.5, §5.7, §5.8; Theorem 5.2).
+
+A user reports at most once in any ``w`` consecutive slots, always with the
+full ``ε``, so the stream is w-event ε-LDP.  The collector keeps, per user,
+the slot of their last report; a user is *available* at ``t`` when they hold
+a value and last reported at ``t - w`` or earlier, which is the spec's pool
+``U_A`` with its recycling at the end of every slot (§4.4, traps T5/T6).
+Samples are exactly uniform among the available users (``choose``).
+
+* **LPU**: users are split once into ``w`` groups of (nearly) equal size, in
+  a uniformly random order as they register; group ``(t-1) mod w`` reports.
+* **LPD** (Algorithm 2): ``n1 = floor(βn/w)`` available users estimate the
+  dissimilarity; a publication takes half of what the last ``w-1``
+  publications left of ``P = floor((1-β)n)`` users, when ``dis > V(ε, n_pp)``
+  and ``n_pp >= u_min``.
+* **LPA** (Algorithm 3): M_{t,1} as LPD; a publication takes
+  ``unit = floor((1-β)n/w)`` users per absorbed slot, then nullifies.
+
+``n`` is the number of registered users (public).  Where fewer users are
+available than a step asks for (users absent from a slot), it takes all of
+them; an estimate is normalised by those who reported, and an empty M_{t,1}
+sample means no publication.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from transforms.mechanisms.base import ReleaseKind
+from transforms.mechanisms.charges import DISSIMILARITY
+from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_subset
+from transforms.mechanisms.ldp.stream import Holders, LocalDecision, HomogeneousLocalMechanism, LocalParams, Reports
+from transforms.mechanisms.noise import Randomness
+
+
+class LPU(HomogeneousLocalMechanism):
+    """LDP Population Uniform (§5.5): group ``(t-1) mod w`` of ``w`` disjoint groups reports with ``ε``."""
+
+    name = "lpu"
+
+    def __init__(self, params: LocalParams):
+        super().__init__(params)
+        self.group_of_user = np.full(0, -1, np.int64)
+        self.grouped = 0  # users given a group so far: the next ones continue the round
+
+    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+        self._group_new_users(holders.value_of.size, rng)
+        units = self.params.epsilon_units
+        group = (self.slot - 1) % self.params.window
+        users = holders.users[self.group_of_user[holders.users] == group]
+        if users.size == 0:
+            return LocalDecision(ReleaseKind.SKIPPED, None, (), self.variance(units, 0))
+        reports = Reports(users, self.oracle(units))
+        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), (reports,),
+                             self.variance(units, users.size), units)
+
+    def _group_new_users(self, capacity: int, rng: Randomness) -> None:
+        """Give every newly registered user the next group of the round, the newcomers in a random order."""
+        if self.group_of_user.size < capacity:
+            self.group_of_user = np.concatenate([self.group_of_user,
+                                                 np.full(capacity - self.group_of_user.size, -1, np.int64)])
+        new = np.flatnonzero((self.population.cohort_of[:capacity] != -1) & (self.group_of_user == -1))
+        if new.size:
+            order = uniform_permutation(new.size, rng)
+            self.group_of_user[new[order]] = (self.grouped + np.arange(new.size)) % self.params.window
+            self.grouped += new.size
+
+    def method_state(self):
+        return {"group_of_user": self.group_of_user, "grouped": np.array(self.grouped)}
+
+    def load_method_state(self, state):
+        self.group_of_user = np.array(state["group_of_user"], np.int64)
+        self.grouped = int(state["grouped"])
+
+
+class _AdaptivePopulation(HomogeneousLocalMechanism):
+    """M_{t,1} of LPD and LPA, the available users and their sampling."""
+
+    def __init__(self, params: LocalParams):
+        super().__init__(params)
+        self.last_report = np.zeros(0, np.int64)  # per user index, the slot of their last report (0: never)
+
+    def available(self, holders: Holders) -> np.ndarray:
+        """Holders whose last report is at least ``w`` slots old (the pool ``U_A``), ascending."""
+        if self.last_report.size < holders.value_of.size:
+            self.last_report = np.concatenate([self.last_report,
+                                               np.zeros(holders.value_of.size - self.last_report.size, np.int64)])
+        users = holders.users
+        last = self.last_report[users]
+        return users[(last == 0) | (last <= self.slot - self.params.window)]
+
+    def sample(self, pool: np.ndarray, count: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` users drawn uniformly from ``pool`` (all of it if smaller), and the rest of the pool."""
+        chosen = uniform_subset(pool, count, rng)
+        self.last_report[chosen] = self.slot
+        return chosen, np.setdiff1d(pool, chosen, assume_unique=True)
+
+    def dissimilarity_reports(self, holders: Holders, rng: Randomness
+                              ) -> tuple[float, tuple[Reports, ...], np.ndarray]:
+        """M_{t,1}: ``floor(βn/w)`` available users report; ``dis``, their reports and what is left of the pool."""
+        p = self.params
+        chosen, pool = self.sample(self.available(holders), p.share_of(holders.registered) // p.window, rng)
+        if chosen.size == 0:
+            return -np.inf, (), pool
+        reports = Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY)
+        estimate = self.collect(reports, holders, rng)
+        return self.dissimilarity(estimate, p.epsilon_units, chosen.size), (reports,), pool
+
+    def publish_or_not(self, holders: Holders, rng: Randomness, pool: np.ndarray, users: int, dis: float,
+                       asked: tuple[Reports, ...]) -> LocalDecision:
+        """Publish from ``users`` sampled users when ``dis > V(ε, users)``; otherwise repeat ``r_{t-1}``."""
+        units = self.params.epsilon_units
+        err = self.variance(units, users)
+        if not dis > err:
+            return LocalDecision(ReleaseKind.SKIPPED, None, asked, err)
+        chosen, _ = self.sample(pool, users, rng)
+        if chosen.size == 0:
+            return LocalDecision(ReleaseKind.SKIPPED, None, asked, err)
+        reports = Reports(chosen, self.oracle(units))
+        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), asked + (reports,),
+                             self.variance(units, chosen.size), units)
+
+    @staticmethod
+    def publication_users(decision: LocalDecision) -> int:
+        return decision.reports[-1].users.size if decision.kind is ReleaseKind.FRESH else 0
+
+    def method_state(self):
+        return {"last_report": self.last_report}
+
+    def load_method_state(self, state):
+        self.last_report = np.array(state["last_report"], np.int64)
+
+
+class LPD(_AdaptivePopulation):
+    """LDP Population Distribution (Algorithm 2)."""
+
+    name = "lpd"
+
+    def __init__(self, params: LocalParams):
+        super().__init__(params)
+        self._history = deque([0] * (params.window - 1), maxlen=params.window - 1)  # |U_{t,2}| at t-1, t-2, ...
+
+    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+        p = self.params
+        dis, asked, pool = self.dissimilarity_reports(holders, rng)
+        publication_pool = p.rest_of(holders.registered)                         # P = floor((1-β)n)
+        potential = max(publication_pool - sum(self._history), 0) // 2         # n_pp = floor(n_rm / 2)
+        if potential < p.min_publication_users:
+            decision = LocalDecision(ReleaseKind.SKIPPED, None, asked, self.variance(p.epsilon_units, potential))
+        else:
+            decision = self.publish_or_not(holders, rng, pool, potential, dis, asked)
+        if self._history.maxlen:
+            self._history.appendleft(self.publication_users(decision))
+        return decision
+
+    def method_state(self):
+        return {**super().method_state(), "publication_history": np.array(self._history, np.int64)}
+
+    def load_method_state(self, state):
+        super().load_method_state(state)
+        self._history = deque((int(u) for u in state["publication_history"]), maxlen=self.params.window - 1)
+
+
+class LPA(_AdaptivePopulation):
+    """LDP Population Absorption (Algorithm 3)."""
+
+    name = "lpa"
+
+    def __init__(self, params: LocalParams):
+        super().__init__(params)
+        self.last_publication = 0   # l
+        self.units_absorbed = 0     # |U_{l,2}|/unit at l (0 before any publication: t_N = -1)
+
+    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+        p = self.params
+        dis, asked, pool = self.dissimilarity_reports(holders, rng)
+        nullified_until = self.last_publication + self.units_absorbed - 1  # l + t_N
+        if self.slot <= nullified_until:
+            return LocalDecision(ReleaseKind.NULLIFIED, None, asked, np.inf)
+        absorbed = min(self.slot - nullified_until, p.window)
+        unit = p.rest_of(holders.registered) // p.window  # floor((1-β)n/w)
+        decision = self.publish_or_not(holders, rng, pool, absorbed * unit, dis, asked)
+        if decision.kind is ReleaseKind.FRESH:
+            self.last_publication, self.units_absorbed = self.slot, absorbed
+        return decision
+
+    def method_state(self):
+        return {**super().method_state(), "last_publication": np.array(self.last_publication),
+                "units_absorbed": np.array(self.units_absorbed)}
+
+    def load_method_state(self, state):
+        super().load_method_state(state)
+        self.last_publication = int(state["last_publication"])
+        self.units_absorbed = int(state["units_absorbed"])
+
+
+POPULATION_DIVISION = {cls.name: cls for cls in (LPU, LPD, LPA)}

@@ -1,0 +1,265 @@
+"""The LDP-IDS stream methods on the one mechanism protocol: who reports, at which budget, and what it costs.
+
+A local-DP method never sees a raw value: at each slot it decides which
+users report through which frequency oracle (a :class:`Reports`), receives
+their randomized reports and estimates the frequencies from them alone
+(spec ``ldp_ids.md`` §3-§5).  Here the users are *simulated* (trust model
+``local_simulated``): :meth:`LocalMechanism.collect` runs each chosen user's
+randomizer on the value they hold (``simulation="users"``), or draws the
+counts their reports would sum to exactly (``"aggregate"``, spec §3.5), and
+only those counts reach the estimator.
+
+A *holder* is a registered user with a value at the slot (their event of the
+slot, or their last one with ``carry_forward``); only holders are ever asked
+to report, so a population method never asks a user who is not there, and
+an estimate is normalised by the users who did report.
+
+**Charges.**  Every report costs its sender the oracle's realised epsilon
+``ln(P/Q)`` (rounded up, never above the nominal budget): the release's
+charges group users by the reports they sent, under the part the report
+paid for (``dissimilarity`` for M_{t,1}, ``publication`` otherwise), and its
+evidence names, for each report, the oracle's exact ``P/Q`` and who sent
+one, from the same arrays the estimate was computed from.  The ledgers
+derive each user's least charge from that evidence and check every window
+against what the user declared.
+
+Releases carry frequency estimates (``Estimate.FREQUENCIES``, float64; the
+counts view is the estimate times the registered users, rounded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from transforms.mechanisms.base import HomogeneousParams, Mechanism, Release, ReleaseKind
+from transforms.mechanisms.batch import SlotBatch
+from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION, GroupCharges
+from transforms.mechanisms.domain import Estimate, TrustModel
+from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
+from transforms.mechanisms.homogeneous import HomogeneousMechanism
+from transforms.mechanisms.ldp.oracles import (GRR_VARIANCE_MODES, MAX_LDP_EPSILON_UNITS, ORACLES, FrequencyOracle,
+                                               choose_oracle, ldp_variance, oracle_for)
+from transforms.mechanisms.ldp.simulate import aggregate_counts, perturb_values, report_counts
+from transforms.mechanisms.noise import Randomness
+from transforms.mechanisms.population import UNREGISTERED, SlotData
+
+SIMULATIONS = ("users", "aggregate")
+
+_CHARGED_NOTHING = -2
+"""``group_of`` of a registered user who sent no report (any negative but UNREGISTERED)."""
+
+
+def validate_local_options(params) -> None:
+    """Check the options every local method's parameters share (``oracle``, ``grr_variance``, ``simulation``)."""
+    if params.bins < 2:
+        raise ValueError(f"local-DP methods need at least 2 bins, got {params.bins}")
+    if params.oracle is not None and params.oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES} or None (the Ada rule), got {params.oracle!r}")
+    if params.grr_variance not in GRR_VARIANCE_MODES:
+        raise ValueError(f"grr_variance must be one of {GRR_VARIANCE_MODES}, got {params.grr_variance!r}")
+    if params.simulation not in SIMULATIONS:
+        raise ValueError(f"simulation must be one of {SIMULATIONS}, got {params.simulation!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalParams(HomogeneousParams):
+    """One ``(epsilon, window)`` for every user, and the LDP-IDS options.
+
+    ``beta`` splits the budget (budget division) or the population
+    (population division) between the dissimilarity M_{t,1} and the
+    publications M_{t,2} (spec §5.9); ``oracle`` forces GRR or OUE (default:
+    the Ada rule); ``grr_variance`` is V's form for GRR (§3.4);
+    ``simulation`` runs every reporter's randomizer (``"users"``) or draws the
+    reports' counts exactly in aggregate (``"aggregate"``); ``min_publication_users``
+    is LPD's u_min; ``sampling_offset`` moves LSP's sampling slot.
+    """
+
+    beta: float = 0.5
+    oracle: str | None = None
+    grr_variance: str = "exact"
+    simulation: str = "users"
+    min_publication_users: int = 1
+    sampling_offset: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        validate_local_options(self)
+        if self.epsilon_units > MAX_LDP_EPSILON_UNITS:
+            raise ValueError(f"epsilon={self.epsilon!r} exceeds the largest per-report epsilon "
+                             f"{MAX_LDP_EPSILON_UNITS // UNITS_PER_EPSILON}")
+        if isinstance(self.beta, bool) or not (isinstance(self.beta, (int, float)) and 0 < self.beta < 1):
+            raise ValueError(f"beta must lie strictly between 0 and 1, got {self.beta!r}")
+        for name, least in (("min_publication_users", 1), ("sampling_offset", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+    @cached_property
+    def beta_fraction(self) -> Fraction:
+        """``beta`` as the exact decimal it was written as."""
+        return Fraction(repr(float(self.beta)))
+
+    def share_of(self, total: int) -> int:
+        """``floor(β · total)``, exactly."""
+        return total * self.beta_fraction.numerator // self.beta_fraction.denominator
+
+    def rest_of(self, total: int) -> int:
+        """``floor((1-β) · total)``, exactly."""
+        rest = 1 - self.beta_fraction
+        return total * rest.numerator // rest.denominator
+
+
+class Reports(NamedTuple):
+    """Some holders report through one oracle: the users (ascending), the oracle, the part the report pays for.
+
+    ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting).
+    """
+
+    users: np.ndarray
+    oracle: FrequencyOracle
+    part: str = PUBLICATION
+    instruction: bool = True
+
+
+@dataclass(frozen=True)
+class LocalDecision:
+    """What a local method decided at a slot: the kind, the fresh estimate, the reports it asked for."""
+
+    kind: ReleaseKind
+    estimate: np.ndarray | None   # the fresh frequency estimate (None: r_{t-1} repeated)
+    reports: tuple[Reports, ...]
+    predicted_error: float        # the error model's per-bin variance behind the decision
+    epsilon_units: int = 0        # the budget of the fresh estimate's reports
+
+
+class Holders(NamedTuple):
+    """The registered users with a value at this slot (ascending) and the value of every user index (-1: none)."""
+
+    users: np.ndarray
+    value_of: np.ndarray
+    registered: int  # registered users (public): the population size n of the spec
+
+
+class LocalMechanism(Mechanism):
+    """Base of the LDP-IDS methods: holders in, reports out, charges and evidence from the reports."""
+
+    trust = TrustModel.LOCAL_SIMULATED
+    estimates = Estimate.FREQUENCIES
+    samples_cohorts = False
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.last_estimate = np.zeros(params.bins)
+        self.last_bits = 0  # communication of the last slot (spec §6.3): report bits plus request bits
+
+    # -- what subclasses provide ----------------------------------------------------------------------
+    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+        """Run the method's algorithm for slot ``self.slot``."""
+        raise NotImplementedError
+
+    def decide(self, data: SlotData, rng: Randomness):
+        raise TypeError(f"{self.name} decides from users' reports: call step()")
+
+    # -- shared pieces ------------------------------------------------------------------------------------
+    def oracle(self, units: int) -> FrequencyOracle:
+        """The oracle LocSan uses at ``units`` (Ada unless forced)."""
+        return oracle_for(units, self.params.bins, self.params.oracle)
+
+    def variance(self, units: int, reporters: int) -> float:
+        """V(eps, n) of the oracle a report at ``units`` uses, for ``reporters`` reporters (inf for none)."""
+        if units <= 0 or reporters <= 0:
+            return math.inf
+        kind = self.params.oracle or choose_oracle(units, self.params.bins)
+        return ldp_variance(units / UNITS_PER_EPSILON, self.params.bins, reporters, kind, self.params.grr_variance)
+
+    def collect(self, reports: Reports, holders: Holders, rng: Randomness) -> np.ndarray:
+        """The frequency estimate from ``reports``' users' randomized values (they must be holders)."""
+        values = holders.value_of[reports.users]
+        if values.size and values.min() < 0:
+            raise ValueError("only holders can report")
+        oracle = reports.oracle
+        if self.params.simulation == "aggregate":
+            counts = aggregate_counts(oracle, np.bincount(values, minlength=oracle.d), rng)
+        else:
+            counts = report_counts(oracle, perturb_values(oracle, values, rng))
+        return oracle.estimate(counts, values.size)
+
+    def dissimilarity(self, estimate: np.ndarray, units: int, reporters: int) -> float:
+        """Eq. (3): the mean squared distance to ``r_{t-1}`` minus the estimate's variance."""
+        return float(np.mean((estimate - self.last_estimate) ** 2)) - self.variance(units, reporters)
+
+    # -- the protocol --------------------------------------------------------------------------------------
+    def step(self, batch: SlotBatch, rng: Randomness) -> Release:
+        data = self.admit(batch)
+        holders = self._holders(batch, data.groups)
+        decision = self.decide_reports(holders, rng)
+        if decision.kind is ReleaseKind.FRESH:
+            self.last_estimate = np.asarray(decision.estimate, np.float64)
+        self.last_bits = sum(r.users.size * (r.oracle.bits + r.instruction) for r in decision.reports)
+        charges = self._charges(batch, data.groups, decision.reports)
+        counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
+        return Release(self.slot, counts, decision.kind, decision.epsilon_units, decision.predicted_error,
+                       charges, self.estimates, self.trust, self.last_estimate.copy())
+
+    def _holders(self, batch: SlotBatch, groups: np.ndarray) -> Holders:
+        if self.params.carry_forward:  # the cells remembered this slot's values already
+            value_of = np.array(self.population.registry.last_values(groups.size))
+        else:
+            value_of = np.full(groups.size, -1, np.int64)
+            value_of[batch.users] = batch.values
+        value_of[groups < 0] = -1  # unregistered, or waiting for a changed requirement: not asked
+        registered = int(np.count_nonzero(groups >= 0))
+        return Holders(np.flatnonzero(value_of >= 0), value_of, registered)
+
+    def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...]) -> GroupCharges:
+        """Users grouped by the reports they sent; each group charged the realised epsilon of those reports."""
+        group_of = np.where(groups == UNREGISTERED, UNREGISTERED, _CHARGED_NOTHING).astype(np.int64)
+        sent: list[frozenset[int]] = []  # per group, the reports its members sent
+        for index, report in enumerate(reports):
+            before = group_of[report.users]
+            if (before == UNREGISTERED).any():
+                raise ValueError(f"{self.name} asked an unregistered user to report")
+            key = np.maximum(before + 1, 0)  # 0: in no group yet; g + 1: group g
+            renumber = np.zeros(len(sent) + 1, np.int64)
+            for old in np.flatnonzero(np.bincount(key, minlength=len(sent) + 1)):
+                renumber[old] = len(sent)  # a new group: the old one's members who sent this report too
+                sent.append((sent[old - 1] if old else frozenset()) | {index})
+            group_of[report.users] = renumber[key]
+        statistics = tuple(LocalReport(f"{r.part}:{r.oracle.kind}", r.oracle.keep, r.oracle.other,
+                                       np.array([CERTAIN if i in members else 0 for members in sent], np.uint64))
+                           for i, r in enumerate(reports))
+        parts = {name: np.array([sum(reports[i].oracle.realised_units for i in members if reports[i].part == name)
+                                 for members in sent], np.int64)
+                 for name in (DISSIMILARITY, PUBLICATION)}
+        group_of.flags.writeable = False
+        return GroupCharges(group_of, parts, self.requirement_kind, Evidence(group_of, statistics), batch,
+                            self.population.default_requirement)
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, np.ndarray]:
+        return {"last_estimate": self.last_estimate, **self.method_state()}
+
+    def load_extra_state(self, state: dict[str, np.ndarray]) -> None:
+        self.last_estimate = np.array(state["last_estimate"], np.float64)
+        self.load_method_state(state)
+
+    def method_state(self) -> dict[str, np.ndarray]:
+        """The method's own state beyond the last estimate."""
+        return {}
+
+    def load_method_state(self, state: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`method_state`."""
+
+
+class HomogeneousLocalMechanism(LocalMechanism, HomogeneousMechanism):
+    """A local method with one ``(ε, w)`` for everyone (every declared requirement must be within it)."""
+
+    params_type = LocalParams
+    params: LocalParams

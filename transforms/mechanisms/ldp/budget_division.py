@@ -39,6 +39,9 @@ class LBU(HomogeneousLocalMechanism):
 
     name = "lbu"
 
+    def largest_report_units(self) -> int:
+        return self.params.epsilon_units // self.params.window
+
     def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
         units = self.params.epsilon_units // self.params.window
         if holders.users.size == 0:
@@ -70,6 +73,9 @@ class _AdaptiveBudget(HomogeneousLocalMechanism):
     def dissimilarity_units(self) -> int:
         p = self.params
         return p.share_of(p.epsilon_units) // p.window
+
+    def largest_report_units(self) -> int:
+        return max(self.dissimilarity_units, self.publication_pool)
 
     @property
     def publication_pool(self) -> int:

@@ -91,9 +91,6 @@ class LocalParams(HomogeneousParams):
     def __post_init__(self):
         super().__post_init__()
         validate_local_options(self)
-        if self.epsilon_units > MAX_LDP_EPSILON_UNITS:
-            raise ValueError(f"epsilon={self.epsilon!r} exceeds the largest per-report epsilon "
-                             f"{MAX_LDP_EPSILON_UNITS // UNITS_PER_EPSILON}")
         if isinstance(self.beta, bool) or not (isinstance(self.beta, (int, float)) and 0 < self.beta < 1):
             raise ValueError(f"beta must lie strictly between 0 and 1, got {self.beta!r}")
         for name, least in (("min_publication_users", 1), ("sampling_offset", 0)):
@@ -263,3 +260,13 @@ class HomogeneousLocalMechanism(LocalMechanism, HomogeneousMechanism):
 
     params_type = LocalParams
     params: LocalParams
+
+    def __init__(self, params: LocalParams):
+        super().__init__(params)
+        if self.largest_report_units() > MAX_LDP_EPSILON_UNITS:
+            raise ValueError(f"{self.name} with epsilon={params.epsilon!r}, window={params.window} would send reports "
+                             f"above the largest per-report epsilon {MAX_LDP_EPSILON_UNITS // UNITS_PER_EPSILON}")
+
+    def largest_report_units(self) -> int:
+        """The largest budget one report of this method can spend."""
+        return self.params.epsilon_units

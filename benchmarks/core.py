@@ -8,6 +8,12 @@ prints ``{"users": N, "bins": D, "slots": T, "mechanisms": {"pbd": {"seconds_per
 the fastest of them (as ``timeit`` reports: the other tenants of a shared
 machine only ever add time); every run is listed in ``seconds_per_slot_runs``.
 
+The local-DP methods (LDP-IDS, PLBU) simulate their users' reports as
+``--simulation`` says: ``aggregate`` (default: the exact counts a batch of
+reports sums to, spec ldp_ids.md §3.5) or ``users`` (every reporter's
+randomizer); ``--epsilon`` and ``--window`` set their ``(ε, w)`` (the LDP-IDS
+paper's default is ``--epsilon 1 --window 20``).
+
 Every user reports every slot (the papers' setting, so batches are
 ``SlotBatch.of(range(n), ...)``) and about 10% of them move to another bin
 per slot; users follow the papers' ten requirement types around
@@ -32,7 +38,7 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, Family, SlotBatch, obs, sampling
+from transforms.mechanisms import MECHANISMS, Family, SlotBatch, TrustModel, obs, sampling
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.registry import mechanism_for_setup
@@ -59,14 +65,15 @@ def _turn_off(trick: str) -> None:
 
 
 def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int = 0,
-            without: tuple[str, ...] = ()) -> dict:
+            without: tuple[str, ...] = (), epsilon: float = 0.6, simulation: str = "aggregate") -> dict:
     """Time ``slots`` steps of ``name`` (after one warm-up slot) in this process, without the tricks named."""
     for trick in without:
         _turn_off(trick)
     gen = np.random.default_rng(seed)
     grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
-    setup = PaperSetup(users=users, window=window, window_grid=grid)
-    mechanism = mechanism_for_setup(name, setup, bins)
+    setup = PaperSetup(users=users, epsilon=epsilon, window=window, window_grid=grid)
+    local = MECHANISMS[name].trust is not TrustModel.CENTRAL
+    mechanism = mechanism_for_setup(name, setup, bins, **({"simulation": simulation} if local else {}))
     dynamic = Family.of(name) is Family.DYNAMIC
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
@@ -93,6 +100,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=200)
     parser.add_argument("--bins", type=int, default=2)
     parser.add_argument("--window", type=int, default=200, help="largest requirement window (w <= this)")
+    parser.add_argument("--epsilon", type=float, default=0.6, help="the budget E the requirements are drawn around")
+    parser.add_argument("--simulation", choices=("aggregate", "users"), default="aggregate",
+                        help="how the local-DP methods simulate their users' reports (default aggregate)")
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
                         help="comma-separated lower-case names (default: all)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -119,7 +129,7 @@ def _runs(args: argparse.Namespace, name: str, without: str = "") -> dict:
     """``--repeats`` child processes of ``name``: the fastest per-slot time, the largest peak, every run."""
     command = [sys.executable, "-m", "benchmarks.core", "--worker", name, "--users", str(args.users),
                "--slots", str(args.slots), "--bins", str(args.bins), "--window", str(args.window),
-               "--without", without]
+               "--epsilon", repr(args.epsilon), "--simulation", args.simulation, "--without", without]
     runs = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True)
                        .stdout.strip().splitlines()[-1]) for _ in range(args.repeats)]
     return {"seconds_per_slot": min(run["seconds_per_slot"] for run in runs),
@@ -131,7 +141,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
         print(json.dumps(measure(args.worker, args.users, args.slots, args.bins, args.window,
-                                 without=args.without)))
+                                 without=args.without, epsilon=args.epsilon, simulation=args.simulation)))
         return 0
     results = {}
     for name in args.names:
@@ -144,7 +154,7 @@ def main(argv=None) -> int:
             for trick, run in results[name].get("without", {}).items():
                 print(f"{'':>8}  without {trick}: {run['seconds_per_slot'] * 1e3:9.3f} ms/slot", file=sys.stderr)
     print(json.dumps({"users": args.users, "bins": args.bins, "slots": args.slots, "window": args.window,
-                      "mechanisms": results}))
+                      "epsilon": args.epsilon, "simulation": args.simulation, "mechanisms": results}))
     return 0
 
 

@@ -6,7 +6,11 @@
 
 **Neighbours.** In every :class:`Scenario` a target user (user 0) reports bin 0
 in every slot; the two neighbouring streams differ only in whether the target
-reports at one slot ``t*`` (add/remove-one, sensitivity 1).  The scenarios have
+reports at one slot ``t*`` (add/remove-one, sensitivity 1).  A local-DP method
+protects the value a user reports, not whether they report (the collector
+receives a report or none), which is the w-event LDP guarantee (spec
+ldp_ids.md §2.1): for these the streams differ in the target's bin at ``t*``
+(bin 0 or bin 1, replace-one) and ``E*`` is unchanged.  The scenarios have
 several cohorts with subsampling active (a cohort whose budget is far below
 the threshold OBS picks), a user joining and a user changing requirement
 inside the audited stretch, and users that move between bins so that most
@@ -74,7 +78,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Family, FixedRequirements, Mechanism,
-                                   MechanismParams, PrivacyLedger, Release, ReleaseKind, SlotBatch, mechanism_class)
+                                   MechanismParams, PrivacyLedger, Release, ReleaseKind, SlotBatch, TrustModel,
+                                   mechanism_class)
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
@@ -147,8 +152,9 @@ class Scenario:
             return w, max(epsilon, e)
         return window, epsilon
 
-    def streams(self, family: Family) -> tuple[list[SlotBatch], list[SlotBatch]]:
-        """``(present, absent)``: identical except the target's report at ``t*``."""
+    def streams(self, family: Family, replace: bool = False) -> tuple[list[SlotBatch], list[SlotBatch]]:
+        """``(present, absent)``: identical except the target's report at ``t*`` (with ``replace``, the second
+        stream's target reports the next bin there instead of nothing)."""
         streams = ([], [])
         for slot in range(1, self.slots + 1):
             declaring = any(slot in user.declared for user in self.users)
@@ -157,7 +163,7 @@ class Scenario:
                 for index, user in enumerate(self.users):
                     value = user.values[slot - 1]
                     if which == 1 and index == TARGET and slot == self.target_slot:
-                        value = None
+                        value = (value + 1) % self.bins if replace else None
                     requirement = user.requirement_at(slot)
                     if requirement is None or (value is None and not (declaring and slot in user.declared)):
                         continue
@@ -682,7 +688,7 @@ def audit_scenario(cls: type[Mechanism], scenario: Scenario, index: int, config:
                    randomness: Callable[[int, int, int], Randomness]) -> ScenarioResult:
     """Run both streams of ``scenario`` ``config.runs`` times each with fresh mechanisms, and bound the leak."""
     family = Family.of(cls)
-    streams = scenario.streams(family)
+    streams = scenario.streams(family, replace=cls.trust is not TrustModel.CENTRAL)
     expected, clean = scenario.expected_counts(family)
     statistics = np.zeros((2, len(STATISTICS), config.runs))
     fresh = seen_dis = violations = flagged = 0

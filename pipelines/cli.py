@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import difflib
 import glob
 import gzip
@@ -572,11 +573,39 @@ def parse_levels(levels: str, ratios: str | None) -> tuple[dict, list[tuple[str,
     return mapping, shares
 
 
+def add_mechanism_parameter_option(parser: argparse.ArgumentParser) -> None:
+    """``--param NAME=VALUE`` (repeatable): a mechanism parameter the other flags do not name."""
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a mechanism's own parameter, e.g. beta=0.3 or simulation=aggregate for the local-DP "
+                             "methods (repeatable; see each mechanism's parameters)")
+
+
+def _parameter_value(text: str):
+    """A ``--param`` value: an integer, a number, ``none``, or the text itself (the parameters validate it)."""
+    if text.lower() == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
     """The mechanism's name and its parameters from the command line (shared by both jobs), as keywords."""
     name = args.mechanism.lower()
     if name not in MECHANISMS:
         raise ConfigError(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    accepted = {f.name for f in dataclasses.fields(MECHANISMS[name].params_type)}
+    for item in getattr(args, "param", []):
+        key, equals, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or key in ("bins", "epsilon", "window", "max_window", "carry_forward", "sensitivity"):
+            raise ConfigError(f"--param {item!r} must be NAME=VALUE for a parameter no other flag sets")
+        if key not in accepted:
+            raise ConfigError(f"--param {key}: {name} has no such parameter; it takes {', '.join(sorted(accepted))}")
+        common[key] = _parameter_value(value.strip())
     try:
         params = params_from_options(name, bins, epsilon=args.epsilon, window=args.window,
                                      max_window=args.max_window, carry_forward=args.carry_forward, **common)

@@ -173,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
     p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
     p.add_argument("--max-window", type=int, default=1000, help="operator bound: longest declarable window")
+    cli.add_mechanism_parameter_option(p)
     p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
     p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
     p.add_argument("--sensitivity", type=int, default=1)

@@ -78,6 +78,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float)
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
+    cli.add_mechanism_parameter_option(p)
     p.add_argument("--carry-forward", action="store_true")
     p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E, "
                    "dynamic:WB,EB,WF,EF or lifetime:E")

@@ -25,12 +25,14 @@ oracle's realised epsilon, never above them.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Generator
 
 import numpy as np
 
 from transforms.mechanisms.base import ReleaseKind
 from transforms.mechanisms.charges import DISSIMILARITY
-from transforms.mechanisms.ldp.stream import Holders, LocalDecision, HomogeneousLocalMechanism, LocalParams, Reports
+from transforms.mechanisms.ldp.stream import (Answer, Holders, HomogeneousLocalMechanism, LocalDecision, LocalParams,
+                                              Reports, Rounds)
 from transforms.mechanisms.noise import Randomness
 
 
@@ -42,13 +44,9 @@ class LBU(HomogeneousLocalMechanism):
     def largest_report_units(self) -> int:
         return self.params.epsilon_units // self.params.window
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
-        units = self.params.epsilon_units // self.params.window
-        if holders.users.size == 0:
-            return LocalDecision(ReleaseKind.SKIPPED, None, (), self.variance(units, 0))
-        reports = Reports(holders.users, self.oracle(units), instruction=False)
-        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), (reports,),
-                             self.variance(units, holders.users.size), units)
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
+        units = self.largest_report_units()
+        return (yield from self.publication_round(holders.users, units, False))
 
 
 class LSP(HomogeneousLocalMechanism):
@@ -56,14 +54,11 @@ class LSP(HomogeneousLocalMechanism):
 
     name = "lsp"
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         p = self.params
-        units = p.epsilon_units
-        if (self.slot - 1 - p.sampling_offset) % p.window or holders.users.size == 0:
-            return LocalDecision(ReleaseKind.SKIPPED, None, (), self.variance(units, holders.users.size))
-        reports = Reports(holders.users, self.oracle(units))
-        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), (reports,),
-                             self.variance(units, holders.users.size), units)
+        if (self.slot - 1 - p.sampling_offset) % p.window:
+            return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(p.epsilon_units, holders.users.size))
+        return (yield from self.publication_round(holders.users, p.epsilon_units, True))
 
 
 class _AdaptiveBudget(HomogeneousLocalMechanism):
@@ -82,22 +77,22 @@ class _AdaptiveBudget(HomogeneousLocalMechanism):
         """What ``w`` dissimilarity shares leave of ``ε`` (``(1-β)ε`` when ``βε/w`` is whole)."""
         return self.params.epsilon_units - self.params.window * self.dissimilarity_units
 
-    def dissimilarity_reports(self, holders: Holders, rng: Randomness) -> tuple[float, tuple[Reports, ...]]:
+    def dissimilarity_round(self, holders: Holders) -> Generator[Reports, Answer, float]:
+        """M_{t,1}: every holder reports with ``floor(βε/w)``; returns ``dis`` (``-inf`` when nobody answered)."""
         units = self.dissimilarity_units
         if holders.users.size == 0:
-            return -np.inf, ()
-        reports = Reports(holders.users, self.oracle(units), DISSIMILARITY, instruction=False)
-        estimate = self.collect(reports, holders, rng)
-        return self.dissimilarity(estimate, units, holders.users.size), (reports,)
+            return -np.inf
+        answer = yield Reports(holders.users, self.oracle(units), DISSIMILARITY, instruction=False)
+        if answer.estimate is None:
+            return -np.inf
+        return self.dissimilarity(answer.estimate, units, answer.users.size)
 
-    def publish_or_not(self, holders: Holders, rng: Randomness, units: int, dis: float,
-                       asked: tuple[Reports, ...], otherwise: ReleaseKind = ReleaseKind.SKIPPED) -> LocalDecision:
+    def publish_or_not(self, holders: Holders, units: int, dis: float) -> Rounds:
         """Publish with ``units`` when ``dis > V(units, n)``; otherwise repeat ``r_{t-1}``."""
         err = self.variance(units, holders.users.size)
         if not dis > err:
-            return LocalDecision(otherwise, None, asked, err)
-        reports = Reports(holders.users, self.oracle(units))
-        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), asked + (reports,), err, units)
+            return LocalDecision(ReleaseKind.SKIPPED, None, err)
+        return (yield from self.publication_round(holders.users, units, True))
 
 
 class LBD(_AdaptiveBudget):
@@ -109,10 +104,10 @@ class LBD(_AdaptiveBudget):
         super().__init__(params)
         self._history = deque([0] * (params.window - 1), maxlen=params.window - 1)  # ε_{t,2} at t-1, t-2, ...
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
-        dis, asked = self.dissimilarity_reports(holders, rng)
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
+        dis = yield from self.dissimilarity_round(holders)
         units = (self.publication_pool - sum(self._history)) // 2
-        decision = self.publish_or_not(holders, rng, units, dis, asked)
+        decision = yield from self.publish_or_not(holders, units, dis)
         if self._history.maxlen:
             self._history.appendleft(decision.epsilon_units)
         return decision
@@ -134,13 +129,13 @@ class LBA(_AdaptiveBudget):
         self.last_publication = 0   # l
         self.units_absorbed = 0     # ε_{l,2}/unit at l (0 before any publication: t_N = -1)
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
-        dis, asked = self.dissimilarity_reports(holders, rng)
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
+        dis = yield from self.dissimilarity_round(holders)
         nullified_until = self.last_publication + self.units_absorbed - 1  # l + t_N
         if self.slot <= nullified_until:
-            return LocalDecision(ReleaseKind.NULLIFIED, None, asked, np.inf)
+            return LocalDecision(ReleaseKind.NULLIFIED, None, np.inf)
         absorbed = min(self.slot - nullified_until, self.params.window)  # min(t_A, w)
-        decision = self.publish_or_not(holders, rng, absorbed * self.unit, dis, asked)
+        decision = yield from self.publish_or_not(holders, absorbed * self.unit, dis)
         if decision.kind is ReleaseKind.FRESH:
             self.last_publication, self.units_absorbed = self.slot, absorbed
         return decision

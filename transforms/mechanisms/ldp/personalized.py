@@ -18,7 +18,7 @@ import numpy as np
 from transforms.mechanisms.base import MechanismParams, ReleaseKind
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
-from transforms.mechanisms.ldp.stream import (Holders, LocalDecision, LocalMechanism, Reports,
+from transforms.mechanisms.ldp.stream import (Holders, LocalDecision, LocalMechanism, Reports, Rounds,
                                               validate_local_options)
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.requirements import FixedRequirements
@@ -53,16 +53,18 @@ class PLBU(LocalMechanism):
                              f"E/w = {units_to_decimal_string(int(requirements.epsilon_units[i]))}/"
                              f"{int(requirements.window[i])} is outside what a report can spend")
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
-        if holders.users.size == 0:
-            return LocalDecision(ReleaseKind.SKIPPED, None, (), np.inf)
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         table = self.population.table.data
         budgets = (table["epsilon_units"] // table["window"])[self.population.cohort_of[holders.users]]
-        reports, estimate, variance = [], np.zeros(self.params.bins), 0.0
-        for units in np.unique(budgets):
-            group = Reports(holders.users[budgets == units], self.oracle(int(units)), instruction=False)
-            share = group.users.size / holders.users.size
-            estimate += share * self.collect(group, holders, rng)
-            variance += share ** 2 * self.variance(int(units), group.users.size)
-            reports.append(group)
-        return LocalDecision(ReleaseKind.FRESH, estimate, tuple(reports), variance, int(budgets.min()))
+        answers = []
+        for units in np.unique(budgets):  # one request per budget: its users share an oracle
+            answer = yield Reports(holders.users[budgets == units], self.oracle(int(units)), instruction=False)
+            if answer.estimate is not None:
+                answers.append((int(units), answer))
+        reporters = sum(answer.users.size for _, answer in answers)
+        if reporters == 0:
+            return LocalDecision(ReleaseKind.SKIPPED, None, np.inf)
+        shares = [answer.users.size / reporters for _, answer in answers]  # each user's own unbiased estimator
+        estimate = sum(share * answer.estimate for share, (_, answer) in zip(shares, answers))
+        variance = sum(share ** 2 * self.variance(units, answer.users.size) for share, (units, answer) in zip(shares, answers))
+        return LocalDecision(ReleaseKind.FRESH, estimate, variance, min(units for units, _ in answers))

@@ -25,13 +25,15 @@ sample means no publication.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Generator
 
 import numpy as np
 
 from transforms.mechanisms.base import ReleaseKind
 from transforms.mechanisms.charges import DISSIMILARITY
 from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_subset
-from transforms.mechanisms.ldp.stream import Holders, LocalDecision, HomogeneousLocalMechanism, LocalParams, Reports
+from transforms.mechanisms.ldp.stream import (Answer, Holders, HomogeneousLocalMechanism, LocalDecision, LocalParams,
+                                              Reports, Rounds)
 from transforms.mechanisms.noise import Randomness
 
 
@@ -45,16 +47,11 @@ class LPU(HomogeneousLocalMechanism):
         self.group_of_user = np.full(0, -1, np.int64)
         self.grouped = 0  # users given a group so far: the next ones continue the round
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         self._group_new_users(holders.value_of.size, rng)
-        units = self.params.epsilon_units
         group = (self.slot - 1) % self.params.window
         users = holders.users[self.group_of_user[holders.users] == group]
-        if users.size == 0:
-            return LocalDecision(ReleaseKind.SKIPPED, None, (), self.variance(units, 0))
-        reports = Reports(users, self.oracle(units))
-        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), (reports,),
-                             self.variance(units, users.size), units)
+        return (yield from self.publication_round(users, self.params.epsilon_units))
 
     def _group_new_users(self, capacity: int, rng: Randomness) -> None:
         """Give every newly registered user the next group of the round, the newcomers in a random order."""
@@ -97,34 +94,26 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         self.last_report[chosen] = self.slot
         return chosen, np.setdiff1d(pool, chosen, assume_unique=True)
 
-    def dissimilarity_reports(self, holders: Holders, rng: Randomness
-                              ) -> tuple[float, tuple[Reports, ...], np.ndarray]:
-        """M_{t,1}: ``floor(βn/w)`` available users report; ``dis``, their reports and what is left of the pool."""
+    def dissimilarity_round(self, holders: Holders, rng: Randomness) -> Generator[Reports, Answer, tuple]:
+        """M_{t,1}: ``floor(βn/w)`` available users report; returns ``dis`` and what is left of the pool."""
         p = self.params
         chosen, pool = self.sample(self.available(holders), p.share_of(holders.registered) // p.window, rng)
         if chosen.size == 0:
-            return -np.inf, (), pool
-        reports = Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY)
-        estimate = self.collect(reports, holders, rng)
-        return self.dissimilarity(estimate, p.epsilon_units, chosen.size), (reports,), pool
+            return -np.inf, pool
+        answer = yield Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY)
+        if answer.estimate is None:
+            return -np.inf, pool
+        return self.dissimilarity(answer.estimate, p.epsilon_units, answer.users.size), pool
 
-    def publish_or_not(self, holders: Holders, rng: Randomness, pool: np.ndarray, users: int, dis: float,
-                       asked: tuple[Reports, ...]) -> LocalDecision:
-        """Publish from ``users`` sampled users when ``dis > V(ε, users)``; otherwise repeat ``r_{t-1}``."""
-        units = self.params.epsilon_units
-        err = self.variance(units, users)
+    def publish_or_not(self, pool: np.ndarray, users: int, dis: float, rng: Randomness
+                       ) -> Generator[Reports, Answer, tuple[LocalDecision, int]]:
+        """Publish from ``users`` sampled users when ``dis > V(ε, users)``, else repeat ``r_{t-1}``; returns the
+        decision and how many users were asked (an unanswered request still took them out of the pool)."""
+        err = self.variance(self.params.epsilon_units, users)
         if not dis > err:
-            return LocalDecision(ReleaseKind.SKIPPED, None, asked, err)
+            return LocalDecision(ReleaseKind.SKIPPED, None, err), 0
         chosen, _ = self.sample(pool, users, rng)
-        if chosen.size == 0:
-            return LocalDecision(ReleaseKind.SKIPPED, None, asked, err)
-        reports = Reports(chosen, self.oracle(units))
-        return LocalDecision(ReleaseKind.FRESH, self.collect(reports, holders, rng), asked + (reports,),
-                             self.variance(units, chosen.size), units)
-
-    @staticmethod
-    def publication_users(decision: LocalDecision) -> int:
-        return decision.reports[-1].users.size if decision.kind is ReleaseKind.FRESH else 0
+        return (yield from self.publication_round(chosen, self.params.epsilon_units)), chosen.size
 
     def method_state(self):
         return {"last_report": self.last_report}
@@ -142,17 +131,17 @@ class LPD(_AdaptivePopulation):
         super().__init__(params)
         self._history = deque([0] * (params.window - 1), maxlen=params.window - 1)  # |U_{t,2}| at t-1, t-2, ...
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         p = self.params
-        dis, asked, pool = self.dissimilarity_reports(holders, rng)
-        publication_pool = p.rest_of(holders.registered)                         # P = floor((1-β)n)
-        potential = max(publication_pool - sum(self._history), 0) // 2         # n_pp = floor(n_rm / 2)
+        dis, pool = yield from self.dissimilarity_round(holders, rng)
+        publication_pool = p.rest_of(holders.registered)                   # P = floor((1-β)n)
+        potential = max(publication_pool - sum(self._history), 0) // 2   # n_pp = floor(n_rm / 2)
         if potential < p.min_publication_users:
-            decision = LocalDecision(ReleaseKind.SKIPPED, None, asked, self.variance(p.epsilon_units, potential))
+            decision, asked = LocalDecision(ReleaseKind.SKIPPED, None, self.variance(p.epsilon_units, potential)), 0
         else:
-            decision = self.publish_or_not(holders, rng, pool, potential, dis, asked)
+            decision, asked = yield from self.publish_or_not(pool, potential, dis, rng)
         if self._history.maxlen:
-            self._history.appendleft(self.publication_users(decision))
+            self._history.appendleft(asked)
         return decision
 
     def method_state(self):
@@ -173,15 +162,15 @@ class LPA(_AdaptivePopulation):
         self.last_publication = 0   # l
         self.units_absorbed = 0     # |U_{l,2}|/unit at l (0 before any publication: t_N = -1)
 
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         p = self.params
-        dis, asked, pool = self.dissimilarity_reports(holders, rng)
+        dis, pool = yield from self.dissimilarity_round(holders, rng)
         nullified_until = self.last_publication + self.units_absorbed - 1  # l + t_N
         if self.slot <= nullified_until:
-            return LocalDecision(ReleaseKind.NULLIFIED, None, asked, np.inf)
+            return LocalDecision(ReleaseKind.NULLIFIED, None, np.inf)
         absorbed = min(self.slot - nullified_until, p.window)
         unit = p.rest_of(holders.registered) // p.window  # floor((1-β)n/w)
-        decision = self.publish_or_not(holders, rng, pool, absorbed * unit, dis, asked)
+        decision, _ = yield from self.publish_or_not(pool, absorbed * unit, dis, rng)
         if decision.kind is ReleaseKind.FRESH:
             self.last_publication, self.units_absorbed = self.slot, absorbed
         return decision

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import NamedTuple
+from typing import Generator, NamedTuple
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class LocalParams(HomogeneousParams):
 
 
 class Reports(NamedTuple):
-    """Some holders report through one oracle: the users (ascending), the oracle, the part the report pays for.
+    """A request: some holders report through one oracle (users ascending), and the part the report pays for.
 
     ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting).
     """
@@ -125,13 +125,19 @@ class Reports(NamedTuple):
     instruction: bool = True
 
 
+class Answer(NamedTuple):
+    """What came back for a request: who answered (ascending) and the estimate from their reports (None: nobody)."""
+
+    users: np.ndarray
+    estimate: np.ndarray | None
+
+
 @dataclass(frozen=True)
 class LocalDecision:
-    """What a local method decided at a slot: the kind, the fresh estimate, the reports it asked for."""
+    """What a local method decided at a slot: the kind, the fresh estimate, the error model behind it."""
 
     kind: ReleaseKind
     estimate: np.ndarray | None   # the fresh frequency estimate (None: r_{t-1} repeated)
-    reports: tuple[Reports, ...]
     predicted_error: float        # the error model's per-bin variance behind the decision
     epsilon_units: int = 0        # the budget of the fresh estimate's reports
 
@@ -144,8 +150,52 @@ class Holders(NamedTuple):
     registered: int  # registered users (public): the population size n of the spec
 
 
+Rounds = Generator[Reports, Answer, LocalDecision]
+"""A method's slot: it yields each request and is sent what came back; it returns the decision."""
+
+
+class SlotRounds:
+    """One slot of a local method, round by round.
+
+    :attr:`request` is what the method asks next (``None`` once the slot is
+    decided); :meth:`answer` gives it the users who answered and the counts
+    ``C'`` their reports sum to; :attr:`release` is the slot's release once
+    the method has decided.  The simulated users answer every request at
+    once (:meth:`LocalMechanism.step`); client devices answer through the
+    pipeline, and users who do not answer count as not reporting.
+    """
+
+    def __init__(self, mechanism: "LocalMechanism", batch: SlotBatch, groups: np.ndarray, holders: Holders,
+                 rounds: Rounds):
+        self.mechanism, self.batch, self.groups, self.holders = mechanism, batch, groups, holders
+        self._rounds = rounds
+        self.answered: list[Reports] = []
+        self.release: Release | None = None
+        self.request: Reports | None = None
+        self._advance(None)
+
+    def answer(self, users: np.ndarray, counts: np.ndarray | None) -> None:
+        """The request's ``users`` who answered (ascending, a subset of it) and the sum ``C'`` of their reports."""
+        request = self.request
+        if request is None:
+            raise ValueError("the slot is decided: nothing was asked")
+        users = np.asarray(users, np.int64)
+        if users.size and np.setdiff1d(users, request.users, assume_unique=True).size:
+            raise ValueError("only users who were asked can answer")
+        estimate = request.oracle.estimate(counts, users.size) if users.size else None
+        self.answered.append(request._replace(users=users))
+        self._advance(Answer(users, estimate))
+
+    def _advance(self, answer: Answer | None) -> None:
+        try:
+            self.request = self._rounds.send(answer)
+        except StopIteration as stop:
+            self.request = None
+            self.release = self.mechanism._release(self, stop.value)
+
+
 class LocalMechanism(Mechanism):
-    """Base of the LDP-IDS methods: holders in, reports out, charges and evidence from the reports."""
+    """Base of the LDP-IDS methods: holders in, requests out, answers in, charges and evidence from the answers."""
 
     trust = TrustModel.LOCAL_SIMULATED
     estimates = Estimate.FREQUENCIES
@@ -157,8 +207,8 @@ class LocalMechanism(Mechanism):
         self.last_bits = 0  # communication of the last slot (spec §6.3): report bits plus request bits
 
     # -- what subclasses provide ----------------------------------------------------------------------
-    def decide_reports(self, holders: Holders, rng: Randomness) -> LocalDecision:
-        """Run the method's algorithm for slot ``self.slot``."""
+    def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
+        """The method's algorithm for slot ``self.slot``: ``answer = yield request`` per sub-mechanism."""
         raise NotImplementedError
 
     def decide(self, data: SlotData, rng: Randomness):
@@ -176,17 +226,24 @@ class LocalMechanism(Mechanism):
         kind = self.params.oracle or choose_oracle(units, self.params.bins)
         return ldp_variance(units / UNITS_PER_EPSILON, self.params.bins, reporters, kind, self.params.grr_variance)
 
-    def collect(self, reports: Reports, holders: Holders, rng: Randomness) -> np.ndarray:
-        """The frequency estimate from ``reports``' users' randomized values (they must be holders)."""
-        values = holders.value_of[reports.users]
+    def simulate(self, request: Reports, holders: Holders, rng: Randomness) -> np.ndarray:
+        """The counts ``C'`` the reports of ``request``'s users would sum to, their randomizers run on their values."""
+        values = holders.value_of[request.users]
         if values.size and values.min() < 0:
             raise ValueError("only holders can report")
-        oracle = reports.oracle
+        oracle = request.oracle
         if self.params.simulation == "aggregate":
-            counts = aggregate_counts(oracle, np.bincount(values, minlength=oracle.d), rng)
-        else:
-            counts = report_counts(oracle, perturb_values(oracle, values, rng))
-        return oracle.estimate(counts, values.size)
+            return aggregate_counts(oracle, np.bincount(values, minlength=oracle.d), rng)
+        return report_counts(oracle, perturb_values(oracle, values, rng))
+
+    def publication_round(self, users: np.ndarray, units: int, instruction: bool = True) -> Rounds:
+        """``users`` report with ``units`` and the answers are released (repeated when nobody answers)."""
+        if users.size == 0:
+            return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
+        answer = yield Reports(users, self.oracle(units), PUBLICATION, instruction)
+        if answer.estimate is None:
+            return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
+        return LocalDecision(ReleaseKind.FRESH, answer.estimate, self.variance(units, answer.users.size), units)
 
     def dissimilarity(self, estimate: np.ndarray, units: int, reporters: int) -> float:
         """Eq. (3): the mean squared distance to ``r_{t-1}`` minus the estimate's variance."""
@@ -194,14 +251,25 @@ class LocalMechanism(Mechanism):
 
     # -- the protocol --------------------------------------------------------------------------------------
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
+        """One slot with simulated users: every request is answered by all its users' randomizers."""
+        slot = self.start_slot(batch, rng)
+        while slot.request is not None:
+            slot.answer(slot.request.users, self.simulate(slot.request, slot.holders, rng))
+        return slot.release
+
+    def start_slot(self, batch: SlotBatch, rng: Randomness) -> SlotRounds:
+        """Admit ``batch`` and start the slot; its requests are answered through the returned rounds."""
         data = self.admit(batch)
         holders = self._holders(batch, data.groups)
-        decision = self.decide_reports(holders, rng)
+        return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng))
+
+    def _release(self, slot: SlotRounds, decision: LocalDecision) -> Release:
         if decision.kind is ReleaseKind.FRESH:
             self.last_estimate = np.asarray(decision.estimate, np.float64)
-        self.last_bits = sum(r.users.size * (r.oracle.bits + r.instruction) for r in decision.reports)
-        charges = self._charges(batch, data.groups, decision.reports)
-        counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
+        reports = tuple(slot.answered)
+        self.last_bits = sum(r.users.size * (r.oracle.bits + r.instruction) for r in reports)
+        charges = self._charges(slot.batch, slot.groups, reports)
+        counts = np.rint(self.last_estimate * slot.holders.registered).astype(np.int64)
         return Release(self.slot, counts, decision.kind, decision.epsilon_units, decision.predicted_error,
                        charges, self.estimates, self.trust, self.last_estimate.copy())
 

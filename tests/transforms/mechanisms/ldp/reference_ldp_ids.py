@@ -134,15 +134,17 @@ class Reference:
         kind = oracle_for(units, self.d, self.forced).kind
         return ldp_variance(units / UNITS, self.d, n, kind, self.grr_variance)
 
-    def report(self, users, units: int, part: str, rng, instruction: bool) -> np.ndarray:
-        """``users`` (ascending) run LocSan at ``units``; the FO estimate normalised by them (spec §3)."""
+    def send(self, users, units: int, part: str, rng, instruction: bool):
+        """``users`` (ascending) run LocSan at ``units``: the oracle, their reports (None when simulated in
+        aggregate) and the counts C' the server sums; each reporter's ledger and charges take the report."""
         users = sorted(users)
         oracle = oracle_for(units, self.d, self.forced)
         values = np.array([self.holding[u] for u in users], np.int64)
         if self.simulation == "aggregate":
-            counts = aggregate_counts(oracle, np.bincount(values, minlength=self.d), rng)
+            reports, counts = None, aggregate_counts(oracle, np.bincount(values, minlength=self.d), rng)
         else:
-            counts = report_counts(oracle, perturb_values(oracle, values, rng))
+            reports = perturb_values(oracle, values, rng)
+            counts = report_counts(oracle, reports)
         for u in users:
             self.spent.setdefault(u, {})[self.t] = self.spent.get(u, {}).get(self.t, 0) + units
             self.reported_at.setdefault(u, []).append(self.t)
@@ -150,7 +152,11 @@ class Reference:
             self.charged[u] = (dis + oracle.realised_units, pub) if part == DIS else (dis, pub + oracle.realised_units)
         self.reports.append(Report(part, tuple(users), units, oracle.kind, oracle.realised_units,
                                    (self.d - 1).bit_length() if oracle.kind == "grr" else self.d, instruction))
-        self.last_counts = (oracle, counts)
+        return oracle, reports, counts
+
+    def report(self, users, units: int, part: str, rng, instruction: bool) -> np.ndarray:
+        """The FO estimate from ``users``' reports at ``units``, normalised by the reporters (spec §3, T1)."""
+        oracle, _, counts = self.send(users, units, part, rng, instruction)
         return oracle.estimate(counts, len(users))
 
     def dissimilarity(self, estimate: np.ndarray, units: int, n1: int) -> float:
@@ -353,27 +359,14 @@ class Reference:
         total = [Fraction(0)] * self.d
         for units in sorted(set(budget.values())):  # one oracle per distinct budget, ascending
             users = [u for u in self.holders if budget[u] == units]
-            if self.simulation == "users":
-                oracle = oracle_for(units, self.d, self.forced)
-                values = np.array([self.holding[u] for u in users], np.int64)
-                reports = perturb_values(oracle, values, rng)
-                self.record_plbu(users, units, oracle)
-                for y in reports:  # every reporter's own unbiased estimator (1[y = j] - q_i)/(p_i - q_i)
-                    bits = [int(y) == j for j in range(self.d)] if oracle.kind == "grr" else [bool(b) for b in y]
-                    for j in range(self.d):
-                        total[j] += (int(bits[j]) - oracle.q) / (oracle.p - oracle.q)
-            else:
-                self.report(users, units, PUB, rng, instruction=False)
-                oracle, counts = self.last_counts  # the group's sum of per-user estimators, from its counts
+            oracle, reports, counts = self.send(users, units, PUB, rng, instruction=False)
+            scale = oracle.p - oracle.q
+            if reports is None:  # aggregate: the group's sum of per-user estimators, from its counts
                 for j in range(self.d):
-                    total[j] += (int(counts[j]) - len(users) * oracle.q) / (oracle.p - oracle.q)
-        estimate = np.array([float(x / len(self.holders)) for x in total])
-        return FRESH, estimate, min(budget.values())
-
-    def record_plbu(self, users, units, oracle) -> None:
-        for u in users:
-            self.spent.setdefault(u, {})[self.t] = units
-            self.reported_at.setdefault(u, []).append(self.t)
-            self.charged[u] = (0, oracle.realised_units)
-        self.reports.append(Report(PUB, tuple(users), units, oracle.kind, oracle.realised_units,
-                                   (self.d - 1).bit_length() if oracle.kind == "grr" else self.d, False))
+                    total[j] += (int(counts[j]) - len(users) * oracle.q) / scale
+                continue
+            for y in reports:  # every reporter's own unbiased estimator (1[y = j] - q_i)/(p_i - q_i)
+                ones = [int(y) == j for j in range(self.d)] if oracle.kind == "grr" else [bool(b) for b in y]
+                for j in range(self.d):
+                    total[j] += (int(ones[j]) - oracle.q) / scale
+        return FRESH, np.array([float(x / len(self.holders)) for x in total]), min(budget.values())

@@ -7,7 +7,8 @@ generator of the same seed: both call the randomness primitives in the same
 order, so they must agree exactly, slot by slot, on the release kind, the
 estimate, who reported in each sub-mechanism (and with which budget and
 oracle), every registered user's dissimilarity and publication charges and
-the slot's communication.  The reference checks its own per-user windows at
+the slot's communication (with the fast mechanism saved and restored at a
+generated slot).  The reference checks its own per-user windows at
 every slot (no window over ε; in population division no user twice in any
 ``w`` consecutive slots, spec TV-11b) and the project's privacy ledger must
 find no violation in the fast mechanism's charges.
@@ -15,7 +16,8 @@ find no violation in the fast mechanism's charges.
 Mutation power: deliberate mistakes in subclasses of the fast mechanisms
 (recycling one slot early, trap T6; LBA/LPA without the ``t_N = -1`` start,
 trap T10; LPA skipping M_{t,1} at nullified slots, trap T7; LPD's publication
-pool counting every user, trap T9) are caught by the comparison or the ledger.
+pool counting every user, trap T9; LBD's pool as a float ``(1-β)ε``) are
+caught by the comparison, and the early recycling by the ledger too.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from mechanism_helpers import run_with_ledger
 from reference_ldp_ids import (BUDGET_METHODS, DIS, POPULATION_METHODS, PUB, Reference, ReferenceOverspent)
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
-from transforms.mechanisms.ldp.budget_division import LBA
+from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.ldp.budget_division import LBA, LBD
 from transforms.mechanisms.ldp.population_division import LPA, LPD
 from transforms.mechanisms.ldp.stream import LocalParams
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -108,21 +111,31 @@ def batches(scenario: Scenario) -> list[SlotBatch]:
     return out
 
 
-def run_fast(scenario: Scenario, mechanism=None) -> list[dict]:
-    """Each slot of the fast mechanism as plain data, with the reports its ``collect`` was asked for."""
+def run_fast(scenario: Scenario, mechanism=None, resume_at: int | None = None) -> list[dict]:
+    """Each slot of the fast mechanism as plain data, with the reports its ``collect`` was asked for.
+
+    With ``resume_at``, the mechanism is saved before that slot and the run continues from the restored copy.
+    """
     mechanism = mechanism or make_mechanism(scenario.method, **scenario.params())
     asked = []
-    collect = mechanism.collect
 
-    def recording(reports, holders, rng):
-        asked.append((reports.part, tuple(int(u) for u in reports.users), reports.oracle.epsilon_units,
-                      reports.oracle.kind))
-        return collect(reports, holders, rng)
+    def recorded(mechanism):
+        collect = mechanism.collect
 
-    mechanism.collect = recording
+        def recording(reports, holders, rng):
+            asked.append((reports.part, tuple(int(u) for u in reports.users), reports.oracle.epsilon_units,
+                          reports.oracle.kind))
+            return collect(reports, holders, rng)
+
+        mechanism.collect = recording
+        return mechanism
+
+    mechanism = recorded(mechanism)
     rng = insecure_seeded_randomness(scenario.seed)
     out = []
-    for batch in batches(scenario):
+    for t, batch in enumerate(batches(scenario), 1):
+        if t == resume_at:
+            mechanism = recorded(type(mechanism).from_bytes(mechanism.params, mechanism.to_bytes()))
         del asked[:]
         release = mechanism.step(batch, rng)
         charges = release.charges
@@ -140,10 +153,10 @@ def run_reference(scenario: Scenario, reference: Reference | None = None) -> lis
     return [reference.step(rows, rng) for rows in scenario.rows()]
 
 
-def first_difference(scenario: Scenario, mechanism=None) -> str | None:
+def first_difference(scenario: Scenario, mechanism=None, resume_at: int | None = None) -> str | None:
     """Where the fast mechanism first departs from the reference (None: nowhere)."""
     expected = run_reference(scenario)
-    for ref, fast in zip(expected, run_fast(scenario, mechanism)):
+    for ref, fast in zip(expected, run_fast(scenario, mechanism, resume_at)):
         where = f"{scenario.method} slot {ref.slot} ({ref.trace})"
         reports = [(r.part, r.users, r.units, r.kind) for r in ref.reports]
         checks = [("kind", fast["kind"], ref.kind), ("reports", fast["reports"], reports),
@@ -172,15 +185,16 @@ def scenarios(method: str, max_users: int = 60, max_slots: int = 24):
         sampling_offset=st.sampled_from([0, 2]), seed=st.integers(0, 2**32 - 1))
 
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("method", BUDGET_METHODS + POPULATION_METHODS + ("plbu",))
 def test_fast_equals_reference_on_generated_streams(method):
     @PROPERTY
-    @given(scenarios(method))
-    def check(scenario):
-        assert first_difference(scenario) is None, first_difference(scenario)
+    @given(scenarios(method), st.integers(1, 24))
+    def check(scenario, resume_at):
+        difference = first_difference(scenario, resume_at=resume_at)
+        assert difference is None, difference
         releases, ledger = run_with_ledger(make_mechanism(method, **scenario.params()), batches(scenario),
                                            seed=scenario.seed)
         assert ledger.violation_count == 0, ledger.violations[:3]
@@ -302,3 +316,20 @@ class PoolFromEveryone(LPD):
 def test_population_accounting_mistakes_are_caught(scenario, mutant):
     assert first_difference(scenario) is None
     assert first_difference(scenario, mutant(_params(scenario))) is not None
+
+
+class FloatPool(LBD):
+    """Float budget division: the publication pool as the float ``(1-β)ε`` instead of the integer units that
+    ``w`` floored dissimilarity shares leave (5 units apart at β = 0.3, ε = 0.5, w = 7)."""
+
+    @property
+    def publication_pool(self) -> int:
+        return to_units((1 - self.params.beta) * self.params.epsilon)
+
+
+def test_float_budget_division_is_caught():
+    scenario = replace(MUTATION_STREAM, method="lbd", users=400, beta="0.3", window=7, epsilon="0.5")
+    assert FloatPool(_params(scenario)).publication_pool != LBD(_params(scenario)).publication_pool
+    assert first_difference(scenario) is None
+    assert any(outcome.kind == "fresh" for outcome in run_reference(scenario))
+    assert first_difference(scenario, FloatPool(_params(scenario))) is not None

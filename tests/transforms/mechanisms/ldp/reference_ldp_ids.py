@@ -69,7 +69,6 @@ class Report:
     users: tuple[int, ...]
     units: int
     kind: str
-    realised_units: int
     bits: int            # per report, spec §6.3: ceil(log2 d) for GRR, d for OUE
     instruction: bool    # a request bit per report (§6.3's counting)
 
@@ -150,8 +149,8 @@ class Reference:
             self.reported_at.setdefault(u, []).append(self.t)
             dis, pub = self.charged.get(u, (0, 0))
             self.charged[u] = (dis + oracle.realised_units, pub) if part == DIS else (dis, pub + oracle.realised_units)
-        self.reports.append(Report(part, tuple(users), units, oracle.kind, oracle.realised_units,
-                                   (self.d - 1).bit_length() if oracle.kind == "grr" else self.d, instruction))
+        bits = (self.d - 1).bit_length() if oracle.kind == "grr" else self.d
+        self.reports.append(Report(part, tuple(users), units, oracle.kind, bits, instruction))
         return oracle, reports, counts
 
     def report(self, users, units: int, part: str, rng, instruction: bool) -> np.ndarray:
@@ -189,7 +188,7 @@ class Reference:
         kind, estimate, units = getattr(self, "_" + self.method)(sorted(newcomers), rng)
         if kind == FRESH:
             self.r = np.array(estimate, np.float64)
-        if self.method in POPULATION_METHODS[1:]:
+        if self.method in ("lpd", "lpa"):
             self.recycle()
         self.check_windows()
         charges = {u: self.charged.get(u, (0, 0)) for u in sorted(self.registered)}

@@ -46,8 +46,9 @@ def everyone(n: int, window: int, epsilon: str) -> SlotBatch:
     return SlotBatch.of(range(n), np.arange(n) % 2, reqs)
 
 
-def run_traced(mechanism, n: int, window: int, slots: int, epsilon: str = "1"):
-    """Step ``mechanism`` with everyone present; per slot the release and the users of each part's reports."""
+def run_traced(mechanism, n: int, window: int, slots: int, observe=lambda mechanism, t: None):
+    """Step ``mechanism`` with everyone present; per slot the release, the ``(part, reporters, units)`` of each
+    batch of reports, LBA/LPA's ``t_N`` before the slot and what ``observe(mechanism, t)`` says after it."""
     asked = []
     collect = mechanism.collect
 
@@ -57,13 +58,13 @@ def run_traced(mechanism, n: int, window: int, slots: int, epsilon: str = "1"):
 
     mechanism.collect = recording
     rng = insecure_seeded_randomness(4)
-    batch = everyone(n, window, epsilon)
+    batch = everyone(n, window, "1")
     out = []
-    for _ in range(slots):
+    for t in range(1, slots + 1):
         del asked[:]
-        before = {"units_absorbed": getattr(mechanism, "units_absorbed", None)}
+        t_n = getattr(mechanism, "units_absorbed", 0) - 1  # l + t_N - l: the nullified slots after l
         release = mechanism.step(batch, rng)
-        out.append((release, list(asked), before))
+        out.append((release, list(asked), t_n, observe(mechanism, t)))
     return out
 
 
@@ -105,7 +106,8 @@ def test_tv4_lbd_trace():
     fast = run_traced(injected(LBD, TV4_DIS)(params), N_TV, 4, 10)
     reference = run_reference("lbd", N_TV, 4, TV4_DIS, 10)
     assert ldp_variance(0.125, 2, N_TV) == pytest.approx(6.3917e-3, rel=1e-4)
-    for t, ((eps_rm, eps_t2, err, decision), (release, asked, _), ref) in enumerate(zip(TV4_LBD, fast, reference), 1):
+    for t, ((eps_rm, eps_t2, err, decision), (release, asked, _, _), ref) in enumerate(
+            zip(TV4_LBD, fast, reference), 1):
         assert (ref.trace["eps_rm"], ref.trace["eps_t2"]) == (units(eps_rm), units(eps_t2)), t
         assert ref.trace["err"] == pytest.approx(err, rel=1e-4) and ref.kind == decision, t
         assert release.kind.value == decision, t
@@ -119,10 +121,10 @@ def test_tv4_lba_trace():
     params = LocalParams(bins=2, epsilon=1.0, window=4, beta=0.5, simulation="aggregate")
     fast = run_traced(injected(LBA, TV4_DIS)(params), N_TV, 4, 10)
     reference = run_reference("lba", N_TV, 4, TV4_DIS, 10)
-    for t, ((t_n, t_a, eps_t2, err, decision), (release, asked, before), ref) in enumerate(
+    for t, ((t_n, t_a, eps_t2, err, decision), (release, asked, t_n_fast, _), ref) in enumerate(
             zip(TV4_LBA, fast, reference), 1):
         assert ref.kind == release.kind.value == decision, t
-        assert ref.trace["t_N"] == before["units_absorbed"] - 1 == t_n, t
+        assert ref.trace["t_N"] == t_n_fast == t_n, t
         assert asked[0] == (DIS, N_TV, units("1/8")), t  # M1 runs at nullified slots too (T7)
         if decision == NUL:
             assert len(asked) == 1 and math.isinf(release.predicted_error), t
@@ -161,42 +163,34 @@ def pool_sizes(mechanism, t: int, n: int, window: int) -> tuple[int, int]:
             int(np.count_nonzero((last == 0) | (last <= t + 1 - window))))
 
 
+def publications(published: int) -> list:
+    """The reports of a TV-5 slot: 1250 M1 users, then the publication users if any, all with ε = 1."""
+    return [(DIS, 1250, UNITS)] + ([(PUB, published, UNITS)] if published else [])
+
+
 def test_tv5_lpd_trace():
     mechanism = injected(LPD, TV5_DIS)(LocalParams(bins=2, epsilon=1.0, window=4, simulation="aggregate"))
-    asked_per_slot, rng, batch = [], insecure_seeded_randomness(5), everyone(N_TV, 4, "1")
+    fast = run_traced(mechanism, N_TV, 4, 10, lambda m, t: pool_sizes(m, t, N_TV, 4))
     reference = run_reference("lpd", N_TV, 4, TV5_DIS, 10)
-    collect = mechanism.collect
-    mechanism.collect = lambda reports, holders, r: (asked_per_slot[-1].append((reports.part, reports.users.size)),
-                                                    collect(reports, holders, r))[1]
-    for t, ((n_rm, n_pp, err, decision, published, after_sampling, after_recycling), ref) in enumerate(
-            zip(TV5_LPD, reference), 1):
-        asked_per_slot.append([])
-        release = mechanism.step(batch, rng)
+    for t, ((n_rm, n_pp, err, decision, published, *pool), (release, asked, _, fast_pool), ref) in enumerate(
+            zip(TV5_LPD, fast, reference), 1):
         assert ref.trace["n1"] == 1250 and (ref.trace["n_rm"], ref.trace["n_pp"]) == (n_rm, n_pp), t
         assert ref.trace["err"] == pytest.approx(err, rel=1e-4) and ref.kind == decision, t
-        assert (ref.trace["U_A_after_sampling"], ref.trace["U_A_after_recycling"]) == (after_sampling,
-                                                                                    after_recycling), t
+        assert [ref.trace["U_A_after_sampling"], ref.trace["U_A_after_recycling"]] == pool == list(fast_pool), t
         assert release.kind.value == decision and release.predicted_error == pytest.approx(err, rel=1e-4), t
-        assert asked_per_slot[-1] == [(DIS, 1250)] + ([(PUB, published)] if published else []), t
-        assert pool_sizes(mechanism, t, N_TV, 4) == (after_sampling, after_recycling), t
+        assert asked == publications(published), t
 
 
 def test_tv5_lpa_trace():
     mechanism = injected(LPA, TV5_DIS)(LocalParams(bins=2, epsilon=1.0, window=4, simulation="aggregate"))
-    asked_per_slot, rng, batch = [], insecure_seeded_randomness(5), everyone(N_TV, 4, "1")
+    fast = run_traced(mechanism, N_TV, 4, 10, lambda m, t: pool_sizes(m, t, N_TV, 4)[0])
     reference = run_reference("lpa", N_TV, 4, TV5_DIS, 10)
-    collect = mechanism.collect
-    mechanism.collect = lambda reports, holders, r: (asked_per_slot[-1].append((reports.part, reports.users.size)),
-                                                    collect(reports, holders, r))[1]
-    for t, ((t_n, t_a, n_pp, err, decision, published, after_sampling), ref) in enumerate(
-            zip(TV5_LPA, reference), 1):
-        asked_per_slot.append([])
-        t_n_fast = mechanism.units_absorbed - 1
-        release = mechanism.step(batch, rng)
+    for t, ((t_n, t_a, n_pp, err, decision, published, pool), (release, asked, t_n_fast, fast_pool), ref) in \
+            enumerate(zip(TV5_LPA, fast, reference), 1):
         assert ref.kind == release.kind.value == decision, t
         assert ref.trace["t_N"] == t_n_fast == t_n, t
-        assert ref.trace["U_A_after_sampling"] == pool_sizes(mechanism, t, N_TV, 4)[0] == after_sampling, t
-        assert asked_per_slot[-1] == [(DIS, 1250)] + ([(PUB, published)] if published else []), t
+        assert ref.trace["U_A_after_sampling"] == fast_pool == pool, t
+        assert asked == publications(published), t
         if decision != NUL:
             assert (ref.trace["t_A"], ref.trace["n_pp"]) == (t_a, n_pp), t
             assert ref.trace["err"] == pytest.approx(err, rel=1e-4), t

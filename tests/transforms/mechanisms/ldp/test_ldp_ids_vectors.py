@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from reference_ldp_ids import DIS, PUB, Reference
+
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.ldp import ldp_variance
 from transforms.mechanisms.ldp.budget_division import LBA, LBD
@@ -27,7 +28,7 @@ from transforms.mechanisms.ldp.stream import LocalParams
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 UNITS = 10**12
-PUB_, APX, NUL = "fresh", "skipped", "nullified"
+PUB_, APX, NUL = "fresh", "skipped", "nullified"  # the spec tables' decisions as release kinds
 
 
 def injected(cls, dissimilarities):

@@ -30,10 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanism_helpers import run_with_ledger
-from reference_ldp_ids import (BUDGET_METHODS, DIS, POPULATION_METHODS, PUB, Reference, ReferenceOverspent)
+from reference_ldp_ids import BUDGET_METHODS, DIS, POPULATION_METHODS, Reference, ReferenceOverspent
+
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
-from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.ldp.budget_division import LBA, LBD
 from transforms.mechanisms.ldp.population_division import LPA, LPD
 from transforms.mechanisms.ldp.stream import LocalParams
@@ -195,7 +196,7 @@ def test_fast_equals_reference_on_generated_streams(method):
     def check(scenario, resume_at):
         difference = first_difference(scenario, resume_at=resume_at)
         assert difference is None, difference
-        releases, ledger = run_with_ledger(make_mechanism(method, **scenario.params()), batches(scenario),
+        _, ledger = run_with_ledger(make_mechanism(method, **scenario.params()), batches(scenario),
                                            seed=scenario.seed)
         assert ledger.violation_count == 0, ledger.violations[:3]
 

@@ -218,8 +218,7 @@ def test_tv11b_no_user_twice_within_w_under_random_decisions(method, n, w):
     for t in range(1, 151):
         outcome = reference.step([(u, u % 2, None) for u in range(n)], rng)
         publications += outcome.kind == "fresh"
-        parts = [r.part for r in outcome.reports]
-        assert parts[0] == DIS and len(outcome.reports[0].users) == n // (2 * w)  # M1 never starves
+        assert outcome.reports[0].part == DIS and len(outcome.reports[0].users) == n // (2 * w)  # M1 never starves
         if outcome.kind == "fresh":
             assert len(outcome.reports[1].users) == outcome.trace["n_pp"]  # nor does a publication
     assert publications > 10
@@ -255,7 +254,7 @@ class RecyclesEarly(LPD):
     """Trap T6: a user used at ``s`` is available again at ``s + w - 1``."""
 
     def available(self, holders):
-        super().available(holders)
+        super().available(holders)  # grows last_report to the registry's size
         users = holders.users
         last = self.last_report[users]
         return users[(last == 0) | (last <= self.slot - self.params.window + 1)]
@@ -277,6 +276,8 @@ class NoPhantomStart(LBA):
 
 
 class PopulationNoPhantomStart(LPA):
+    """Trap T10 "fixed" in LPA: the first publication takes one unit of users less."""
+
     def __init__(self, params):
         super().__init__(params)
         self.units_absorbed = 1

@@ -14,7 +14,10 @@ Samples are exactly uniform among the available users (``choose``).
   publications left of ``P = floor((1-β)n)`` users, when ``dis > V(ε, n_pp)``
   and ``n_pp >= u_min``.
 * **LPA** (Algorithm 3): M_{t,1} as LPD; a publication takes
-  ``unit = floor((1-β)n/w)`` users per absorbed slot, then nullifies.
+  ``unit = floor((1-β)n/w)`` users per absorbed slot, then nullifies.  ``t_N``
+  counts the units the last publication *asked for* (``|U_{l,2}|/unit`` when
+  everyone is present; with absent users the sample may be smaller and the
+  literal reading would nullify fewer slots; privacy rests on the pool either way).
 
 ``n`` is the number of registered users (public).  Where fewer users are
 available than a step asks for (users absent from a slot), it takes all of

@@ -51,13 +51,13 @@ def run_traced(mechanism, n: int, window: int, slots: int, observe=lambda mechan
     """Step ``mechanism`` with everyone present; per slot the release, the ``(part, reporters, units)`` of each
     batch of reports, LBA/LPA's ``t_N`` before the slot and what ``observe(mechanism, t)`` says after it."""
     asked = []
-    collect = mechanism.collect
+    simulate = mechanism.simulate
 
     def recording(reports, holders, rng):
         asked.append((reports.part, reports.users.size, reports.oracle.epsilon_units))
-        return collect(reports, holders, rng)
+        return simulate(reports, holders, rng)
 
-    mechanism.collect = recording
+    mechanism.simulate = recording
     rng = insecure_seeded_randomness(4)
     batch = everyone(n, window, "1")
     out = []
@@ -250,9 +250,9 @@ def test_tv8_lpd_first_step():
     n = 200000
     mechanism = make_mechanism("lpd", bins=2, epsilon=1.0, window=20, simulation="aggregate")
     asked = []
-    collect = mechanism.collect
-    mechanism.collect = lambda reports, holders, r: (asked.append((reports.part, reports.users.size)),
-                                                    collect(reports, holders, r))[1]
+    simulate = mechanism.simulate
+    mechanism.simulate = lambda reports, holders, r: (asked.append((reports.part, reports.users.size)),
+                                                      simulate(reports, holders, r))[1]
     release = mechanism.step(everyone(n, 20, "1"), insecure_seeded_randomness(8))
     assert ldp_variance(1.0, 2, 5000) == pytest.approx(1.8413472e-4, rel=1e-7)
     assert release.kind.value == PUB_ and asked == [(DIS, 5000), (PUB, 50000)]

@@ -113,7 +113,7 @@ def batches(scenario: Scenario) -> list[SlotBatch]:
 
 
 def run_fast(scenario: Scenario, mechanism=None, resume_at: int | None = None) -> list[dict]:
-    """Each slot of the fast mechanism as plain data, with the reports its ``collect`` was asked for.
+    """Each slot of the fast mechanism as plain data, with the reports its users were asked for.
 
     With ``resume_at``, the mechanism is saved before that slot and the run continues from the restored copy.
     """
@@ -121,14 +121,14 @@ def run_fast(scenario: Scenario, mechanism=None, resume_at: int | None = None) -
     asked = []
 
     def recorded(mechanism):
-        collect = mechanism.collect
+        simulate = mechanism.simulate
 
         def recording(reports, holders, rng):
             asked.append((reports.part, tuple(int(u) for u in reports.users), reports.oracle.epsilon_units,
                           reports.oracle.kind))
-            return collect(reports, holders, rng)
+            return simulate(reports, holders, rng)
 
-        mechanism.collect = recording
+        mechanism.simulate = recording
         return mechanism
 
     mechanism = recorded(mechanism)
@@ -294,20 +294,20 @@ def test_absorption_without_the_minus_one_start_is_caught(method, mutant):
 class SkipsM1WhenNullified(LPA):
     """Trap T7: M_{t,1} not run at nullified slots (saves users, changes who is sampled afterwards)."""
 
-    def dissimilarity_reports(self, holders, rng):
+    def dissimilarity_round(self, holders, rng):
         if self.slot <= self.last_publication + self.units_absorbed - 1:
-            return -np.inf, (), self.available(holders)
-        return super().dissimilarity_reports(holders, rng)
+            return -np.inf, self.available(holders)
+        return (yield from super().dissimilarity_round(holders, rng))
 
 
 class PoolFromEveryone(LPD):
     """Trap T9: n_rm counted from every registered user n, not from the publication pool P = floor((1-β)n)."""
 
-    def decide_reports(self, holders, rng):
-        dis, asked, pool = self.dissimilarity_reports(holders, rng)
+    def rounds(self, holders, rng):
+        dis, pool = yield from self.dissimilarity_round(holders, rng)
         potential = max(holders.registered - sum(self._history), 0) // 2
-        decision = self.publish_or_not(holders, rng, pool, potential, dis, asked)
-        self._history.appendleft(self.publication_users(decision))
+        decision, asked = yield from self.publish_or_not(pool, potential, dis, rng)
+        self._history.appendleft(asked)
         return decision
 
 

@@ -308,6 +308,7 @@ class Mechanism(abc.ABC):
         worked examples) call this and then the mechanism's own allocation steps.
         """
         extent = batch.validate(self.params.domain, self.requirement_kind)
+        batch = self.counted(batch)
         rows = self.population.rows_of(batch.users, extent)
         registered = self.population.validate(batch, rows, extent)
         if batch.requirements is not None:
@@ -316,6 +317,10 @@ class Mechanism(abc.ABC):
         data = self.population.admit(batch, self.slot, rows, extent, registered, self.samples_cohorts)
         self._last_cells = data.cells
         return data
+
+    def counted(self, batch: SlotBatch) -> SlotBatch:
+        """The validated ``batch`` as the population records it: itself (a numeric method gives bins in its place)."""
+        return batch
 
     def exact_histogram_for_evaluation(self) -> np.ndarray:
         """The TRUE histogram of the data the last step saw: NOT private.

@@ -90,13 +90,17 @@ class LocalParams(HomogeneousParams):
 
     def __post_init__(self):
         super().__post_init__()
-        validate_local_options(self)
+        self.validate_options()
         if isinstance(self.beta, bool) or not (isinstance(self.beta, (int, float)) and 0 < self.beta < 1):
             raise ValueError(f"beta must lie strictly between 0 and 1, got {self.beta!r}")
         for name, least in (("min_publication_users", 1), ("sampling_offset", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+    def validate_options(self) -> None:
+        """Check the randomizer's options (a numeric task checks its own)."""
+        validate_local_options(self)
 
     @cached_property
     def beta_fraction(self) -> Fraction:

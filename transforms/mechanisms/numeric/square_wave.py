@@ -126,8 +126,8 @@ def moments_at_one(b, p, q) -> tuple:
 
 
 @functools.cache
-def _exact_parameters(epsilon_units: int, grid_bits: int) -> tuple[int, int, int, int]:
-    """``(B, P, Q, realised units)`` of the discretised SW, each certified (see the module doc)."""
+def _sw_half_band(epsilon_units: int, grid_bits: int) -> int:
+    """``B``: SW's half-band ``b(eps)`` in cells of ``1/m``, rounded to the nearest integer (at least 1), certified."""
     m = 1 << grid_bits
     eps = Fraction(epsilon_units, UNITS_PER_EPSILON)
 
@@ -140,7 +140,16 @@ def _exact_parameters(epsilon_units: int, grid_bits: int) -> tuple[int, int, int
         b_high = max(numerators) / (2 * low * (low - eps - 1))
         return math.floor(b_low * m + Fraction(1, 2)), math.floor(b_high * m + Fraction(1, 2))
 
-    half_band = max(1, certified(half_band_bounds))  # b·m is never a half-integer: e^eps is transcendental
+    return max(1, certified(half_band_bounds))  # b·m is never a half-integer: e^eps is transcendental
+
+
+@functools.cache
+def band_probabilities(epsilon_units: int, grid_bits: int, half_band: int) -> tuple[int, int, int]:
+    """``(P, Q, realised units)`` of a band of ``2B`` cells at ratio ``<= e^eps`` over ``m + 2B`` cells (module doc).
+
+    Shared by every square-wave-shaped randomizer (the SW here, the Piecewise Mechanism of
+    :mod:`transforms.mechanisms.ldp.mean`): they differ only in ``B``."""
+    m = 1 << grid_bits
     band = 2 * half_band
 
     def least_q_bounds(precision: int) -> tuple[int, int]:
@@ -154,7 +163,7 @@ def _exact_parameters(epsilon_units: int, grid_bits: int) -> tuple[int, int, int
     if remainder or p <= q:
         raise ValueError(f"epsilon of {epsilon_units} units is below the resolution of the square wave"
                          f" with grid_bits={grid_bits}")
-    return half_band, p, q, log_ratio_units(p, q)
+    return p, q, log_ratio_units(p, q)
 
 
 @dataclass(frozen=True)
@@ -176,13 +185,20 @@ class SquareWave:
     def create(cls, epsilon_units: int, grid_bits: int = DEFAULT_GRID_BITS) -> SquareWave:
         """The square wave at ``epsilon_units`` budget units on a grid of ``2**grid_bits`` steps."""
         _check(epsilon_units, grid_bits)
-        return cls(epsilon_units, grid_bits, *_exact_parameters(epsilon_units, grid_bits))
+        half_band = cls.half_band_of(epsilon_units, grid_bits)
+        return cls(epsilon_units, grid_bits, half_band, *band_probabilities(epsilon_units, grid_bits, half_band))
 
     def __post_init__(self):
         _check(self.epsilon_units, self.grid_bits)
-        if _exact_parameters(self.epsilon_units, self.grid_bits) != (self.half_band, self.keep, self.other,
-                                                                       self.realised_units):
-            raise ValueError("SquareWave parameters must come from SquareWave.create")
+        half_band = self.half_band_of(self.epsilon_units, self.grid_bits)
+        if (half_band, *band_probabilities(self.epsilon_units, self.grid_bits, half_band)) != (
+                self.half_band, self.keep, self.other, self.realised_units):
+            raise ValueError(f"{type(self).__name__} parameters must come from {type(self).__name__}.create")
+
+    @classmethod
+    def half_band_of(cls, epsilon_units: int, grid_bits: int) -> int:
+        """``B``, the band's half-width in cells: SW's ``b(eps)·m`` rounded (a subclass shapes its own band)."""
+        return _sw_half_band(epsilon_units, grid_bits)
 
     @property
     def steps(self) -> int:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.mechanisms import (MECHANISMS, DynamicRequirements, Family, FixedRequirements, SlotBatch, TrustModel,
-                                   names_of, params_from_options)
+from transforms.mechanisms import (MECHANISMS, DynamicRequirements, Estimate, Family, FixedRequirements, SlotBatch,
+                                   TrustModel, names_of, params_from_options)
 from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
 
 HOMOGENEOUS = tuple(names_of(Family.HOMOGENEOUS))
@@ -28,18 +28,23 @@ class StreamSpec:
     change: float = 0.0            # probability a user declares a new requirement in a slot
     join_spread: int = 0           # users join at a uniform slot in [1, 1 + join_spread]
     dynamic: bool = False
+    numeric: bool = False          # real values in [0, bins] (a mean-estimating method) instead of bins
 
     def for_mechanism(self, name: str) -> "StreamSpec":
         """This stream as mechanism ``name`` takes it: a local-DP method needs two bins or more, and a per-report
-        budget it can spend (at most 20: the budgets above become 4)."""
+        budget it can spend (at most 20: the budgets above become 4); a mean-estimating one takes real values."""
         if MECHANISMS[name].trust is TrustModel.CENTRAL:
             return self
         largest = MAX_LDP_EPSILON_UNITS // 10**12
         epsilons = tuple(dict.fromkeys(e if e <= largest else 4.0 for e in self.epsilons))
-        return StreamSpec(**{**self.__dict__, "bins": max(self.bins, 2), "epsilons": epsilons})
+        return StreamSpec(**{**self.__dict__, "bins": max(self.bins, 2), "epsilons": epsilons,
+                             "numeric": MECHANISMS[name].estimates is Estimate.MEAN})
 
     def mechanism_kwargs(self, name: str, **common) -> dict:
         """``name``'s parameters for this stream (``common`` ones as given): the baselines at (min E_i, max w_i)."""
+        if self.numeric:  # one mean over the values' interval
+            return params_from_options(name, 1, epsilon=min(self.epsilons), window=max(self.windows),
+                                       low=0.0, high=float(self.bins), **common).kwargs()
         return params_from_options(name, self.bins, epsilon=min(self.epsilons), window=max(self.windows),
                                    max_window=max(self.windows), **common).kwargs()
 
@@ -65,7 +70,8 @@ class StreamSpec:
             else:
                 reqs = FixedRequirements.of(w[:, 0], e[:, 0])
             every = users.size == n  # then say so, as a caller whose users all report would
-            batches.append(SlotBatch.of(range(n) if every else users, level[users], reqs))
+            values = level[users] + gen.random(users.size) if self.numeric else level[users]
+            batches.append(SlotBatch.of(range(n) if every else users, values, reqs))
         return batches
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transforms.mechanisms import (MECHANISMS, DynamicRequirements, Family, FixedRequirements, SlotBatch,
+from transforms.mechanisms import (MECHANISMS, DynamicRequirements, Estimate, Family, FixedRequirements, SlotBatch,
                                    mechanism_for_requirements)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.requirements import LifetimeRequirements
@@ -17,8 +17,13 @@ DYNAMIC = DynamicRequirements.of([2, 9, 4], [1.0, 3.0, 2.0], [6, 3, 4], [0.5, 1.
 @pytest.mark.parametrize("name", list(MECHANISMS))
 def test_a_mechanism_built_from_requirements_accepts_every_one_of_them(name):
     requirements = DYNAMIC if Family.of(name) is Family.DYNAMIC else FIXED
-    mechanism = mechanism_for_requirements(name, requirements, bins=2)
-    mechanism.step(SlotBatch.of([0, 1, 2], [0, 1, 0], requirements), insecure_seeded_randomness(0))
+    if MECHANISMS[name].estimates is Estimate.MEAN:  # one mean of real values in a declared interval
+        mechanism = mechanism_for_requirements(name, requirements, bins=1, low=0.0, high=1.0)
+        batch = SlotBatch.of([0, 1, 2], [0.0, 1.0, 0.25], requirements)
+    else:
+        mechanism = mechanism_for_requirements(name, requirements, bins=2)
+        batch = SlotBatch.of([0, 1, 2], [0, 1, 0], requirements)
+    mechanism.step(batch, insecure_seeded_randomness(0))
     params = mechanism.params
     if Family.of(name) is Family.HOMOGENEOUS:
         assert (params.epsilon, params.window) == (0.5, 8)  # (min E_i, max w_i)

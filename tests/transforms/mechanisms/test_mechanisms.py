@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from mechanism_helpers import run_with_ledger
 from streams import DYNAMIC, HOMOGENEOUS, StreamSpec, stream_specs
 from tests.pipelines.broken_mechanisms import ForgetfulBA, ForgetfulPBA
-from transforms.mechanisms import (MECHANISMS, PUBLICATION, DynamicRequirements, FixedRequirement, FixedRequirements,
-                                   ReleaseKind, SlotBatch, TrustModel, make_mechanism)
+from transforms.mechanisms import (MECHANISMS, PUBLICATION, DynamicRequirements, Estimate, FixedRequirement,
+                                   FixedRequirements, ReleaseKind, SlotBatch, TrustModel, make_mechanism)
 from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
@@ -21,9 +21,31 @@ ALL = sorted(MECHANISMS)
 FIXED = [name for name in ALL if name not in DYNAMIC]
 CENTRAL = [name for name in ALL if MECHANISMS[name].trust is TrustModel.CENTRAL]
 LOCAL = [name for name in ALL if name not in CENTRAL]
+NUMERIC = [name for name in ALL if MECHANISMS[name].estimates is Estimate.MEAN]
+BINNED = [name for name in ALL if name not in NUMERIC]
+"""The tests that feed bins and compare histograms directly run BINNED: see the first test below."""
 LARGEST_REPORT_EPSILON = MAX_LDP_EPSILON_UNITS // 10**12
 
 specs = stream_specs()
+
+
+def domain_of(name: str) -> tuple[dict, object]:
+    """``name``'s domain parameters and a value in it: two bins, or real values in [0, 1] for a mean."""
+    return ({"bins": 1, "low": 0.0, "high": 1.0}, 0.5) if name in NUMERIC else ({"bins": 2}, 0)
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_numeric_methods_refuse_bins_and_are_run_on_real_values_elsewhere(name):
+    """Why the tests that feed bins (empty slots, tiny budgets, bad batches, budgets at the edges) run BINNED only.
+
+    A mean-estimating method takes real values in an interval and refuses bins; the tests driven by
+    ``StreamSpec`` (the ledger, state round trips) run it on real values, and ``ldp/test_ldp_mean.py`` has
+    the numeric counterparts of the others.
+    """
+    mechanism = make_mechanism(name, epsilon=1.0, window=2, low=0.0, high=3.0)
+    with pytest.raises(ValueError, match="float64"):
+        mechanism.step(SlotBatch.of([0], [2], FixedRequirements.of([2], [1.0])), insecure_seeded_randomness(0))
+    assert mechanism.slot == 0
 
 
 @pytest.mark.slow
@@ -95,7 +117,7 @@ def test_huge_epsilon_releases_the_truth(name):
         assert np.array_equal(release.histogram, np.bincount(v, minlength=bins)), (name, release.slot)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", BINNED)
 def test_tiny_epsilon_releases_are_visibly_noisy(name):
     """With E = 0.001, releases are far from the truth (noisy or stale).
 
@@ -111,7 +133,7 @@ def test_tiny_epsilon_releases_are_visibly_noisy(name):
     assert np.mean(errors) > 50
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", BINNED)
 def test_empty_slots_and_a_single_user(name):
     """Slots where nobody reports are released like any other; one user alone works."""
     mechanism, reqs = shared_requirement(name, users=1, bins=3, window=3, epsilon=1.0)
@@ -166,7 +188,7 @@ def test_the_ledger_catches_the_reference_codes_absorption_bug(broken):
 @pytest.mark.parametrize("name", ALL)
 def test_state_round_trips_and_a_resumed_run_continues_identically(name):
     spec = StreamSpec(seed=5, users=30, bins=3, slots=60, windows=(3, 5), epsilons=(0.5, 1.0),
-                      presence=0.8, change=0.05, join_spread=10)
+                      presence=0.8, change=0.05, join_spread=10).for_mechanism(name)
     kwargs = spec.mechanism_kwargs(name)
     batches = spec.batches(dynamic=name in DYNAMIC)
     full, _ = run_with_ledger(make_mechanism(name, **kwargs), batches, seed=9)
@@ -200,6 +222,8 @@ def test_state_from_other_parameters_is_refused():
 @pytest.mark.parametrize("name", ALL)
 def test_bad_shared_parameters_are_named(name, kwargs, names):
     extra = {"epsilon": 1.0, "window": 2} if name in HOMOGENEOUS else {}
+    if name in NUMERIC:
+        extra.update(low=0.0, high=1.0)
     with pytest.raises(ValueError, match=names):
         make_mechanism(name, **{**extra, **kwargs})
 
@@ -211,7 +235,7 @@ def test_bad_shared_parameters_are_named(name, kwargs, names):
 ])
 def test_bad_homogeneous_parameters_are_named(name, epsilon, window, names):
     with pytest.raises(ValueError, match=names):
-        make_mechanism(name, bins=2, epsilon=epsilon, window=window)
+        make_mechanism(name, **domain_of(name)[0], epsilon=epsilon, window=window)
 
 
 def test_unknown_mechanism_and_parameter():
@@ -234,7 +258,7 @@ def test_bad_requirements_are_named(window, epsilon, names):
         DynamicRequirements.of(window, epsilon, window, epsilon)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", BINNED)
 def test_a_bad_batch_changes_nothing(name):
     """A rejected slot raises ValueError naming the problem and leaves the state as it was."""
     dynamic = name in DYNAMIC
@@ -273,11 +297,12 @@ def test_a_bad_batch_changes_nothing(name):
 
 @pytest.mark.parametrize("name", HOMOGENEOUS)
 def test_homogeneous_baselines_refuse_stricter_requirements(name):
-    mechanism = make_mechanism(name, bins=2, epsilon=0.5, window=10)
+    domain, value = domain_of(name)
+    mechanism = make_mechanism(name, **domain, epsilon=0.5, window=10)
     with pytest.raises(ValueError, match=r"user 3 requires \(w=20, E=0.5\)"):
-        mechanism.step(SlotBatch.of([3], [0], FixedRequirements.of([20], [0.5])), insecure_seeded_randomness(0))
+        mechanism.step(SlotBatch.of([3], [value], FixedRequirements.of([20], [0.5])), insecure_seeded_randomness(0))
     with pytest.raises(ValueError, match=r"E=0.4"):
-        mechanism.step(SlotBatch.of([3], [0], FixedRequirements.of([5], [0.4])), insecure_seeded_randomness(0))
+        mechanism.step(SlotBatch.of([3], [value], FixedRequirements.of([5], [0.4])), insecure_seeded_randomness(0))
 
 
 def test_default_requirement_registers_users_without_one():
@@ -292,7 +317,7 @@ def test_default_requirement_registers_users_without_one():
 @pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [1e-6, 100.0])
 @pytest.mark.parametrize("window", [1, 10_000])
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", BINNED)
 def test_budgets_at_the_edges_neither_overspend_nor_crash(name, epsilon, window):
     """E from 1e-6 to 100 and w from 1 to 10,000: the ledger finds no window over its requirement.
 

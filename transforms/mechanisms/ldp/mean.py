@@ -394,8 +394,8 @@ class MeanParams(LocalParams):
     ``bins`` is 1 (one mean); the frequency-oracle options keep their defaults.
     """
 
-    low: float
-    high: float
+    low: float | None = None
+    high: float | None = None
     bins: int = 1
     out_of_range: str = "refuse"
     threshold: float | None = None
@@ -409,6 +409,8 @@ class MeanParams(LocalParams):
         if self.simulation != "users":
             raise ValueError(f"mean estimation simulates users one by one: simulation must be 'users', "
                              f"got {self.simulation!r}")
+        if self.low is None or self.high is None:
+            raise ValueError("mean estimation needs the values' domain: give low and high")
         if self.out_of_range not in OUT_OF_RANGE:
             raise ValueError(f"out_of_range must be one of {OUT_OF_RANGE}, got {self.out_of_range!r}")
         interval = Interval(self.low, self.high)  # validates low < high, both finite

@@ -80,6 +80,7 @@ import numpy as np
 from transforms.mechanisms import (MECHANISMS, NO_VALUE, DynamicRequirements, Family, FixedRequirements, Mechanism,
                                    MechanismParams, PrivacyLedger, Release, ReleaseKind, SlotBatch, TrustModel,
                                    mechanism_class)
+from transforms.mechanisms import domain as _domain
 from transforms.mechanisms import homogeneous as _homogeneous_module
 from transforms.mechanisms import pwsm as _pwsm_module
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
@@ -143,6 +144,9 @@ class Scenario:
         """``mechanism``'s parameters in this scenario: the baselines at :attr:`homogeneous`, every declarable
         window up to the scenario's longest."""
         epsilon, window = self.homogeneous
+        if mechanism.estimates is _domain.Estimate.MEAN:  # one mean of the bins taken as real values in [0, bins-1]
+            return mechanism.params_type.from_options(1, epsilon=epsilon, window=window, low=0.0,
+                                                      high=float(self.bins - 1))
         return mechanism.params_type.from_options(self.bins, epsilon=epsilon, window=window,
                                                   max_window=self.max_window)
 
@@ -152,9 +156,10 @@ class Scenario:
             return w, max(epsilon, e)
         return window, epsilon
 
-    def streams(self, family: Family, replace: bool = False) -> tuple[list[SlotBatch], list[SlotBatch]]:
+    def streams(self, family: Family, replace: bool = False, numeric: bool = False
+                ) -> tuple[list[SlotBatch], list[SlotBatch]]:
         """``(present, absent)``: identical except the target's report at ``t*`` (with ``replace``, the second
-        stream's target reports the next bin there instead of nothing)."""
+        stream's target reports the next bin there instead of nothing; ``numeric``: bins as real values)."""
         streams = ([], [])
         for slot in range(1, self.slots + 1):
             declaring = any(slot in user.declared for user in self.users)
@@ -176,6 +181,8 @@ class Scenario:
                 if declaring:
                     requirements = (DynamicRequirements.of(windows, epsilons, windows, epsilons)
                                     if family is Family.DYNAMIC else FixedRequirements.of(windows, epsilons))
+                if numeric:
+                    values = [math.nan if v == NO_VALUE else float(v) for v in values]
                 batches.append(SlotBatch.of(users, values, requirements))
         return streams
 
@@ -688,7 +695,8 @@ def audit_scenario(cls: type[Mechanism], scenario: Scenario, index: int, config:
                    randomness: Callable[[int, int, int], Randomness]) -> ScenarioResult:
     """Run both streams of ``scenario`` ``config.runs`` times each with fresh mechanisms, and bound the leak."""
     family = Family.of(cls)
-    streams = scenario.streams(family, replace=cls.trust is not TrustModel.CENTRAL)
+    streams = scenario.streams(family, replace=cls.trust is not TrustModel.CENTRAL,
+                               numeric=cls.estimates is _domain.Estimate.MEAN)
     expected, clean = scenario.expected_counts(family)
     statistics = np.zeros((2, len(STATISTICS), config.runs))
     fresh = seen_dis = violations = flagged = 0

@@ -51,7 +51,7 @@ class LPU(HomogeneousLocalMechanism):
         self.grouped = 0  # users given a group so far: the next ones continue the round
 
     def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
-        self._group_new_users(holders.value_of.size, rng)
+        self._group_new_users(holders.capacity, rng)
         group = (self.slot - 1) % self.params.window
         users = holders.users[self.group_of_user[holders.users] == group]
         return (yield from self.publication_round(users, self.params.epsilon_units))
@@ -84,9 +84,9 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
 
     def available(self, holders: Holders) -> np.ndarray:
         """Holders whose last report is at least ``w`` slots old (the pool ``U_A``), ascending."""
-        if self.last_report.size < holders.value_of.size:
+        if self.last_report.size < holders.capacity:
             self.last_report = np.concatenate([self.last_report,
-                                               np.zeros(holders.value_of.size - self.last_report.size, np.int64)])
+                                               np.zeros(holders.capacity - self.last_report.size, np.int64)])
         users = holders.users
         last = self.last_report[users]
         return users[(last == 0) | (last <= self.slot - self.params.window)]

@@ -40,6 +40,7 @@ class LBU(HomogeneousLocalMechanism):
     """LDP Budget Uniform (§5.1): every holder reports with ``ε/w`` at every slot."""
 
     name = "lbu"
+    asks_on_schedule = True
 
     def largest_report_units(self) -> int:
         return self.params.epsilon_units // self.params.window
@@ -53,6 +54,7 @@ class LSP(HomogeneousLocalMechanism):
     """LDP Sampling (§5.2): every holder reports with ``ε`` once per window, at ``t ≡ 1 + offset (mod w)``."""
 
     name = "lsp"
+    asks_on_schedule = True
 
     def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         p = self.params

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Generator, NamedTuple
+from typing import ClassVar, Generator, NamedTuple
 
 import numpy as np
 
@@ -205,6 +205,10 @@ class LocalMechanism(Mechanism):
     trust = TrustModel.LOCAL_SIMULATED
     estimates = Estimate.FREQUENCIES
     samples_cohorts = False
+    asks_on_schedule: ClassVar[bool] = False
+    """True when who is asked, and at which budget, follows from public facts alone (the slot and the registered
+    users: LBU, LSP, PLBU), so devices can report without a round trip and recorded reports can be replayed.
+    LPU's groups are drawn when users register: its devices learn them from the requests."""
 
     def __init__(self, params):
         super().__init__(params)

@@ -53,8 +53,10 @@ left of ``ε``).  Chosen readings (spec §10 item 16):
 * a per-bin Kalman filter with a random-walk model: the prior variance grows
   by ``Q`` (``process_noise``) every slot, the measurement noise ``R`` is
   ``V(ε, n_t)`` of the oracle the reporters used (LB: ``V(ε_t, holders)``),
-  the state starts at ``x = 0`` with variance 1 (frequencies lie in [0, 1]);
-  the release is the posterior, and between sampling slots ``r_{t-1}``;
+  the filter starts diffuse (infinite variance, so the printed ``x = 0``
+  carries no weight): the first measurement is taken as it is, and every
+  posterior is then a convex combination of estimates that sum to 1; the
+  release is the posterior, and between sampling slots ``r_{t-1}``;
 * the feedback error is the mean absolute difference over bins between the
   posterior and the last release; ``δ`` is the PID of the recent errors;
 * the interval update divides ``δ`` by the standard deviation
@@ -332,7 +334,7 @@ class _RescueDP(HomogeneousLocalMechanism):
         self.spent = np.zeros(self.params.window - 1, np.int64)  # users (LP) or units (LB) at t-1, t-2, ...
         self.interval = 1                 # I
         self.last_sample = 0              # l
-        self.prior_variance = 1.0         # the filter's variance of x (the last release is its mean)
+        self.prior_variance = math.inf    # the filter's variance of x (the last release is its mean)
         self.errors = np.zeros(0)
 
     def due(self) -> bool:
@@ -343,9 +345,10 @@ class _RescueDP(HomogeneousLocalMechanism):
     def correct(self, decision: LocalDecision) -> LocalDecision:
         """Filter a fresh measurement (``R`` = its ``predicted_error``), feed the error back, move ``I``."""
         p, measurement_noise = self.params, decision.predicted_error
-        gain = self.prior_variance / (self.prior_variance + measurement_noise)
+        diffuse = math.isinf(self.prior_variance)  # before the first measurement
+        gain = 1.0 if diffuse else self.prior_variance / (self.prior_variance + measurement_noise)
         posterior = self.last_estimate + gain * (decision.estimate - self.last_estimate)
-        self.prior_variance *= 1 - gain
+        self.prior_variance = gain * measurement_noise  # (1 - K)·P = K·R
         self.errors = remember(self.errors, float(np.mean(np.abs(posterior - self.last_estimate))), p.integral_span)
         delta = p.pid(self.errors)
         moved = self.interval + p.interval_gain * (1 - (delta / math.sqrt(measurement_noise)) ** 2)
@@ -355,7 +358,8 @@ class _RescueDP(HomogeneousLocalMechanism):
 
     def method_state(self) -> dict[str, np.ndarray]:
         return {**super().method_state(), "spent": self.spent, "interval": np.array(self.interval),
-                "last_sample": np.array(self.last_sample), "prior_variance": np.array(self.prior_variance), "errors": self.errors}
+                "last_sample": np.array(self.last_sample), "prior_variance": np.array(self.prior_variance),
+                "errors": self.errors}
 
     def load_method_state(self, state: dict[str, np.ndarray]) -> None:
         super().load_method_state(state)

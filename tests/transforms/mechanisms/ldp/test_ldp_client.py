@@ -11,7 +11,7 @@ from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
-METHODS = ["lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa", "plbu"]
+METHODS = ["lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa", "plbu", "lp-dsatw", "lb-dsatw", "lp-rescuedp", "lb-rescuedp"]
 
 
 def fleet(users: int, window: int, budget: str, seed: int):

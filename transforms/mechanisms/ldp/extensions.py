@@ -32,7 +32,11 @@ leaves of ``ε``) for at most ``C`` publications per window of
   the same while ``n`` does not change); the update reads ``T_{t-1}`` on
   the right-hand side and clips ``T_t`` into ``[0, 2]``.
 * ``E_t = |count/min(t,w) - C/w|``, ``e_t = |E_t - σ| / σ`` (as printed) and
-  ``u_t`` is the PID of :class:`PID`; a publication needs ``dis >= T_t``.
+  ``u_t`` is the PID of :meth:`ControlledParams.pid`; a publication needs
+  ``dis >= T_t`` (Algorithm 4's test, not LPD's strict one).
+* the window's spends are the sizes *asked for* (M1's planned size, a
+  publication's sample; LB: the units requested), whether or not everyone
+  answered: the guards can only be stricter than the reports sent.
 * ``cutoff`` ``C`` defaults to ``max(1, w // 2)``; ``1 <= C < w`` (``C = 1``
   when ``w = 1``, the one value there).  Defaults ``σ = 0.1``, ``T = 0`` and the
   PID gains ``(K_p, K_i, K_d) = (0.9, 0.1, 0)`` are **unverified** (the

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal
 from fractions import Fraction
 
@@ -55,17 +56,26 @@ class RoundRequest:
     mechanism: str
     request: Reports
 
-    @property
+    @cached_property
     def request_id(self) -> str:
         return f"{self.stream}/{self.slot}/{self.round}"
 
-    @property
+    @cached_property
     def method(self) -> str:
         return f"{self.mechanism}/{SUB_MECHANISM.get(self.request.part, 'm2')}"
 
-    @property
+    @cached_property
     def epsilon(self) -> str:
+        """The budget as the exact decimal text a request carries (and a report echoes)."""
         return units_to_decimal_string(self.request.oracle.epsilon_units)
+
+    @cached_property
+    def _realised(self) -> str:
+        return units_to_decimal_string(self.request.oracle.realised_units)
+
+    @cached_property
+    def _asked(self) -> frozenset[int]:
+        return frozenset(self.request.users.tolist())
 
     def records(self, user_ids: Sequence[str]) -> list[dict]:
         """The request records (``schemas/request.avsc``), one per asked user; ``user_ids[i]`` is user index i's id."""
@@ -74,7 +84,7 @@ class RoundRequest:
                   "epsilon": self.epsilon, "domain_size": oracle.d, "oracle": oracle.kind}
         return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
 
-    def check(self, report: dict, index_of: Mapping[str, int]) -> tuple[int, np.ndarray]:
+    def check(self, report: dict, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
         """The user index and the 0/1 or value payload of an acceptable ``report``; ReportRejected otherwise."""
         if not isinstance(report, dict):
             raise ReportRejected("malformed report: not a record")
@@ -97,16 +107,14 @@ class RoundRequest:
         index = index_of.get(user) if isinstance(user, str) else None
         if index is None:
             raise ReportRejected(f"unknown user {user!r}")
-        position = np.searchsorted(self.request.users, index)
-        if position >= self.request.users.size or self.request.users[position] != index:
+        if index not in self._asked:
             raise ReportRejected(f"user {user!r} was not asked in this round (not their turn or group)")
-        if not isinstance(epsilon, str) or _units(epsilon) != oracle.epsilon_units:
+        if epsilon != self.epsilon and (not isinstance(epsilon, str) or _units(epsilon) != oracle.epsilon_units):
             raise ReportRejected(f"report at epsilon {epsilon!r}, not {self.epsilon}")
         if oracle_kind != oracle.kind or d != oracle.d:
             raise ReportRejected(f"report through {oracle_kind!r} over {d!r} values, not {oracle.kind} over {oracle.d}")
-        if not isinstance(realised, str) or _units(realised) != oracle.realised_units:
-            raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's "
-                                 f"{units_to_decimal_string(oracle.realised_units)}")
+        if realised != self._realised and (not isinstance(realised, str) or _units(realised) != oracle.realised_units):
+            raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's {self._realised}")
         return index, _payload(payload, oracle.kind, oracle.d)
 
 
@@ -119,16 +127,15 @@ def _units(text: str) -> int | None:
     return int(value) if value.denominator == 1 else None
 
 
-def _payload(payload, kind: str, d: int) -> np.ndarray:
+def _payload(payload, kind: str, d: int) -> list[int]:
     if not isinstance(payload, (list, tuple)) or not all(type(v) is int for v in payload):
         raise ReportRejected("malformed report: the payload must be a list of integers")
-    values = np.asarray(payload, np.int64)
     if kind == "grr":
-        if values.size != 1 or not 0 <= values[0] < d:
+        if len(payload) != 1 or not 0 <= payload[0] < d:
             raise ReportRejected(f"report outside the domain: GRR sends one value in [0, {d})")
-    elif values.size != d or ((values != 0) & (values != 1)).any():
+    elif len(payload) != d or not set(payload) <= {0, 1}:
         raise ReportRejected(f"report outside the domain: OUE sends {d} bits")
-    return values
+    return payload
 
 
 def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequence[dict],
@@ -137,8 +144,7 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
     if slot.request is not round_request.request:
         raise ValueError("the reports answer another round than the slot's current one")
     oracle = round_request.request.oracle
-    rejected, seen = [], set()
-    counts = np.zeros(oracle.d, np.int64)
+    rejected, seen, payloads = [], set(), []
     for report in reports:
         try:
             index, payload = round_request.check(report, index_of)
@@ -148,10 +154,11 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
             rejected.append((report, str(reason)))
             continue
         seen.add(index)
-        if oracle.kind == "grr":
-            counts[payload[0]] += 1
-        else:
-            counts += payload
+        payloads.append(payload)
+    if oracle.kind == "grr":
+        counts = np.bincount(np.array([p[0] for p in payloads], np.int64), minlength=oracle.d)
+    else:
+        counts = np.array(payloads, np.int64).reshape(-1, oracle.d).sum(axis=0)
     slot.answer(np.array(sorted(seen), np.int64), counts)
     return rejected
 

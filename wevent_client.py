@@ -6,7 +6,7 @@ perturbs it with a frequency oracle (GRR or OUE, chosen by the LDP-IDS rule
 in every window of ``w`` consecutive slots, in exact integer units of
 ``10^-12`` epsilon) and answers the collector's requests with reports.  The
 collector never sees a raw value, and a request the user's own budget cannot
-pay, or a second request for a slot already answered, is refused
+pay, or a second request of one method for a slot already answered, is refused
 (:class:`RequestRefused`).
 
 Exact probabilities.  Every output probability is a rational with a power of
@@ -324,7 +324,8 @@ class WEventClient:
         self._value_of = value_of
         self._randbits = randbits
         self._slots: list[int] = []  # answered slots, sorted
-        self._spent: dict[int, int] = {}  # slot -> realised units charged
+        self._spent: dict[int, int] = {}  # slot -> realised units charged (every method answered there)
+        self._methods: dict[int, set[str]] = {}  # slot -> the methods answered there
 
     def window_spent(self, slot: int) -> int:
         """The most any window of ``window`` slots containing ``slot`` has spent (units)."""
@@ -338,8 +339,8 @@ class WEventClient:
     def respond(self, request: dict) -> dict:
         """The report answering ``request``; raises :class:`RequestRefused` (with a ``code``) otherwise."""
         slot, oracle, units, d = self._parse(request)
-        if slot in self._spent:
-            raise RequestRefused("duplicate", f"slot {slot} was already answered")
+        if request["method"] in self._methods.get(slot, ()):
+            raise RequestRefused("duplicate", f"slot {slot} was already answered for {request['method']}")
         if self._slots and slot <= self._slots[-1] - self.window:
             raise RequestRefused("stale", f"slot {slot} is older than the retained window")
         charge = realised_epsilon_units(oracle, units, d)
@@ -350,13 +351,17 @@ class WEventClient:
                                  f" this request needs {units_to_decimal_string(charge)}")
         value = self._value_of(slot)
         payload = perturb(oracle, value, units, d, self._randbits)
-        bisect.insort(self._slots, slot)
-        self._spent[slot] = charge
+        if slot not in self._spent:
+            bisect.insort(self._slots, slot)
+        self._spent[slot] = self._spent.get(slot, 0) + charge
+        self._methods.setdefault(slot, set()).add(request["method"])
         # A later request is for a slot s > latest - window (else stale); its windows reach back to
         # s - window + 1 > latest - 2·window + 1, so older slots can go.
         horizon = self._slots[-1] - 2 * self.window + 1
         while self._slots[0] <= horizon:
-            del self._spent[self._slots.pop(0)]
+            old = self._slots.pop(0)
+            del self._spent[old]
+            self._methods.pop(old, None)
         return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,
                 "slot": slot, "method": request["method"], "oracle": oracle, "epsilon": request["epsilon"],
                 "realised_epsilon": units_to_decimal_string(charge), "domain_size": d, "report": payload}
@@ -387,14 +392,16 @@ class WEventClient:
         """The budget bookkeeping as JSON (user, window, budget and the retained spent slots)."""
         return json.dumps({"user": self.user, "window": self.window,
                            "budget": units_to_decimal_string(self.budget_units),
-                           "spent": [[t, units_to_decimal_string(self._spent[t])] for t in self._slots]})
+                           "spent": [[t, units_to_decimal_string(self._spent[t]), sorted(self._methods.get(t, ()))]
+                                     for t in self._slots]})
 
     @classmethod
     def from_state(cls, text: str, value_of, *, randbits=secrets.randbits) -> WEventClient:
         """A client continuing the bookkeeping saved by :meth:`state`."""
         data = json.loads(text)
         client = cls(data["user"], data["window"], data["budget"], value_of, randbits=randbits)
-        for slot, spent in data["spent"]:
+        for slot, spent, *methods in data["spent"]:  # states saved before methods were kept have none
             client._slots.append(int(slot))
             client._spent[int(slot)] = epsilon_units_from_string(spent)
+            client._methods[int(slot)] = set(methods[0]) if methods else set()
         return client

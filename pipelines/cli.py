@@ -608,7 +608,8 @@ def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
         common[key] = _parameter_value(value.strip())
     try:
         params = params_from_options(name, bins, epsilon=args.epsilon, window=args.window,
-                                     max_window=args.max_window, carry_forward=args.carry_forward, **common)
+                                     max_window=args.max_window, carry_forward=getattr(args, "carry_forward", False),
+                                     **common)
     except ValueError as error:
         raise ConfigError(f"{name}: {error}".replace("epsilon and window", "--epsilon and --window")) from None
     return name, params.kwargs()

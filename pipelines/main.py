@@ -22,6 +22,8 @@ COMMANDS = {
     "evaluate": ("pipelines.evaluation.cli", "main", "utility and running-time sweeps over the evaluation datasets"),
     "audit": ("pipelines.audit", "run", "empirical privacy audit of every mechanism"),
     "run": ("pipelines.local", "main", "the main job: a private replay of the project's own taxi stream"),
+    "collect": ("pipelines.collector", "run", "local DP with client devices: requests out, reports in, live"),
+    "devices": ("pipelines.devices", "run", "a fleet of simulated devices answering the collector's requests"),
 }
 
 

@@ -20,6 +20,7 @@ from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismPa
 from transforms.mechanisms.dynamic import DYNAMIC
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
 from transforms.mechanisms.ldp.budget_division import BUDGET_DIVISION
+from transforms.mechanisms.ldp.extensions import EXTENSIONS
 from transforms.mechanisms.ldp.mean import MEAN_METHODS
 from transforms.mechanisms.ldp.personalized import PLBU
 from transforms.mechanisms.ldp.population_division import POPULATION_DIVISION
@@ -28,7 +29,7 @@ from transforms.mechanisms.requirements import DynamicRequirements, Requirements
 
 MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive,
                                           DynamicAdaptive.name: DynamicAdaptive, **BUDGET_DIVISION,
-                                          **POPULATION_DIVISION, PLBU.name: PLBU, **MEAN_METHODS}
+                                          **POPULATION_DIVISION, PLBU.name: PLBU, **EXTENSIONS, **MEAN_METHODS}
 """Every registered mechanism by its lower-case name."""
 
 

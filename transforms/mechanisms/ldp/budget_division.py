@@ -40,6 +40,7 @@ class LBU(HomogeneousLocalMechanism):
     """LDP Budget Uniform (§5.1): every holder reports with ``ε/w`` at every slot."""
 
     name = "lbu"
+    asks_on_schedule = True
 
     def largest_report_units(self) -> int:
         return self.params.epsilon_units // self.params.window
@@ -53,6 +54,7 @@ class LSP(HomogeneousLocalMechanism):
     """LDP Sampling (§5.2): every holder reports with ``ε`` once per window, at ``t ≡ 1 + offset (mod w)``."""
 
     name = "lsp"
+    asks_on_schedule = True
 
     def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         p = self.params
@@ -77,10 +79,11 @@ class _AdaptiveBudget(HomogeneousLocalMechanism):
         """What ``w`` dissimilarity shares leave of ``ε`` (``(1-β)ε`` when ``βε/w`` is whole)."""
         return self.params.epsilon_units - self.params.window * self.dissimilarity_units
 
-    def dissimilarity_round(self, holders: Holders) -> Generator[Reports, Answer, float]:
-        """M_{t,1}: every holder reports with ``floor(βε/w)``; returns ``dis`` (``-inf`` when nobody answered)."""
-        units = self.dissimilarity_units
-        if holders.users.size == 0:
+    def dissimilarity_round(self, holders: Holders, units: int | None = None) -> Generator[Reports, Answer, float]:
+        """M_{t,1}: every holder reports with ``units`` (default ``floor(βε/w)``); returns ``dis`` (``-inf`` when
+        nobody answered or ``units`` is 0)."""
+        units = self.dissimilarity_units if units is None else units
+        if holders.users.size == 0 or units == 0:
             return -np.inf
         answer = yield Reports(holders.users, self.oracle(units), DISSIMILARITY, instruction=False)
         if answer.estimate is None:

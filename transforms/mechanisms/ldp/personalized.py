@@ -41,6 +41,7 @@ class PLBU(LocalMechanism):
     """Personalized LDP Budget Uniform: holder ``i`` reports with ``E_i/w_i`` at every slot."""
 
     name = "plbu"
+    asks_on_schedule = True
     params_type = PersonalizedLocalParams
     params: PersonalizedLocalParams
 

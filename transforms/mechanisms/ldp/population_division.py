@@ -51,7 +51,7 @@ class LPU(HomogeneousLocalMechanism):
         self.grouped = 0  # users given a group so far: the next ones continue the round
 
     def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
-        self._group_new_users(holders.value_of.size, rng)
+        self._group_new_users(holders.capacity, rng)
         group = (self.slot - 1) % self.params.window
         users = holders.users[self.group_of_user[holders.users] == group]
         return (yield from self.publication_round(users, self.params.epsilon_units))
@@ -84,9 +84,9 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
 
     def available(self, holders: Holders) -> np.ndarray:
         """Holders whose last report is at least ``w`` slots old (the pool ``U_A``), ascending."""
-        if self.last_report.size < holders.value_of.size:
+        if self.last_report.size < holders.capacity:
             self.last_report = np.concatenate([self.last_report,
-                                               np.zeros(holders.value_of.size - self.last_report.size, np.int64)])
+                                               np.zeros(holders.capacity - self.last_report.size, np.int64)])
         users = holders.users
         last = self.last_report[users]
         return users[(last == 0) | (last <= self.slot - self.params.window)]
@@ -97,10 +97,13 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         self.last_report[chosen] = self.slot
         return chosen, np.setdiff1d(pool, chosen, assume_unique=True)
 
-    def dissimilarity_round(self, holders: Holders, rng: Randomness) -> Generator[Reports, Answer, tuple]:
-        """M_{t,1}: ``floor(βn/w)`` available users report; returns ``dis`` and what is left of the pool."""
+    def dissimilarity_round(self, holders: Holders, rng: Randomness, users: int | None = None
+                            ) -> Generator[Reports, Answer, tuple]:
+        """M_{t,1}: ``users`` (default ``floor(βn/w)``) available users report; returns ``dis`` and what is left of
+        the pool."""
         p = self.params
-        chosen, pool = self.sample(self.available(holders), p.share_of(holders.registered) // p.window, rng)
+        users = p.share_of(holders.registered) // p.window if users is None else users
+        chosen, pool = self.sample(self.available(holders), users, rng)
         if chosen.size == 0:
             return -np.inf, pool
         answer = yield Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY)
@@ -115,6 +118,12 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         err = self.variance(self.params.epsilon_units, users)
         if not dis > err:
             return LocalDecision(ReleaseKind.SKIPPED, None, err), 0
+        return (yield from self.publish(pool, users, rng))
+
+    def publish(self, pool: np.ndarray, users: int, rng: Randomness
+                ) -> Generator[Reports, Answer, tuple[LocalDecision, int]]:
+        """``users`` users sampled from ``pool`` report with ``ε`` for a publication; returns the decision and how
+        many were asked."""
         chosen, _ = self.sample(pool, users, rng)
         return (yield from self.publication_round(chosen, self.params.epsilon_units)), chosen.size
 

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Generator, NamedTuple
+from typing import ClassVar, Generator, NamedTuple
 
 import numpy as np
 
@@ -147,11 +147,16 @@ class LocalDecision:
 
 
 class Holders(NamedTuple):
-    """The registered users with a value at this slot (ascending) and the value of every user index (-1: none)."""
+    """The users who may be asked at this slot (ascending) and the value of every user index (-1: none).
+
+    With simulated users a holder is a registered user with a value at the slot; with client devices the
+    collector knows no value (``value_of`` is None) and every registered user may be asked.
+    """
 
     users: np.ndarray
-    value_of: np.ndarray
+    value_of: np.ndarray | None
     registered: int  # registered users (public): the population size n of the spec
+    capacity: int    # user indices below this may exist
 
 
 Rounds = Generator[Reports, Answer, LocalDecision]
@@ -170,8 +175,8 @@ class SlotRounds:
     """
 
     def __init__(self, mechanism: "LocalMechanism", batch: SlotBatch, groups: np.ndarray, holders: Holders,
-                 rounds: Rounds):
-        self.mechanism, self.batch, self.groups, self.holders = mechanism, batch, groups, holders
+                 rounds: Rounds, trust: TrustModel):
+        self.mechanism, self.batch, self.groups, self.holders, self.trust = mechanism, batch, groups, holders, trust
         self._rounds = rounds
         self.answered: list[Reports] = []
         self.release: Release | None = None
@@ -204,6 +209,10 @@ class LocalMechanism(Mechanism):
     trust = TrustModel.LOCAL_SIMULATED
     estimates = Estimate.FREQUENCIES
     samples_cohorts = False
+    asks_on_schedule: ClassVar[bool] = False
+    """True when who is asked, and at which budget, follows from public facts alone (the slot and the registered
+    users: LBU, LSP, PLBU), so devices can report without a round trip and recorded reports can be replayed.
+    LPU's groups are drawn when users register: its devices learn them from the requests."""
 
     def __init__(self, params):
         super().__init__(params)
@@ -232,6 +241,8 @@ class LocalMechanism(Mechanism):
 
     def simulate(self, request: Reports, holders: Holders, rng: Randomness) -> np.ndarray:
         """The counts ``C'`` the reports of ``request``'s users would sum to, their randomizers run on their values."""
+        if holders.value_of is None:
+            raise ValueError("client devices answer for themselves: the collector has no values to simulate")
         values = holders.value_of[request.users]
         if values.size and values.min() < 0:
             raise ValueError("only holders can report")
@@ -261,11 +272,22 @@ class LocalMechanism(Mechanism):
             slot.answer(slot.request.users, self.simulate(slot.request, slot.holders, rng))
         return slot.release
 
-    def start_slot(self, batch: SlotBatch, rng: Randomness) -> SlotRounds:
-        """Admit ``batch`` and start the slot; its requests are answered through the returned rounds."""
+    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False) -> SlotRounds:
+        """Admit ``batch`` and start the slot; its requests are answered through the returned rounds.
+
+        With ``clients`` the users' devices answer (the batch registers users and carries no values): every
+        registered user may be asked, and the release is labelled ``local_client``.
+        """
         data = self.admit(batch)
-        holders = self._holders(batch, data.groups)
-        return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng))
+        if clients:
+            if (batch.values >= 0).any():
+                raise ValueError("with client devices the collector receives no values")
+            registered = np.flatnonzero(data.groups >= 0)
+            holders = Holders(registered, None, registered.size, data.groups.size)
+        else:
+            holders = self._holders(batch, data.groups)
+        trust = TrustModel.LOCAL_CLIENT if clients else self.trust
+        return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
 
     def _release(self, slot: SlotRounds, decision: LocalDecision) -> Release:
         if decision.kind is ReleaseKind.FRESH:
@@ -275,7 +297,7 @@ class LocalMechanism(Mechanism):
         charges = self._charges(slot.batch, slot.groups, reports)
         counts = np.rint(self.last_estimate * slot.holders.registered).astype(np.int64)
         return Release(self.slot, counts, decision.kind, decision.epsilon_units, decision.predicted_error,
-                       charges, self.estimates, self.trust, self.last_estimate.copy())
+                       charges, self.estimates, slot.trust, self.last_estimate.copy())
 
     def _holders(self, batch: SlotBatch, groups: np.ndarray) -> Holders:
         if self.params.carry_forward:  # the cells remembered this slot's values already
@@ -285,7 +307,7 @@ class LocalMechanism(Mechanism):
             value_of[batch.users] = batch.values
         value_of[groups < 0] = -1  # unregistered, or waiting for a changed requirement: not asked
         registered = int(np.count_nonzero(groups >= 0))
-        return Holders(np.flatnonzero(value_of >= 0), value_of, registered)
+        return Holders(np.flatnonzero(value_of >= 0), value_of, registered, groups.size)
 
     def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...]) -> GroupCharges:
         """Users grouped by the reports they sent; each group charged the realised epsilon of those reports."""

@@ -328,6 +328,14 @@ def test_empty_slots_declarations_only_and_carried_values():
         assert releases[3].values[0] == releases[2].values[0] or carry_forward
 
 
+def test_client_devices_are_refused_in_one_line():
+    mechanism = make_mechanism("lbu-mean", epsilon=1.0, window=2, low=0.0, high=1.0)
+    assert not mechanism.asks_on_schedule  # the client replay refuses it before it starts
+    with pytest.raises(ValueError, match="simulated users"):
+        mechanism.start_slot(SlotBatch.of([0], [np.nan], FixedRequirements.of([2], [1.0])),
+                             insecure_seeded_randomness(0), clients=True)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({}, "give low and high"), ({"low": 1.0, "high": 1.0}, "LOW below HIGH"),
     ({"bins": 2}, "one bin"), ({"oracle": "grr"}, "Hybrid Mechanism"), ({"grr_variance": "paper_printed"}, "Hybrid"),

@@ -1,0 +1,66 @@
+"""The client round trip through files: the collector's requests, a fleet of device processes' reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipelines import collector
+
+
+def _users(tmp_path, count=60):
+    path = tmp_path / "users.txt"
+    path.write_text("".join(f"phone-{i:03d}\n" for i in range(count)))
+    return path
+
+
+@pytest.mark.parametrize("method", ["lpd", "lbd"])
+def test_devices_and_collector_round_trip(tmp_path, method):
+    """Every report reaches the release or the dead letters; the ledger agrees; releases carry local_client."""
+    users = _users(tmp_path)
+    common = ["--users", str(users), "--requirement", "fixed:4,1", "--requests", str(tmp_path / "req"),
+              "--reports", str(tmp_path / "rep")]
+    devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "4",
+                                "--drop", "0.2"], stdout=subprocess.PIPE, text=True)
+    try:
+        code = collector.run(["--mechanism", method, "--epsilon", "1", "--window", "4", *common,
+                              "--output", str(tmp_path / "out"), "--slots", "6", "--round-seconds", "1",
+                              "--insecure-seed", "3"])
+    finally:
+        fleet = json.loads(devices.communicate(timeout=60)[0].strip().splitlines()[-1])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0 and report["ledger_violations"] == 0 and report["reconciles"]
+    assert report["requests_sent"] == fleet["answered"] + fleet["dropped"] > 0  # no device refused a request
+    assert report["reports_read"] == fleet["answered"] and report["dead_letters"] == 0
+    releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
+    assert [r["slot"] for r in releases] == list(range(1, 7))
+    assert {r["trust"] for r in releases} == {"local_client"} and any(r["kind"] == "fresh" for r in releases)
+
+
+def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):
+    """A forged report file (another budget, an unknown user) is read, rejected with its reason and counted."""
+    users = _users(tmp_path, 4)
+    (tmp_path / "rep").mkdir()
+    forged = {"request_id": "default/1/0", "stream": "default", "user": "phone-000", "slot": 1, "method": "lbu/m2",
+              "oracle": "grr", "epsilon": "0.5", "realised_epsilon": "0.5", "domain_size": 2, "report": [1]}
+    lines = [forged, {**forged, "user": "intruder"}]
+    (tmp_path / "rep" / "slot-00000001-r0-forged.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code = collector.run(["--mechanism", "lbu", "--epsilon", "1", "--window", "4", "--users", str(users),
+                          "--requirement", "fixed:4,1", "--requests", str(tmp_path / "req"), "--reports",
+                          str(tmp_path / "rep"), "--output", str(tmp_path / "out"), "--slots", "1",
+                          "--round-seconds", "0.2", "--insecure-seed", "1"])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    dead = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
+    assert code == 0 and report["dead_letters"] == 2 and report["reconciles"] and report["reports_used"] == 0
+    assert "epsilon" in dead[0]["reason"] and "unknown user" in dead[1]["reason"]
+
+
+def test_a_central_mechanism_is_refused_in_one_line(tmp_path, capsys):
+    users = _users(tmp_path, 2)
+    code = collector.run(["--mechanism", "pbd", "--users", str(users), "--requirement", "fixed:4,1",
+                          "--requests", str(tmp_path / "a"), "--reports", str(tmp_path / "b"),
+                          "--output", str(tmp_path / "c"), "--slots", "1"])
+    assert code == 2 and "not a local-DP method" in capsys.readouterr().err

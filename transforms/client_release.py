@@ -1,0 +1,104 @@
+"""Recorded client reports released slot by slot: the Beam-free core of ``pipelines.client_replay``.
+
+Methods whose schedule is public (``asks_on_schedule``: LBU, LSP, PLBU) ask
+the same users whatever the data, so the reports their devices sent can be
+replayed: for every slot from the first to the last report of a stream, the
+method's rounds are answered with the slot's reports that match each round
+(method and budget), and every report ends up counted, or a dead letter
+with its reason (malformed, for no round of its slot, or rejected by the
+round's checks: ``transforms.mechanisms.ldp.client``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round
+from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
+
+
+@dataclass(frozen=True)
+class ClientReleaseConfig:
+    """The method and its parameters, the registered devices and their fixed requirements (public)."""
+
+    mechanism: str
+    params: dict
+    user_ids: tuple[str, ...]
+    windows: tuple[int, ...]
+    epsilon_units: tuple[int, ...]
+    insecure_seed: int | None = None  # reproducible, NOT private randomness: tests only
+
+    def __post_init__(self):
+        mechanism = self.build()
+        if not getattr(mechanism, "asks_on_schedule", False):
+            raise ValueError(f"{self.mechanism} decides whom to ask from the reports: recorded reports cannot be "
+                             "replayed (run it live: pipelines.collector)")
+        if len(set(self.user_ids)) != len(self.user_ids) or not self.user_ids:
+            raise ValueError("the registered devices must be listed, each once")
+
+    def build(self):
+        return make_mechanism(self.mechanism, **self.params)
+
+
+def parse_report(line: str) -> tuple[str, dict]:
+    """``(stream, report)`` from one JSON line; ReportRejected("malformed ...") otherwise."""
+    try:
+        report = json.loads(line)
+    except json.JSONDecodeError:
+        raise ReportRejected("malformed report: not JSON") from None
+    if not isinstance(report, dict) or not isinstance(report.get("stream"), str) \
+            or type(report.get("slot")) is not int:
+        raise ReportRejected("malformed report: a record with a string stream and an integer slot is needed")
+    return report["stream"], report
+
+
+def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[dict]) -> Iterator[tuple[str, dict]]:
+    """``("release", record)`` for every slot of ``stream``, ``("dead", {"reason", "record"})`` per rejected report,
+    and last ``("ledger", {...})``: the privacy ledger's verdict on every release's charges."""
+    by_slot: dict[int, list[dict]] = defaultdict(list)
+    for report in reports:
+        by_slot[report["slot"]].append(report)
+    if not by_slot:
+        return
+    mechanism = config.build()
+    rng = secure_randomness() if config.insecure_seed is None else insecure_seeded_randomness(config.insecure_seed)
+    ids = list(config.user_ids)
+    index_of = {user: i for i, user in enumerate(ids)}
+    registrations = SlotBatch.of(range(len(ids)), np.full(len(ids), -1),
+                                 FixedRequirements(np.array(config.windows, np.int64),
+                                                   np.array(config.epsilon_units, np.int64)))
+    ledger = PrivacyLedger(max(config.windows))
+    first = min(by_slot)
+    for slot in range(first, max(by_slot) + 1):
+        rounds = mechanism.start_slot(registrations if slot == first else SlotBatch.empty(), rng, clients=True)
+        pending = by_slot.pop(slot, [])
+        number = 0
+        while rounds.request is not None:
+            round_request = RoundRequest(stream, slot, number, mechanism.name, rounds.request)
+            mine = [r for r in pending if r.get("method") == round_request.method
+                    and r.get("epsilon") == round_request.epsilon]
+            pending = [r for r in pending if not (r.get("method") == round_request.method
+                                                  and r.get("epsilon") == round_request.epsilon)]
+            for record, reason in answer_round(rounds, round_request, mine, index_of):
+                yield "dead", {"reason": reason, "record": record}
+            number += 1
+        for record in pending:
+            yield "dead", {"reason": "no request of this slot matches the report's method and epsilon",
+                           "record": record}
+        release = rounds.release
+        ledger.record(release.slot, release.charges)
+        yield "release", {"stream": stream, "slot": slot, "kind": release.kind.value,
+                          "estimate": release.estimate.tolist(), "statistic": release.estimates.value,
+                          "trust": release.trust.value, "mechanism": mechanism.name,
+                          "epsilon": units_to_decimal_string(release.epsilon_units),
+                          "reporters": int(np.count_nonzero(release.charges.units))}
+    ledger.close()
+    yield "ledger", {"stream": stream, "violations": ledger.violation_count,
+                     "max_window_usage_ratio": ledger.max_usage_ratio}

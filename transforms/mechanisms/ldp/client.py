@@ -1,0 +1,182 @@
+"""Client devices: a slot's requests as records, and the reports that come back checked and counted.
+
+With client devices (trust model ``local_client``) the collector never sees
+a value.  Each round of a slot (:class:`~transforms.mechanisms.ldp.stream.SlotRounds`)
+becomes a :class:`RoundRequest`: one request record per asked user
+(``schemas/request.avsc``), answered by the device module
+``wevent_client.py`` with a report record (``schemas/report.avsc``).  What
+comes back before the round's deadline is checked against the request, one
+report per asked user, and the accepted reports' payloads are summed into the
+counts ``C'`` the estimator reads; users who do not answer count as not
+reporting, and the estimate is normalised by those who did.
+
+A report is rejected, with its reason, when it is malformed, for another
+stream, slot, request or method, from a user who was not asked in this round
+(for LPU: not their group's slot), at another budget, oracle or domain size
+than asked, with a realised epsilon other than the oracle's, with a payload
+outside the domain, or when it is a second report of the user in the round.
+Rejected reports are never counted and never charged; the caller routes them
+to the dead letters.
+
+Methods whose schedule is public (LBU, LSP, LPU, PLBU) ask the same users
+whatever the data, so their devices may report without reading the
+requests; the requests are still published (LPU's groups are drawn when
+users register).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+
+from transforms.mechanisms.budget import UNITS_PER_EPSILON, units_to_decimal_string
+from transforms.mechanisms.charges import DISSIMILARITY
+from transforms.mechanisms.ldp.stream import Reports, SlotRounds
+
+SUB_MECHANISM = {DISSIMILARITY: "m1"}
+"""How a request names the part a report pays for: ``m1`` for the dissimilarity M_{t,1}, ``m2`` otherwise."""
+
+
+class ReportRejected(ValueError):
+    """A report that cannot be counted; ``str(error)`` is the reason the dead letter carries."""
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    """One round of one slot of one stream: who is asked, through which oracle, under which method label."""
+
+    stream: str
+    slot: int          # the absolute slot index the reports are for
+    round: int         # 0 for the slot's first request, 1 for the second, ...
+    mechanism: str
+    request: Reports
+
+    @cached_property
+    def request_id(self) -> str:
+        return f"{self.stream}/{self.slot}/{self.round}"
+
+    @cached_property
+    def method(self) -> str:
+        return f"{self.mechanism}/{SUB_MECHANISM.get(self.request.part, 'm2')}"
+
+    @cached_property
+    def epsilon(self) -> str:
+        """The budget as the exact decimal text a request carries (and a report echoes)."""
+        return units_to_decimal_string(self.request.oracle.epsilon_units)
+
+    @cached_property
+    def _realised(self) -> str:
+        return units_to_decimal_string(self.request.oracle.realised_units)
+
+    @cached_property
+    def _asked(self) -> frozenset[int]:
+        return frozenset(self.request.users.tolist())
+
+    def records(self, user_ids: Sequence[str]) -> list[dict]:
+        """The request records (``schemas/request.avsc``), one per asked user; ``user_ids[i]`` is user index i's id."""
+        oracle = self.request.oracle
+        common = {"request_id": self.request_id, "stream": self.stream, "slot": self.slot, "method": self.method,
+                  "epsilon": self.epsilon, "domain_size": oracle.d, "oracle": oracle.kind}
+        return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
+
+    def check(self, report: dict, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
+        """The user index and the 0/1 or value payload of an acceptable ``report``; ReportRejected otherwise."""
+        if not isinstance(report, dict):
+            raise ReportRejected("malformed report: not a record")
+        try:
+            user, slot, payload = report["user"], report["slot"], report["report"]
+            fields = (report["stream"], report["method"], report["oracle"], report["epsilon"],
+                      report["realised_epsilon"], report["domain_size"])
+        except KeyError as missing:
+            raise ReportRejected(f"malformed report: missing field {missing}") from None
+        stream, method, oracle_kind, epsilon, realised, d = fields
+        oracle = self.request.oracle
+        if stream != self.stream:
+            raise ReportRejected(f"report for stream {stream!r}, not {self.stream!r}")
+        if report.get("request_id") not in (None, self.request_id):
+            raise ReportRejected(f"unknown request {report.get('request_id')!r}")
+        if slot != self.slot:
+            raise ReportRejected(f"report for slot {slot!r}, not {self.slot}")
+        if method != self.method:
+            raise ReportRejected(f"report for method {method!r}, not {self.method!r}")
+        index = index_of.get(user) if isinstance(user, str) else None
+        if index is None:
+            raise ReportRejected(f"unknown user {user!r}")
+        if index not in self._asked:
+            raise ReportRejected(f"user {user!r} was not asked in this round (not their turn or group)")
+        if epsilon != self.epsilon and (not isinstance(epsilon, str) or _units(epsilon) != oracle.epsilon_units):
+            raise ReportRejected(f"report at epsilon {epsilon!r}, not {self.epsilon}")
+        if oracle_kind != oracle.kind or d != oracle.d:
+            raise ReportRejected(f"report through {oracle_kind!r} over {d!r} values, not {oracle.kind} over {oracle.d}")
+        if realised != self._realised and (not isinstance(realised, str) or _units(realised) != oracle.realised_units):
+            raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's {self._realised}")
+        return index, _payload(payload, oracle.kind, oracle.d)
+
+
+def _units(text: str) -> int | None:
+    """The budget units an exact decimal string stands for (None unless it is a whole number of units)."""
+    try:
+        value = Fraction(Decimal(text)) * UNITS_PER_EPSILON
+    except (ArithmeticError, ValueError):
+        return None
+    return int(value) if value.denominator == 1 else None
+
+
+def _payload(payload, kind: str, d: int) -> list[int]:
+    if not isinstance(payload, (list, tuple)) or not all(type(v) is int for v in payload):
+        raise ReportRejected("malformed report: the payload must be a list of integers")
+    if kind == "grr":
+        if len(payload) != 1 or not 0 <= payload[0] < d:
+            raise ReportRejected(f"report outside the domain: GRR sends one value in [0, {d})")
+    elif len(payload) != d or not set(payload) <= {0, 1}:
+        raise ReportRejected(f"report outside the domain: OUE sends {d} bits")
+    return payload
+
+
+def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequence[dict],
+                 index_of: Mapping[str, int]) -> list[tuple[dict, str]]:
+    """Check ``reports`` against the round, answer it with the accepted ones; return the rejected ones and why."""
+    if slot.request is not round_request.request:
+        raise ValueError("the reports answer another round than the slot's current one")
+    oracle = round_request.request.oracle
+    rejected, seen, payloads = [], set(), []
+    for report in reports:
+        try:
+            index, payload = round_request.check(report, index_of)
+            if index in seen:
+                raise ReportRejected("a second report of the user in this round")
+        except ReportRejected as reason:
+            rejected.append((report, str(reason)))
+            continue
+        seen.add(index)
+        payloads.append(payload)
+    if oracle.kind == "grr":
+        counts = np.bincount(np.array([p[0] for p in payloads], np.int64), minlength=oracle.d)
+    else:
+        counts = np.array(payloads, np.int64).reshape(-1, oracle.d).sum(axis=0)
+    slot.answer(np.array(sorted(seen), np.int64), counts)
+    return rejected
+
+
+def client_slot(mechanism, batch, rng, stream: str, slot: int, user_ids: Sequence[str],
+                index_of: Mapping[str, int], exchange) -> tuple:
+    """One slot with client devices: each round's request records go out through ``exchange``.
+
+    ``exchange(round_request, request_records)`` returns the report records that came back before the
+    round's deadline (in any order, possibly with bad or missing ones).  Returns the release and the rejected
+    reports with their reasons.
+    """
+    rounds = mechanism.start_slot(batch, rng, clients=True)
+    rejected: list[tuple[dict, str]] = []
+    number = 0
+    while rounds.request is not None:
+        round_request = RoundRequest(stream, slot, number, mechanism.name, rounds.request)
+        reports = exchange(round_request, round_request.records(user_ids))
+        rejected += answer_round(rounds, round_request, reports, index_of)
+        number += 1
+    return rounds.release, rejected

@@ -38,7 +38,7 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, Family, SlotBatch, TrustModel, obs, sampling
+from transforms.mechanisms import MECHANISMS, Estimate, Family, SlotBatch, TrustModel, obs, sampling
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.registry import mechanism_for_setup
@@ -103,8 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epsilon", type=float, default=0.6, help="the budget E the requirements are drawn around")
     parser.add_argument("--simulation", choices=("aggregate", "users"), default="aggregate",
                         help="how the local-DP methods simulate their users' reports (default aggregate)")
-    parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
-                        help="comma-separated lower-case names (default: all)")
+    binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
+    parser.add_argument("--mechanisms", default=",".join(binned),
+                        help="comma-separated lower-case names (default: every one over bins)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per mechanism (default 3); the fastest is reported, all are listed")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")

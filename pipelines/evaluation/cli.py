@@ -24,7 +24,7 @@ from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRI
                                          takes_ratios)
 from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOURCES, DataUnavailable, EventSource,
                                        EventStream, build_stream)
-from transforms.mechanisms import MECHANISMS
+from transforms.mechanisms import MECHANISMS, Estimate
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
 
@@ -126,7 +126,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.datasets = _names(args.datasets, DATASETS, "dataset")
     if args.input and EVENTS not in args.datasets:
         args.datasets.append(EVENTS)
-    args.mechanisms = list(MECHANISMS) if args.mechanisms.strip().lower() == "all" else \
+    binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
+    args.mechanisms = binned if args.mechanisms.strip().lower() == "all" else \
         _names(args.mechanisms, list(MECHANISMS), "mechanism")
     args.sweeps = _names(args.sweep, list(SWEEPS), "sweep")
     args.scenarios = _names(args.scenarios, list(SCENARIOS), "scenario")

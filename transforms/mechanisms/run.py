@@ -20,7 +20,8 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, Family, PrivacyLedger, ReleaseKind, SlotBatch, mechanism_for_setup
+from transforms.mechanisms import (MECHANISMS, Estimate, Family, PrivacyLedger, ReleaseKind, SlotBatch,
+                                   mechanism_for_setup)
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.metrics import utility_report
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -74,7 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-ledger", action="store_true", help="skip the ledger check (faster)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per mechanism")
     args = parser.parse_args(argv)
-    names = list(MECHANISMS) if args.mechanism == "all" else [args.mechanism.lower()]
+    binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
+    names = binned if args.mechanism == "all" else [args.mechanism.lower()]
     for name in names:
         if name not in MECHANISMS:
             parser.error(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)} or all")

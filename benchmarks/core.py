@@ -115,9 +115,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--without", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.names = [n.strip().lower() for n in args.mechanisms.split(",") if n.strip()]
-    unknown = [n for n in args.names if n not in MECHANISMS]
+    unknown = [n for n in args.names if n not in binned]
     if unknown:
-        parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(MECHANISMS)}")
+        parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(binned)} (these streams are bins: the "
+                     "mean-estimating methods take real values)")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     args.without = tuple(t for t in args.without.split(",") if t)

@@ -128,7 +128,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.datasets.append(EVENTS)
     binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
     args.mechanisms = binned if args.mechanisms.strip().lower() == "all" else \
-        _names(args.mechanisms, list(MECHANISMS), "mechanism")
+        _names(args.mechanisms, binned, "mechanism")
     args.sweeps = _names(args.sweep, list(SWEEPS), "sweep")
     args.scenarios = _names(args.scenarios, list(SCENARIOS), "scenario")
     if args.drift_every < 1:

@@ -78,8 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
     names = binned if args.mechanism == "all" else [args.mechanism.lower()]
     for name in names:
-        if name not in MECHANISMS:
-            parser.error(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)} or all")
+        if name not in binned:
+            parser.error(f"unknown mechanism {name!r}; choose one of {', '.join(binned)} or all (these streams are "
+                         "bins: the mean-estimating methods take real values)")
     if args.users < 1 or args.slots < 1:
         parser.error("--users and --slots must be >= 1")
     args.names = names

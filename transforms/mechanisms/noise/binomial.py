@@ -1,0 +1,380 @@
+"""Exact Binomial and equal-probability Multinomial draws in sublinear time, from a :class:`Randomness`.
+
+:func:`binomial` draws, per cell, exactly what counting ``trials`` independent
+coins ``randbelow(b) < a`` would give, for any rational ``a/b`` with
+``1 <= b <= 2**64``, at an expected cost of O(log trials) vectorised rounds
+instead of ``trials`` coins; :func:`multinomial_equal` splits trials uniformly
+over ``cells`` outcomes by recursive halving into such binomials.
+
+Exactness, in three layers:
+
+1. *General p from p = 1/2.*  A coin ``U < p`` with ``U`` uniform in
+   ``[0, 1)`` is Bernoulli(p).  Compare ``U`` with ``p`` bit by bit (the bits
+   of ``a/b`` by the integer recurrence ``r -> 2r mod b``): among the ``T``
+   trials still tied with ``p``'s first bits, the ones whose next bit differs
+   from ``p``'s are Binomial(T, 1/2); they are successes if ``p``'s bit is 1
+   and failures if it is 0, the rest stay tied.  When ``p``'s remaining bits
+   are all 0 (``r = 0``) the tied trials fail.  About ``log2(trials) + 2``
+   levels.
+2. *Binomial(T, 1/2).*  Below ``SMALL_TRIALS`` it is the number of 1 bits of
+   ``T`` uniform bits.  Above, with ``T = 2h (+1 coin)``, ``h + J`` where ``J``
+   has the law ``f(j) = C(2h, h+j) / C(2h, h)`` on ``[-h, h]``, drawn by
+   rejection: the proposal is a sign, a geometric ``i`` (``P(i) = 2^-(i+1)``)
+   and ``r`` uniform below ``w = 2^b ~ 0.49 sqrt(h)``, ``|j| = i·w + r``; it is
+   accepted with probability ``A(j) = f(j)·2^i·e^-Phi`` (halved at ``j = 0``,
+   which both signs reach).  Proposal times acceptance is ``f(j)/(4w·e^Phi)``,
+   proportional to ``f``, so accepted values have law ``f``.  ``A <= 1``:
+   ``f(j) <= exp(-j²/(h+j))`` (each factor ``(h-k+1)/(h+k) <= exp(-(2k-1)/(h+j))``)
+   and ``2^i <= exp(|j| ln2/w)``, and the concave ``x·c - x²/(h+x)``
+   (``c = ln2/w``) peaks at ``h(1 - sqrt(1-c))² <= h(c/(2-c))² <= Phi``.
+   About 55% of proposals are accepted; each cell draws ``CANDIDATES`` per
+   round and keeps the first accepted one (sequential rejection in order).
+3. *The acceptance test ``U < A(j)`` without trusting a float.*  ``U``'s first
+   53 bits ``v`` are drawn; ``ln f(j)`` is bracketed with only ``+ - × /``
+   (IEEE correctly rounded): ``-h·S1(t) + S2(t)/2 + Δμ`` with ``t = j/h``,
+   ``S1 = (1+t)ln(1+t) + (1-t)ln(1-t) = Σ t^2k/(k(2k-1))`` and
+   ``S2 = -ln(1-t²) = Σ t^2k/k`` (positive series, truncated with a geometric
+   tail bound) and Robbins' ``1/(12x+1) < μ(x) < 1/(12x)`` for Stirling's
+   remainder; the rounding error (well under ``2^-46`` of the terms' magnitude)
+   is covered by a margin of ``2^-40``; ``e^-γ`` is bracketed by Taylor bounds
+   squared 20 times, with a margin ``2^-28`` over the ``2^-31`` rounding
+   growth.  Only when ``[v, v+1)·2^-53`` straddles the bracket (about 1e-8 of
+   the proposals) does :func:`_accept_exactly` decide with exact rationals
+   (``math.perm``) and certified ``decimal`` brackets of ``e^Phi``, drawing
+   64 more bits of ``U`` until decided, which happens with probability 1.
+
+So a draw's law equals that of the explicit coins exactly; floats only choose
+parameters (``w``, ``Phi``, which any value keeps valid) and decide where a
+certified margin allows.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+from numbers import Integral
+
+import numpy as np
+
+from transforms.mechanisms.certified import bracket
+from transforms.mechanisms.noise.generators import Randomness, secure_randomness
+from transforms.mechanisms.noise.samplers import _Words
+
+SMALL_TRIALS = 1 << 10
+"""Binomial(T, 1/2) below this many trials counts the 1 bits of T uniform bits; above, rejection."""
+CANDIDATES = 6
+"""Proposals per cell per rejection round (about 55% accepted each: 0.8% of cells need another round)."""
+MAX_TRIALS = (1 << 63) - 1
+_TWO_64 = 1 << 64
+_U64_ONE = np.uint64(1)
+_ALL_ONES = np.uint64(_TWO_64 - 1)
+_LN2 = math.log(2.0)  # float64 within one rounding of ln 2 (the margin covers it)
+_LN2_UP = float(np.nextafter(_LN2, 1.0))  # >= ln 2
+_TERMS = 6  # series terms of S1 and S2
+_S1 = [1.0 / (k * (2 * k - 1)) for k in range(1, _TERMS + 1)]
+_S2 = [1.0 / k for k in range(1, _TERMS + 1)]
+_S1_TAIL = 4.0 / 3.0 / ((_TERMS + 1) * (2 * _TERMS + 1))  # times t^(2K+2); 1/(1-t²) <= 4/3 at t <= 1/2
+_S2_TAIL = 4.0 / 3.0 / (_TERMS + 1)
+_GAMMA_MARGIN = 2.0**-40
+_EXP_SQUARINGS = 20
+_EXP_MARGIN = 2.0**-28
+_EXP_CAP = 600.0  # e^-600 is still a normal float
+_HALF_ULP = 2.0**-53
+_PHI_GRID = 2.0**20  # Phi is rounded up to a multiple of 2^-20: a short exact decimal for the fallback
+
+
+def binomial(trials, numerators, denominators, rng: Randomness | None = None) -> np.ndarray:
+    """Per cell, an exact Binomial(``trials``, ``numerators/denominators``) draw (int64, broadcast shape).
+
+    ``trials`` are integers in ``[0, 2**63)``; ``denominators`` integers in ``[1, 2**64]`` and
+    ``numerators`` in ``[0, denominator]`` (python ints beyond int64 are accepted, floats are refused:
+    the probability must be an exact rational).  The law is exactly that of counting ``trials``
+    independent coins ``randbelow(b) < a`` (see the module doc); the expected cost per cell grows with
+    ``log(trials)``.  ``rng`` defaults to the secure generator.
+    """
+    rng = rng or secure_randomness()
+    n = _integers(trials, "trials", 0, MAX_TRIALS).astype(np.int64)
+    a = _uint64(_integers(numerators, "numerators", 0, _TWO_64 - 1))
+    b_minus_1 = _uint64(_integers(denominators, "denominators", 1, _TWO_64) - 1)
+    try:
+        n, a, b_minus_1 = np.broadcast_arrays(n, a, b_minus_1)
+    except ValueError:
+        raise ValueError(f"trials, numerators and denominators must broadcast, got shapes "
+                         f"{n.shape}, {a.shape} and {b_minus_1.shape}") from None
+    shape = n.shape
+    n, a, b_minus_1 = n.ravel(), a.ravel(), b_minus_1.ravel()
+    at_least_b = a > b_minus_1
+    if np.any(at_least_b & (a - b_minus_1 > _U64_ONE)):
+        raise ValueError("numerators must not exceed their denominators (probabilities in [0, 1])")
+    out = np.where(at_least_b, n, 0)  # p = 1: every trial succeeds; p = 0: none
+    random = np.flatnonzero((a != 0) & ~at_least_b & (n > 0))
+    if random.size:
+        out[random] = _binomial_rational(n[random], a[random], b_minus_1[random], _Words(rng, 4096), rng)
+    return out.reshape(shape)
+
+
+def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.ndarray:
+    """Exact Multinomial(``trials``; ``cells`` equally likely outcomes), one row per entry of ``trials``.
+
+    Returns int64 of shape ``shape(trials) + (cells,)``.  Recursive halving: a group of ``s`` outcomes
+    holding ``N`` trials gives ``Binomial(N, floor(s/2)/s)`` of them to its first ``floor(s/2)``
+    outcomes (the conditional law of the multinomial), every group of a level in one :func:`binomial`
+    call; ``ceil(log2 cells)`` levels.  ``rng`` defaults to the secure generator.
+    """
+    rng = rng or secure_randomness()
+    n = _integers(trials, "trials", 0, MAX_TRIALS).astype(np.int64)
+    if isinstance(cells, bool) or not isinstance(cells, Integral) or cells < 1:
+        raise ValueError(f"cells must be a positive int, got {cells!r}")
+    cells = int(cells)
+    counts = n.reshape(-1, 1)
+    sizes = [cells]
+    while max(sizes) > 1:
+        halves = np.array([size // 2 for size in sizes], dtype=object)
+        left = binomial(counts, halves, np.array(sizes, dtype=object), rng)
+        columns, new_sizes = [], []
+        for g, size in enumerate(sizes):
+            if size == 1:  # halves[g] = 0: the group keeps its trials
+                columns.append(counts[:, g])
+                new_sizes.append(1)
+            else:
+                columns += [left[:, g], counts[:, g] - left[:, g]]
+                new_sizes += [size // 2, size - size // 2]
+        counts, sizes = np.stack(columns, axis=1), new_sizes
+    return counts.reshape(n.shape + (cells,))
+
+
+# --------------------------------------------------------------------------
+# Layer 1: any rational p from Binomial(., 1/2) splits
+# --------------------------------------------------------------------------
+
+
+def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words,
+                       rng: Randomness) -> np.ndarray:
+    """Binomial(n, a/b) per cell, ``0 < a < b <= 2**64`` (uint64 ``a`` and ``b - 1``), ``n > 0``."""
+    successes = np.zeros(n.size, np.int64)
+    tied = n.copy()
+    rem = a.copy()  # p's expansion so far: p = 0.(bits drawn) + rem/b · 2^-level
+    live = np.arange(n.size)
+    while live.size:
+        r, bm1 = rem[live], b_minus_1[live]
+        upper = bm1 - r  # b - r - 1 (no overflow: r < b)
+        bit = r > upper  # 2r >= b
+        rem[live] = np.where(bit, r - upper - _U64_ONE, r + r)  # 2r - b, or 2r (< b)
+        differ = _binomial_half(tied[live], words, rng)
+        successes[live] += np.where(bit, differ, 0)
+        tied[live] -= differ
+        live = live[(tied[live] > 0) & (rem[live] != 0)]  # rem = 0: p's later bits are 0, the tied fail
+    return successes
+
+
+# --------------------------------------------------------------------------
+# Layer 2: Binomial(T, 1/2)
+# --------------------------------------------------------------------------
+
+
+def _binomial_half(trials: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
+    """Exact Binomial(trials[i], 1/2) per cell (int64)."""
+    out = np.zeros(trials.size, np.int64)
+    small = np.flatnonzero((trials > 0) & (trials < SMALL_TRIALS))
+    if small.size:
+        out[small] = _count_ones(trials[small], words)
+    large = np.flatnonzero(trials >= SMALL_TRIALS)
+    if large.size:
+        t = trials[large]
+        h = t >> 1
+        odd_coin = (words.take(large.size) & _U64_ONE).astype(np.int64) * (t & 1)
+        out[large] = h + _centred(h, words, rng) + odd_coin
+    return out
+
+
+def _count_ones(trials: np.ndarray, words: _Words) -> np.ndarray:
+    """The number of 1 bits among ``trials[i] > 0`` uniform bits per cell: 64-bit words, the last one masked."""
+    per_cell = (trials + 63) >> 6
+    drawn = words.take(int(per_cell.sum())).copy()
+    last = np.cumsum(per_cell) - 1
+    spare = (64 - (trials & 63)) & 63  # unused high bits of the last word
+    drawn[last] &= _ALL_ONES >> spare.astype(np.uint64)
+    return np.add.reduceat(np.bitwise_count(drawn).astype(np.int64), last - per_cell + 1)
+
+
+def _centred(h: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
+    """Per cell ``J`` with law ``C(2h, h+j)/C(2h, h)`` on ``[-h, h]`` (``h >= SMALL_TRIALS/2``), by rejection."""
+    hf = h.astype(np.float64)
+    b = np.clip(np.round(np.log2(0.49 * np.sqrt(hf))), 0, 31).astype(np.uint64)
+    w = np.left_shift(np.int64(1), b.astype(np.int64))
+    c = _LN2_UP / w
+    phi = np.ceil(hf * (c / (2.0 - c)) ** 2 * (1.0 + _GAMMA_MARGIN) * _PHI_GRID) / _PHI_GRID
+    result = np.zeros(h.size, np.int64)
+    pending = np.arange(h.size)
+    while pending.size:
+        cell = np.repeat(pending, CANDIDATES)
+        j, accepted = _propose_and_test(h[cell], b[cell], w[cell], phi[cell], words, rng)
+        accepted = accepted.reshape(pending.size, CANDIDATES)
+        found = accepted.any(axis=1)
+        first = accepted.argmax(axis=1)  # the first accepted proposal of the cell, in order
+        result[pending[found]] = j.reshape(pending.size, CANDIDATES)[found, first[found]]
+        pending = pending[~found]
+    return result
+
+
+def _propose_and_test(h, b, w, phi, words: _Words, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
+    """One proposal per entry (see the module doc) and whether ``U < A(j)`` accepts it."""
+    size = h.size
+    first, second = words.take(size), words.take(size)
+    v = first >> np.uint64(11)  # U's first 53 bits
+    negative = (first & _U64_ONE).astype(bool)
+    r = ((second >> np.uint64(32)) >> (np.uint64(32) - b)).astype(np.int64)  # top b bits: uniform below w
+    low = second & np.uint64(0xFFFFFFFF)
+    lowest = low & (~low + _U64_ONE)
+    i = np.frexp(lowest.astype(np.float64))[1].astype(np.int64) - 1  # trailing zeros: P(i) = 2^-(i+1)
+    magnitude = np.zeros(size, np.int64)
+    out_of_range = np.zeros(size, bool)
+    for k in np.flatnonzero(low == 0).tolist():  # 32 zero bits (2^-32): the geometric goes on
+        geometric = 32 + _trailing_zeros(rng)
+        out_of_range[k] = geometric * int(w[k]) + int(r[k]) > int(h[k])
+        i[k] = 0 if out_of_range[k] else geometric  # in range: geometric <= h/w < 2^63
+    normal = ~out_of_range
+    magnitude[normal] = i[normal] * w[normal] + r[normal]
+    inside = normal & (magnitude <= h)
+    accepted = np.zeros(size, bool)
+    idx = np.flatnonzero(inside)
+    if idx.size:
+        lo, hi = _acceptance_bracket(h[idx], magnitude[idx], i[idx], phi[idx])
+        vf = v[idx].astype(np.float64)  # exact: v < 2^53
+        accepted[idx] = (vf + 1.0) * _HALF_ULP <= lo
+        undecided = idx[(vf * _HALF_ULP < hi) & ~accepted[idx]]
+        for k in undecided.tolist():
+            accepted[k] = _accept_exactly(int(h[k]), int(magnitude[k]), int(i[k]), float(phi[k]), int(v[k]), rng)
+    j = np.where(negative, -magnitude, magnitude)
+    return j, accepted
+
+
+def _trailing_zeros(rng: Randomness) -> int:
+    """Zero bits before the first 1 bit of a uniform bit stream (64-bit words from ``rng.randbelow``)."""
+    zeros = 0
+    while True:
+        word = rng.randbelow(_TWO_64)
+        if word:
+            return zeros + (word & -word).bit_length() - 1
+        zeros += 64
+
+
+# --------------------------------------------------------------------------
+# Layer 3: the acceptance test, certified
+# --------------------------------------------------------------------------
+
+
+def _acceptance_bracket(h, j, i, phi) -> tuple[np.ndarray, np.ndarray]:
+    """Floats ``lo <= A(j) <= hi`` with ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), ``0 <= j <= h``."""
+    hf, jf = h.astype(np.float64), j.astype(np.float64)
+    base = phi - i * _LN2 + np.where(j == 0, _LN2, 0.0)  # gamma = base - ln f(j) >= 0
+    gamma_lo = np.empty(h.size)
+    gamma_hi = np.full(h.size, np.inf)
+    central = np.flatnonzero(j <= h - j)  # t = j/h <= 1/2: the series
+    if central.size:
+        hc, jc = hf[central], jf[central]
+        t2 = (jc / hc) ** 2
+        s1, s2 = _series(t2, _S1), _series(t2, _S2)
+        tail = t2 ** (_TERMS + 1)
+        s1_tail, s2_tail = tail * _S1_TAIL, tail * _S2_TAIL
+        plus, minus = hc + jc, hc - jc
+        dmu_hi = 2.0 / (12.0 * hc) - 1.0 / (12.0 * plus + 1.0) - 1.0 / (12.0 * minus + 1.0)
+        dmu_lo = 2.0 / (12.0 * hc + 1.0) - 1.0 / (12.0 * plus) - 1.0 / (12.0 * minus)
+        ln_f_hi = -hc * s1 + 0.5 * (s2 + s2_tail) + dmu_hi
+        ln_f_lo = -hc * (s1 + s1_tail) + 0.5 * s2 + dmu_lo
+        b = base[central]
+        margin = _GAMMA_MARGIN * (phi[central] + i[central] * _LN2 + hc * (s1 + s1_tail) + s2 + s2_tail + 2.0)
+        gamma_lo[central] = b - ln_f_hi - margin
+        gamma_hi[central] = b - ln_f_lo + margin
+    far = np.flatnonzero(j > h - j)  # ln f(j) <= -j²/(h+j); no lower bound needed (A is tiny)
+    if far.size:
+        bound = base[far] + jf[far] * jf[far] / (hf[far] + jf[far])
+        gamma_lo[far] = bound - _GAMMA_MARGIN * (np.abs(bound) + phi[far] + 2 * i[far] * _LN2 + 2.0)
+    hi = np.minimum(_exp_neg(np.clip(gamma_lo, 0.0, _EXP_CAP), upper=True), 1.0)  # gamma >= 0: A <= 1
+    lo = np.where(gamma_hi <= _EXP_CAP, _exp_neg(np.clip(gamma_hi, 0.0, _EXP_CAP), upper=False), 0.0)
+    return lo, hi
+
+
+def _series(t2: np.ndarray, coefficients: list[float]) -> np.ndarray:
+    """``Σ_k coefficients[k-1]·t2^k`` by Horner (positive terms: relative rounding error <= 3K ulps)."""
+    total = np.full(t2.size, coefficients[-1])
+    for coefficient in coefficients[-2::-1]:
+        total = total * t2 + coefficient
+    return total * t2
+
+
+def _exp_neg(x: np.ndarray, upper: bool) -> np.ndarray:
+    """An upper (or lower) bound of ``e^-x`` for ``0 <= x <= 600`` with only ``+ - ×``.
+
+    ``e^-y`` for ``y = x/2^20 <= 1`` lies between the alternating Taylor sums ``1 - y + y²/2 - y³/6`` and
+    ``1 - y + y²/2``; squaring 20 times raises it to ``e^-x``.  Rounding grows the relative error to at most
+    ``2^20·4 ulp = 2^-31``, inside the ``2^-28`` margin applied at the end.
+    """
+    y = np.ldexp(x, -_EXP_SQUARINGS)
+    p = 1.0 - y + y * y * 0.5
+    if not upper:
+        p = p - y * y * y / 6.0
+    for _ in range(_EXP_SQUARINGS):
+        p = p * p
+    return p * (1.0 + _EXP_MARGIN) if upper else p * (1.0 - _EXP_MARGIN)
+
+
+def _accept_exactly(h: int, j: int, i: int, phi: float, v: int, rng: Randomness) -> bool:
+    """``U < A(j)`` decided exactly, where ``U``'s first 53 bits are ``v`` and its next bits are drawn as needed.
+
+    First the cheap bound ``A <= 2^i·exp(-(Phi + j²/(h+j)))`` (halved at j = 0) may reject; otherwise
+    ``f(j) = perm(h, j)/perm(h+j, j)`` is exact and ``e^Phi`` is bracketed by correctly rounded
+    ``decimal`` (one ulp either side), the precision and ``U``'s bits growing until they decide.
+    """
+    scale = Fraction(1 << i, 2 if j == 0 else 1)
+    num, bits = v, 53
+    exponent = Fraction(phi) + Fraction(j * j, h + j)
+    digits = 30
+    x_down = Decimal(math.floor(exponent * 10**digits)).scaleb(-digits)  # <= exponent: exp(-x_down) >= exp(-exponent)
+    bound = scale * bracket("exp", -x_down, 80)[1]
+    while True:
+        if Fraction(num, 1 << bits) >= bound:
+            return False
+        if Fraction(num + 1, 1 << bits) <= bound:
+            break
+        num, bits = (num << 64) | rng.randbelow(_TWO_64), bits + 64
+    target = scale * Fraction(math.perm(h, j), math.perm(h + j, j))  # accept iff U·e^Phi < target
+    precision = 80
+    while True:
+        e_lo, e_hi = bracket("exp", Decimal(phi), precision)  # Decimal(phi) is exact and short (2^-20 grid)
+        if Fraction(num + 1, 1 << bits) * e_hi <= target:
+            return True
+        if Fraction(num, 1 << bits) * e_lo >= target:
+            return False
+        num, bits, precision = (num << 64) | rng.randbelow(_TWO_64), bits + 64, 2 * precision
+
+
+# --------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------
+
+
+def _integers(values, name: str, low: int, high: int) -> np.ndarray:
+    """``values`` as an integer array (object dtype for python ints past int64), each in ``[low, high]``."""
+    array = np.asarray(values)
+    if array.dtype.kind == "O":
+        flat = array.ravel().tolist()
+        if not all(isinstance(x, Integral) and not isinstance(x, bool) for x in flat):
+            raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), got {values!r}")
+        if flat and (min(flat) < low or max(flat) > high):
+            raise ValueError(f"{name} must lie in [{low}, {high}]")
+        return array
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), got dtype {array.dtype}")
+    if array.size and (int(array.min()) < low or int(array.max()) > high):
+        raise ValueError(f"{name} must lie in [{low}, {high}]")
+    return array
+
+
+def _uint64(values) -> np.ndarray:
+    """Integers in ``[0, 2**64)`` (an int, uint or object array, or a python int) as uint64."""
+    values = np.asarray(values)
+    if values.dtype.kind == "O":
+        return np.array(values.tolist(), dtype=np.uint64)
+    return values.astype(np.uint64)

@@ -63,8 +63,8 @@ from transforms.mechanisms.noise.samplers import _Words
 
 SMALL_TRIALS = 1 << 10
 """Binomial(T, 1/2) below this many trials counts the 1 bits of T uniform bits; above, rejection."""
-CANDIDATES = 6
-"""Proposals per cell per rejection round (about 55% accepted each: 0.8% of cells need another round)."""
+CANDIDATES = 10
+"""Proposals per cell per rejection round (about 55% accepted each: 3e-4 of cells need another round)."""
 MAX_TRIALS = (1 << 63) - 1
 _TWO_64 = 1 << 64
 _U64_ONE = np.uint64(1)
@@ -77,9 +77,9 @@ _S2 = [1.0 / k for k in range(1, _TERMS + 1)]
 _S1_TAIL = 4.0 / 3.0 / ((_TERMS + 1) * (2 * _TERMS + 1))  # times t^(2K+2); 1/(1-t²) <= 4/3 at t <= 1/2
 _S2_TAIL = 4.0 / 3.0 / (_TERMS + 1)
 _GAMMA_MARGIN = 2.0**-40
-_EXP_SQUARINGS = 20
-_EXP_MARGIN = 2.0**-28
-_EXP_CAP = 600.0  # e^-600 is still a normal float
+_EXP_SQUARINGS = 10
+_EXP_MARGIN = 2.0**-36
+_EXP_CAP = 40.0
 _HALF_ULP = 2.0**-53
 _PHI_GRID = 2.0**20  # Phi is rounded up to a multiple of 2^-20: a short exact decimal for the fallback
 
@@ -236,16 +236,18 @@ def _propose_and_test(h, b, w, phi, words: _Words, rng: Randomness) -> tuple[np.
         i[k] = 0 if out_of_range[k] else geometric  # in range: geometric <= h/w < 2^63
     normal = ~out_of_range
     magnitude[normal] = i[normal] * w[normal] + r[normal]
-    inside = normal & (magnitude <= h)
     accepted = np.zeros(size, bool)
-    idx = np.flatnonzero(inside)
-    if idx.size:
-        lo, hi = _acceptance_bracket(h[idx], magnitude[idx], i[idx], phi[idx])
-        vf = v[idx].astype(np.float64)  # exact: v < 2^53
-        accepted[idx] = (vf + 1.0) * _HALF_ULP <= lo
-        undecided = idx[(vf * _HALF_ULP < hi) & ~accepted[idx]]
-        for k in undecided.tolist():
-            accepted[k] = _accept_exactly(int(h[k]), int(magnitude[k]), int(i[k]), float(phi[k]), int(v[k]), rng)
+    central = np.flatnonzero(normal & (magnitude <= h - magnitude))  # |j| <= h/2: the float bracket
+    if central.size:
+        lo, hi = _acceptance_bracket(h[central], magnitude[central], i[central], phi[central])
+        vf = v[central].astype(np.float64)  # exact: v < 2^53
+        accepted[central] = (vf + 1.0) * _HALF_ULP <= lo
+        undecided = central[(vf * _HALF_ULP < hi) & ~accepted[central]]
+    else:
+        undecided = central
+    far = np.flatnonzero(normal & (magnitude > h - magnitude) & (magnitude <= h))  # 2^-22 or less per proposal
+    for k in np.concatenate((undecided, far)).tolist():
+        accepted[k] = _accept_exactly(int(h[k]), int(magnitude[k]), int(i[k]), float(phi[k]), int(v[k]), rng)
     j = np.where(negative, -magnitude, magnitude)
     return j, accepted
 
@@ -266,34 +268,20 @@ def _trailing_zeros(rng: Randomness) -> int:
 
 
 def _acceptance_bracket(h, j, i, phi) -> tuple[np.ndarray, np.ndarray]:
-    """Floats ``lo <= A(j) <= hi`` with ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), ``0 <= j <= h``."""
+    """Floats ``lo <= A(j) <= hi`` with ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), for ``0 <= j <= h/2``."""
     hf, jf = h.astype(np.float64), j.astype(np.float64)
+    t2 = (jf / hf) ** 2
+    s1, s2 = _series(t2, _S1), _series(t2, _S2)
+    tail = t2 ** (_TERMS + 1)
+    s1_tail, s2_tail = tail * _S1_TAIL, tail * _S2_TAIL
+    plus, minus = 12.0 * (hf + jf), 12.0 * (hf - jf)
+    dmu_hi = 2.0 / (12.0 * hf) - 1.0 / (plus + 1.0) - 1.0 / (minus + 1.0)
+    dmu_lo = 2.0 / (12.0 * hf + 1.0) - 1.0 / plus - 1.0 / minus
+    ln_f_hi = -hf * s1 + 0.5 * (s2 + s2_tail) + dmu_hi
+    ln_f_lo = -hf * (s1 + s1_tail) + 0.5 * s2 + dmu_lo
     base = phi - i * _LN2 + np.where(j == 0, _LN2, 0.0)  # gamma = base - ln f(j) >= 0
-    gamma_lo = np.empty(h.size)
-    gamma_hi = np.full(h.size, np.inf)
-    central = np.flatnonzero(j <= h - j)  # t = j/h <= 1/2: the series
-    if central.size:
-        hc, jc = hf[central], jf[central]
-        t2 = (jc / hc) ** 2
-        s1, s2 = _series(t2, _S1), _series(t2, _S2)
-        tail = t2 ** (_TERMS + 1)
-        s1_tail, s2_tail = tail * _S1_TAIL, tail * _S2_TAIL
-        plus, minus = hc + jc, hc - jc
-        dmu_hi = 2.0 / (12.0 * hc) - 1.0 / (12.0 * plus + 1.0) - 1.0 / (12.0 * minus + 1.0)
-        dmu_lo = 2.0 / (12.0 * hc + 1.0) - 1.0 / (12.0 * plus) - 1.0 / (12.0 * minus)
-        ln_f_hi = -hc * s1 + 0.5 * (s2 + s2_tail) + dmu_hi
-        ln_f_lo = -hc * (s1 + s1_tail) + 0.5 * s2 + dmu_lo
-        b = base[central]
-        margin = _GAMMA_MARGIN * (phi[central] + i[central] * _LN2 + hc * (s1 + s1_tail) + s2 + s2_tail + 2.0)
-        gamma_lo[central] = b - ln_f_hi - margin
-        gamma_hi[central] = b - ln_f_lo + margin
-    far = np.flatnonzero(j > h - j)  # ln f(j) <= -j²/(h+j); no lower bound needed (A is tiny)
-    if far.size:
-        bound = base[far] + jf[far] * jf[far] / (hf[far] + jf[far])
-        gamma_lo[far] = bound - _GAMMA_MARGIN * (np.abs(bound) + phi[far] + 2 * i[far] * _LN2 + 2.0)
-    hi = np.minimum(_exp_neg(np.clip(gamma_lo, 0.0, _EXP_CAP), upper=True), 1.0)  # gamma >= 0: A <= 1
-    lo = np.where(gamma_hi <= _EXP_CAP, _exp_neg(np.clip(gamma_hi, 0.0, _EXP_CAP), upper=False), 0.0)
-    return lo, hi
+    margin = _GAMMA_MARGIN * (phi + i * _LN2 + hf * (s1 + s1_tail) + s2 + s2_tail + 2.0)
+    return _exp_neg_bracket(base - ln_f_hi - margin, base - ln_f_lo + margin)
 
 
 def _series(t2: np.ndarray, coefficients: list[float]) -> np.ndarray:
@@ -304,20 +292,23 @@ def _series(t2: np.ndarray, coefficients: list[float]) -> np.ndarray:
     return total * t2
 
 
-def _exp_neg(x: np.ndarray, upper: bool) -> np.ndarray:
-    """An upper (or lower) bound of ``e^-x`` for ``0 <= x <= 600`` with only ``+ - ×``.
+def _exp_neg_bracket(gamma_lo: np.ndarray, gamma_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Floats ``lo <= e^-gamma <= hi`` for ``0 <= gamma_lo <= gamma <= gamma_hi``, with only ``+ - ×``.
 
-    ``e^-y`` for ``y = x/2^20 <= 1`` lies between the alternating Taylor sums ``1 - y + y²/2 - y³/6`` and
-    ``1 - y + y²/2``; squaring 20 times raises it to ``e^-x``.  Rounding grows the relative error to at most
-    ``2^20·4 ulp = 2^-31``, inside the ``2^-28`` margin applied at the end.
+    For ``y = x/2^10``, ``x <= 40``, ``e^-y`` lies between the alternating Taylor sums of degree 5 and 4;
+    squaring 10 times raises them to ``e^-x``.  Rounding (under 9 ulps before squaring) grows to at most
+    ``2^10·9 ulp < 2^-39`` relative, inside the ``2^-36`` margin.  ``gamma > 40`` gives ``lo = 0`` and
+    ``hi = e^-40`` (bounds still), which decide unless ``U < 2^-53``.
     """
+    x = np.clip(np.stack((gamma_lo, gamma_hi)), 0.0, _EXP_CAP)
     y = np.ldexp(x, -_EXP_SQUARINGS)
-    p = 1.0 - y + y * y * 0.5
-    if not upper:
-        p = p - y * y * y / 6.0
+    p = 1.0 + y * (-1.0 + y * (0.5 + y * (-1.0 / 6.0 + y * (1.0 / 24.0))))
+    p[1] -= y[1] ** 5 / 120.0
     for _ in range(_EXP_SQUARINGS):
         p = p * p
-    return p * (1.0 + _EXP_MARGIN) if upper else p * (1.0 - _EXP_MARGIN)
+    hi = np.minimum(p[0] * (1.0 + _EXP_MARGIN), 1.0)  # gamma >= 0 (Phi bounds the sup): A <= 1
+    lo = np.where(gamma_hi <= _EXP_CAP, p[1] * (1.0 - _EXP_MARGIN), 0.0)
+    return lo, hi
 
 
 def _accept_exactly(h: int, j: int, i: int, phi: float, v: int, rng: Randomness) -> bool:

@@ -95,18 +95,21 @@ def binomial(trials, numerators, denominators, rng: Randomness | None = None) ->
     """
     rng = rng or secure_randomness()
     n = _integers(trials, "trials", 0, MAX_TRIALS).astype(np.int64)
-    a = _uint64(_integers(numerators, "numerators", 0, _TWO_64 - 1))
+    a = _integers(numerators, "numerators", 0, _TWO_64)
+    whole = np.asarray(a == _TWO_64)  # a = b = 2**64 (past uint64): p = 1
+    a = _uint64(np.where(whole, 0, a))
     b_minus_1 = _uint64(_integers(denominators, "denominators", 1, _TWO_64) - 1)
     try:
-        n, a, b_minus_1 = np.broadcast_arrays(n, a, b_minus_1)
+        n, a, b_minus_1, whole = np.broadcast_arrays(n, a, b_minus_1, whole)
     except ValueError:
         raise ValueError(f"trials, numerators and denominators must broadcast, got shapes "
                          f"{n.shape}, {a.shape} and {b_minus_1.shape}") from None
     shape = n.shape
-    n, a, b_minus_1 = n.ravel(), a.ravel(), b_minus_1.ravel()
-    at_least_b = a > b_minus_1
-    if np.any(at_least_b & (a - b_minus_1 > _U64_ONE)):
+    n, a, b_minus_1, whole = n.ravel(), a.ravel(), b_minus_1.ravel(), whole.ravel()
+    above = a > b_minus_1  # a >= b
+    if np.any((above & (a - b_minus_1 > _U64_ONE)) | (whole & (b_minus_1 != _ALL_ONES))):
         raise ValueError("numerators must not exceed their denominators (probabilities in [0, 1])")
+    at_least_b = above | whole
     out = np.where(at_least_b, n, 0)  # p = 1: every trial succeeds; p = 0: none
     random = np.flatnonzero((a != 0) & ~at_least_b & (n > 0))
     if random.size:

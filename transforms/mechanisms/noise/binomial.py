@@ -63,6 +63,8 @@ from transforms.mechanisms.noise.samplers import _Words
 
 SMALL_TRIALS = 1 << 10
 """Binomial(T, 1/2) below this many trials counts the 1 bits of T uniform bits; above, rejection."""
+DIRECT_MIN = SMALL_TRIALS // 2
+"""Rejection around the mode ``c`` when ``min(c, n - c)`` is at least this; else bit-level splits."""
 CANDIDATES = 10
 """Proposals per cell per rejection round (about 55% accepted each: 3e-4 of cells need another round)."""
 MAX_TRIALS = (1 << 63) - 1
@@ -71,11 +73,7 @@ _U64_ONE = np.uint64(1)
 _ALL_ONES = np.uint64(_TWO_64 - 1)
 _LN2 = math.log(2.0)  # float64 within one rounding of ln 2 (the margin covers it)
 _LN2_UP = float(np.nextafter(_LN2, 1.0))  # >= ln 2
-_TERMS = 6  # series terms of S1 and S2
-_S1 = [1.0 / (k * (2 * k - 1)) for k in range(1, _TERMS + 1)]
-_S2 = [1.0 / k for k in range(1, _TERMS + 1)]
-_S1_TAIL = 4.0 / 3.0 / ((_TERMS + 1) * (2 * _TERMS + 1))  # times t^(2K+2); 1/(1-t²) <= 4/3 at t <= 1/2
-_S2_TAIL = 4.0 / 3.0 / (_TERMS + 1)
+_TERMS = 8  # series terms of Gs and Lg
 _GAMMA_MARGIN = 2.0**-40
 _EXP_SQUARINGS = 10
 _EXP_MARGIN = 2.0**-36
@@ -113,7 +111,7 @@ def binomial(trials, numerators, denominators, rng: Randomness | None = None) ->
     out = np.where(at_least_b, n, 0)  # p = 1: every trial succeeds; p = 0: none
     random = np.flatnonzero((a != 0) & ~at_least_b & (n > 0))
     if random.size:
-        out[random] = _binomial_rational(n[random], a[random], b_minus_1[random], _Words(rng, 4096), rng)
+        out[random] = _draw(n[random], a[random], b_minus_1[random], _Words(rng, 4096), rng)
     return out.reshape(shape)
 
 
@@ -148,6 +146,45 @@ def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.n
 
 
 # --------------------------------------------------------------------------
+# Which path: rejection around the mode, or bit-level splits
+# --------------------------------------------------------------------------
+
+
+def _draw(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
+    """Binomial(n, a/b) per cell, ``0 < a < b``, ``n > 0``: by rejection when both sides of the mode hold at
+    least ``DIRECT_MIN`` values, else by bit-level splits into Binomial(T, 1/2)."""
+    c, delta = _modes(n, a, b_minus_1)
+    direct = np.minimum(c, n - c) >= DIRECT_MIN
+    out = np.empty(n.size, np.int64)
+    if direct.any():
+        out[direct] = _rejection(n[direct], c[direct], delta[direct], a[direct], b_minus_1[direct], words, rng)
+    if not direct.all():
+        split = ~direct
+        out[split] = _binomial_rational(n[split], a[split], b_minus_1[split], words, rng)
+    return out
+
+
+def _modes(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell the mode ``c = floor((n+1)p)`` (exact) and ``delta = (np - c)/(c(1-p))`` as a float.
+
+    ``delta`` makes ``ln(p(n-c)/((1-p)c)) = ln(1 + delta)``; ``|delta| <= 1/(c(1-p))`` is small on the
+    rejection path.  p = 1/2 is vectorised; other p use python ints (``(n+1)a`` passes 64 bits).
+    """
+    if np.all((a == _U64_ONE) & (b_minus_1 == _U64_ONE)):
+        c = (n >> 1) + (n & 1)  # floor((n+1)/2) without overflow
+        with np.errstate(divide="ignore"):
+            return c, np.where(n & 1, -1.0 / np.maximum(c, 1), 0.0)
+    trials, numerator = n.astype(object), a.astype(object)  # python ints, element by element in C
+    b = b_minus_1.astype(object) + 1
+    mode = (trials + 1) * numerator // b
+    excess = trials * numerator - mode * b
+    positive = mode > 0
+    delta = np.zeros(n.size)
+    delta[positive] = (excess[positive] / (mode[positive] * (b[positive] - numerator[positive]))).astype(np.float64)
+    return mode.astype(np.int64), delta
+
+
+# --------------------------------------------------------------------------
 # Layer 1: any rational p from Binomial(., 1/2) splits
 # --------------------------------------------------------------------------
 
@@ -171,13 +208,8 @@ def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, word
     return successes
 
 
-# --------------------------------------------------------------------------
-# Layer 2: Binomial(T, 1/2)
-# --------------------------------------------------------------------------
-
-
 def _binomial_half(trials: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
-    """Exact Binomial(trials[i], 1/2) per cell (int64)."""
+    """Exact Binomial(trials[i], 1/2) per cell (int64): counted bits below ``SMALL_TRIALS``, else rejection."""
     out = np.zeros(trials.size, np.int64)
     small = np.flatnonzero((trials > 0) & (trials < SMALL_TRIALS))
     if small.size:
@@ -185,9 +217,8 @@ def _binomial_half(trials: np.ndarray, words: _Words, rng: Randomness) -> np.nda
     large = np.flatnonzero(trials >= SMALL_TRIALS)
     if large.size:
         t = trials[large]
-        h = t >> 1
-        odd_coin = (words.take(large.size) & _U64_ONE).astype(np.int64) * (t & 1)
-        out[large] = h + _centred(h, words, rng) + odd_coin
+        c, delta = _modes(t, np.ones(t.size, np.uint64), np.ones(t.size, np.uint64))
+        out[large] = _rejection(t, c, delta, np.ones(t.size, np.uint64), np.ones(t.size, np.uint64), words, rng)
     return out
 
 
@@ -201,57 +232,97 @@ def _count_ones(trials: np.ndarray, words: _Words) -> np.ndarray:
     return np.add.reduceat(np.bitwise_count(drawn).astype(np.int64), last - per_cell + 1)
 
 
-def _centred(h: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
-    """Per cell ``J`` with law ``C(2h, h+j)/C(2h, h)`` on ``[-h, h]`` (``h >= SMALL_TRIALS/2``), by rejection."""
-    hf = h.astype(np.float64)
-    b = np.clip(np.round(np.log2(0.49 * np.sqrt(hf))), 0, 31).astype(np.uint64)
-    w = np.left_shift(np.int64(1), b.astype(np.int64))
-    c = _LN2_UP / w
-    phi = np.ceil(hf * (c / (2.0 - c)) ** 2 * (1.0 + _GAMMA_MARGIN) * _PHI_GRID) / _PHI_GRID
-    result = np.zeros(h.size, np.int64)
-    pending = np.arange(h.size)
+# --------------------------------------------------------------------------
+# Layer 2: rejection around the mode
+# --------------------------------------------------------------------------
+
+
+def _rejection(n, c, delta, a, b_minus_1, words: _Words, rng: Randomness) -> np.ndarray:
+    """Binomial(n, a/b) per cell as ``c + J``, ``J`` from proposals accepted with probability ``A(j)``."""
+    y = n - c
+    cf, yf = c.astype(np.float64), y.astype(np.float64)
+    shift = np.clip(np.round(np.log2(0.69 * np.sqrt(cf * yf / (cf + yf)))), 0, 31).astype(np.uint64)
+    w = np.left_shift(np.int64(1), shift.astype(np.int64))
+    cells = _Cells(c, y, shift, w, _envelope(cf, yf, w), *_log1p_bracket(delta), np.abs(delta), a, b_minus_1)
+    result = np.zeros(n.size, np.int64)
+    pending = np.arange(n.size)
     while pending.size:
-        cell = np.repeat(pending, CANDIDATES)
-        j, accepted = _propose_and_test(h[cell], b[cell], w[cell], phi[cell], words, rng)
+        j, accepted = _propose_and_test(np.repeat(pending, CANDIDATES), cells, words, rng)
         accepted = accepted.reshape(pending.size, CANDIDATES)
         found = accepted.any(axis=1)
         first = accepted.argmax(axis=1)  # the first accepted proposal of the cell, in order
         result[pending[found]] = j.reshape(pending.size, CANDIDATES)[found, first[found]]
         pending = pending[~found]
-    return result
+    return c + result
 
 
-def _propose_and_test(h, b, w, phi, words: _Words, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
-    """One proposal per entry (see the module doc) and whether ``U < A(j)`` accepts it."""
-    size = h.size
+class _Cells:
+    """Per-cell constants of the rejection sampler (arrays indexed by cell)."""
+
+    __slots__ = ("c", "y", "shift", "w", "phi", "lnd_lo", "lnd_hi", "abs_delta", "a", "b_minus_1")
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
+
+
+def _envelope(cf: np.ndarray, yf: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``Phi >= sup_j (floor(|j|/w) ln 2 + ln f(j))``, rounded up to the ``2^-20`` grid (module doc)."""
+    ell = _LN2_UP / w
+    inv_c, inv_y = 1.0 / cf, 1.0 / yf
+    total = inv_c + inv_y
+    slope = ell + total / 2.0
+    phi = np.maximum(_side(slope, inv_y, inv_c, cf, total), _side(slope, inv_c, inv_y, yf, total))
+    return np.ceil(phi * (1.0 + _GAMMA_MARGIN) * _PHI_GRID) / _PHI_GRID
+
+
+def _side(slope, s, t, x, total):
+    """``sup_j (j·slope - s j²/2 - j²/(2(x+j)))`` bounded by splitting the slope in proportion to s and t = 1/x."""
+    linear, z = slope * s / total, 2.0 * slope * t / total  # z < 1: w >= 8 keeps slope <= 0.09
+    return linear * linear / (2.0 * s) + 0.5 * x * (z / (2.0 - z)) ** 2
+
+
+def _log1p_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ln(1 + delta)`` bracketed (``|delta| <= 1/256``): ``-Lg(-delta)`` and its tail bound."""
+    value, width = _lg(-delta)
+    width = width + _GAMMA_MARGIN * np.abs(delta)  # delta itself is a float within 3 ulps
+    return -value - width, -value + width
+
+
+def _propose_and_test(cell: np.ndarray, cells: _Cells, words: _Words, rng: Randomness):
+    """One proposal per entry of ``cell`` (see the module doc) and whether ``U < A(j)`` accepts it."""
+    size = cell.size
+    c, y, shift, w = cells.c[cell], cells.y[cell], cells.shift[cell], cells.w[cell]
     first, second = words.take(size), words.take(size)
     v = first >> np.uint64(11)  # U's first 53 bits
     negative = (first & _U64_ONE).astype(bool)
-    r = ((second >> np.uint64(32)) >> (np.uint64(32) - b)).astype(np.int64)  # top b bits: uniform below w
+    r = ((second >> np.uint64(32)) >> (np.uint64(32) - shift)).astype(np.int64)  # top bits: uniform below w
     low = second & np.uint64(0xFFFFFFFF)
     lowest = low & (~low + _U64_ONE)
     i = np.frexp(lowest.astype(np.float64))[1].astype(np.int64) - 1  # trailing zeros: P(i) = 2^-(i+1)
-    magnitude = np.zeros(size, np.int64)
+    limit = np.where(negative, c, y)  # j in [-c, y]
     out_of_range = np.zeros(size, bool)
     for k in np.flatnonzero(low == 0).tolist():  # 32 zero bits (2^-32): the geometric goes on
         geometric = 32 + _trailing_zeros(rng)
-        out_of_range[k] = geometric * int(w[k]) + int(r[k]) > int(h[k])
-        i[k] = 0 if out_of_range[k] else geometric  # in range: geometric <= h/w < 2^63
-    normal = ~out_of_range
-    magnitude[normal] = i[normal] * w[normal] + r[normal]
-    accepted = np.zeros(size, bool)
-    central = np.flatnonzero(normal & (magnitude <= h - magnitude))  # |j| <= h/2: the float bracket
-    if central.size:
-        lo, hi = _acceptance_bracket(h[central], magnitude[central], i[central], phi[central])
-        vf = v[central].astype(np.float64)  # exact: v < 2^53
-        accepted[central] = (vf + 1.0) * _HALF_ULP <= lo
-        undecided = central[(vf * _HALF_ULP < hi) & ~accepted[central]]
-    else:
-        undecided = central
-    far = np.flatnonzero(normal & (magnitude > h - magnitude) & (magnitude <= h))  # 2^-22 or less per proposal
-    for k in np.concatenate((undecided, far)).tolist():
-        accepted[k] = _accept_exactly(int(h[k]), int(magnitude[k]), int(i[k]), float(phi[k]), int(v[k]), rng)
+        out_of_range[k] = geometric * int(w[k]) + int(r[k]) > int(limit[k])
+        i[k] = 0 if out_of_range[k] else geometric  # in range: geometric <= limit/w < 2^63
+    magnitude = i * w + r
+    inside = ~out_of_range & (magnitude <= limit)
+    central = inside & (magnitude <= np.minimum(c, y) - magnitude)  # |j| <= min(c, y)/2: the float bracket
     j = np.where(negative, -magnitude, magnitude)
+    accepted = np.zeros(size, bool)
+    idx = np.flatnonzero(central)
+    undecided = idx
+    if idx.size:
+        lo, hi = _acceptance_bracket(cell[idx], c[idx], y[idx], j[idx], i[idx], cells)
+        vf = v[idx].astype(np.float64)  # exact: v < 2^53
+        accepted[idx] = (vf + 1.0) * _HALF_ULP <= lo
+        undecided = idx[(vf * _HALF_ULP < hi) & ~accepted[idx]]
+    far = np.flatnonzero(inside & ~central)  # 2^-22 or less per proposal
+    for k in np.concatenate((undecided, far)).tolist():
+        g = cell[k]
+        accepted[k] = _accept_exactly(int(c[k]), int(y[k]), int(j[k]), int(i[k]), float(cells.phi[g]), int(v[k]),
+                                      int(cells.a[g]), int(cells.b_minus_1[g]) + 1, rng)
     return j, accepted
 
 
@@ -270,29 +341,70 @@ def _trailing_zeros(rng: Randomness) -> int:
 # --------------------------------------------------------------------------
 
 
-def _acceptance_bracket(h, j, i, phi) -> tuple[np.ndarray, np.ndarray]:
-    """Floats ``lo <= A(j) <= hi`` with ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), for ``0 <= j <= h/2``."""
-    hf, jf = h.astype(np.float64), j.astype(np.float64)
-    t2 = (jf / hf) ** 2
-    s1, s2 = _series(t2, _S1), _series(t2, _S2)
-    tail = t2 ** (_TERMS + 1)
-    s1_tail, s2_tail = tail * _S1_TAIL, tail * _S2_TAIL
-    plus, minus = 12.0 * (hf + jf), 12.0 * (hf - jf)
-    dmu_hi = 2.0 / (12.0 * hf) - 1.0 / (plus + 1.0) - 1.0 / (minus + 1.0)
-    dmu_lo = 2.0 / (12.0 * hf + 1.0) - 1.0 / plus - 1.0 / minus
-    ln_f_hi = -hf * s1 + 0.5 * (s2 + s2_tail) + dmu_hi
-    ln_f_lo = -hf * (s1 + s1_tail) + 0.5 * s2 + dmu_lo
+def _acceptance_bracket(cell, c, y, j, i, cells: _Cells) -> tuple[np.ndarray, np.ndarray]:
+    """Floats ``lo <= A(j) <= hi``, ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), for ``|j| <= min(c, y)/2``.
+
+    ``ln f(j) = -c·Gs(-j/c) - y·Gs(j/y) + Lg(-j/c)/2 + Lg(j/y)/2 + j·ln(1+delta) - Δμ`` (Stirling's formula
+    with Robbins' remainder ``1/(12x+1) < μ(x) < 1/(12x)``), ``Gs(z) = Σ_k>=2 z^k/(k(k-1))`` and
+    ``Lg(z) = Σ_k>=1 z^k/k`` truncated with tail bounds.
+    """
+    cf, yf, jf = c.astype(np.float64), y.astype(np.float64), j.astype(np.float64)
+    phi = cells.phi[cell]
+    z1, z2 = -jf / cf, jf / yf
+    gs1, gs1_width = _gs(z1)
+    gs2, gs2_width = _gs(z2)
+    lg1, lg1_width = _lg(z1)
+    lg2, lg2_width = _lg(z2)
+    positive = j >= 0
+    lnd_lo, lnd_hi = cells.lnd_lo[cell], cells.lnd_hi[cell]
+    drift_lo = jf * np.where(positive, lnd_lo, lnd_hi)
+    drift_hi = jf * np.where(positive, lnd_hi, lnd_lo)
+    plus, minus = 12.0 * (cf + jf), 12.0 * (yf - jf)
+    dmu_hi = 1.0 / (12.0 * cf) + 1.0 / (12.0 * yf) - 1.0 / (plus + 1.0) - 1.0 / (minus + 1.0)
+    dmu_lo = 1.0 / (12.0 * cf + 1.0) + 1.0 / (12.0 * yf + 1.0) - 1.0 / plus - 1.0 / minus
+    ln_f_hi = (-cf * (gs1 - gs1_width) - yf * (gs2 - gs2_width) + 0.5 * (lg1 + lg1_width + lg2 + lg2_width)
+               + drift_hi + dmu_hi)
+    ln_f_lo = (-cf * (gs1 + gs1_width) - yf * (gs2 + gs2_width) + 0.5 * (lg1 - lg1_width + lg2 - lg2_width)
+               + drift_lo + dmu_lo)
     base = phi - i * _LN2 + np.where(j == 0, _LN2, 0.0)  # gamma = base - ln f(j) >= 0
-    margin = _GAMMA_MARGIN * (phi + i * _LN2 + hf * (s1 + s1_tail) + s2 + s2_tail + 2.0)
+    magnitude = (phi + i * _LN2 + cf * z1 * z1 + yf * z2 * z2 + np.abs(z1) + np.abs(z2)
+                 + 2.0 * np.abs(jf) * cells.abs_delta[cell] + 2.0)
+    margin = _GAMMA_MARGIN * magnitude
     return _exp_neg_bracket(base - ln_f_hi - margin, base - ln_f_lo + margin)
 
 
-def _series(t2: np.ndarray, coefficients: list[float]) -> np.ndarray:
-    """``Σ_k coefficients[k-1]·t2^k`` by Horner (positive terms: relative rounding error <= 3K ulps)."""
-    total = np.full(t2.size, coefficients[-1])
+_GS = [1.0 / ((m + 2) * (m + 1)) for m in range(_TERMS)]
+_LG = [1.0 / (m + 1) for m in range(_TERMS)]
+
+
+def _gs(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Σ_k>=2 z^k/(k(k-1)) = (1-z)ln(1-z) + z`` for ``|z| <= 1/2``: ``_TERMS`` terms and the tail's bound."""
+    power = _power(np.abs(z), _TERMS + 2)
+    return z * z * _horner(z, _GS), power * (2.0 / ((_TERMS + 2) * (_TERMS + 1)))
+
+
+def _lg(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Σ_k>=1 z^k/k = -ln(1-z)`` for ``|z| <= 1/2``: ``_TERMS`` terms and the tail's bound."""
+    power = _power(np.abs(z), _TERMS + 1)
+    return z * _horner(z, _LG), power * (2.0 / (_TERMS + 1))
+
+
+def _horner(z: np.ndarray, coefficients: list[float]) -> np.ndarray:
+    """``Σ_m coefficients[m]·z^m`` (rounding error at most 2·len ulps of ``Σ |terms|``, Higham 5.1)."""
+    total = np.full(z.shape, coefficients[-1])
     for coefficient in coefficients[-2::-1]:
-        total = total * t2 + coefficient
-    return total * t2
+        total = total * z + coefficient
+    return total
+
+
+def _power(x: np.ndarray, k: int) -> np.ndarray:
+    """``x**k`` by repeated squaring and products (correctly rounded operations only)."""
+    result, base = np.ones_like(x), x
+    while k:
+        if k & 1:
+            result = result * base
+        base, k = base * base, k >> 1
+    return result
 
 
 def _exp_neg_bracket(gamma_lo: np.ndarray, gamma_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,16 +426,19 @@ def _exp_neg_bracket(gamma_lo: np.ndarray, gamma_hi: np.ndarray) -> tuple[np.nda
     return lo, hi
 
 
-def _accept_exactly(h: int, j: int, i: int, phi: float, v: int, rng: Randomness) -> bool:
+def _accept_exactly(c: int, y: int, j: int, i: int, phi: float, v: int, a: int, b: int, rng: Randomness) -> bool:
     """``U < A(j)`` decided exactly, where ``U``'s first 53 bits are ``v`` and its next bits are drawn as needed.
 
-    First the cheap bound ``A <= 2^i·exp(-(Phi + j²/(h+j)))`` (halved at j = 0) may reject; otherwise
-    ``f(j) = perm(h, j)/perm(h+j, j)`` is exact and ``e^Phi`` is bracketed by correctly rounded
-    ``decimal`` (one ulp either side), the precision and ``U``'s bits growing until they decide.
+    First the cheap bound ``ln f(j) <= -k(k-1)/2·(1/y + 1/(c+k))`` (``k = j > 0``; ``1/c + 1/(y+k)`` for
+    ``j = -k``) may reject; otherwise ``f(j)`` is the exact rational ``perm(y, k)/perm(c+k, k)·(p/q)^k`` (or
+    ``perm(c, k)/perm(y+k, k)·(q/p)^k``) and ``e^Phi`` is bracketed by correctly rounded ``decimal`` (one ulp
+    either side), the precision and ``U``'s bits growing until they decide.
     """
+    k = abs(j)
     scale = Fraction(1 << i, 2 if j == 0 else 1)
+    curvature = Fraction(1, y) + Fraction(1, c + k) if j >= 0 else Fraction(1, c) + Fraction(1, y + k)
     num, bits = v, 53
-    exponent = Fraction(phi) + Fraction(j * j, h + j)
+    exponent = Fraction(phi) + Fraction(k * (k - 1), 2) * curvature
     digits = 30
     x_down = Decimal(math.floor(exponent * 10**digits)).scaleb(-digits)  # <= exponent: exp(-x_down) >= exp(-exponent)
     bound = scale * bracket("exp", -x_down, 80)[1]
@@ -333,7 +448,11 @@ def _accept_exactly(h: int, j: int, i: int, phi: float, v: int, rng: Randomness)
         if Fraction(num + 1, 1 << bits) <= bound:
             break
         num, bits = (num << 64) | rng.randbelow(_TWO_64), bits + 64
-    target = scale * Fraction(math.perm(h, j), math.perm(h + j, j))  # accept iff U·e^Phi < target
+    if j >= 0:
+        ratio = Fraction(math.perm(y, k) * a**k, math.perm(c + k, k) * (b - a) ** k)
+    else:
+        ratio = Fraction(math.perm(c, k) * (b - a) ** k, math.perm(y + k, k) * a**k)
+    target = scale * ratio  # accept iff U·e^Phi < target
     precision = 80
     while True:
         e_lo, e_hi = bracket("exp", Decimal(phi), precision)  # Decimal(phi) is exact and short (2^-20 grid)

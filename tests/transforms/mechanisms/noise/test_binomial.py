@@ -75,10 +75,12 @@ def _power_miss(n: int, p: float, wrong_p: float, shift: int, draws: int) -> flo
 # (trials, numerator, denominator): every path of the sampler
 CASES = [
     (37, 1, 2),  # explicit coins only (popcount)
-    (5000, 1, 2),  # rejection for Binomial(T, 1/2)
-    (5001, 1, 2),  # odd: 2h trials + one coin
-    (3000, 7, 10),  # a non-dyadic rational: infinite binary expansion
+    (5000, 1, 2),  # rejection around the mode
+    (5001, 1, 2),  # odd
+    (3000, 7, 10),  # a non-dyadic rational, rejection
+    (1500, 1, 3),  # a mode side just above DIRECT_MIN
     (100_000, 1, 3),  # 1/j
+    (1_000_000, 1, 10_000),  # mode 100: bit-level splits, each a Binomial(T, 1/2) by rejection or counted bits
     (1_000_000, OUE.other, OUE.denominator),  # OUE's q = Q/2**32
     (20_000, GRR.keep, GRR.denominator),  # GRR's p = P/2**64 (denominator past uint64)
     (2**40, 1, 2),  # huge n
@@ -90,8 +92,9 @@ CASES = [
 def test_draws_fit_the_exact_binomial_law(trials, numerator, denominator):
     rng = secure_randomness()
     p = numerator / denominator
-    samples = binomial(np.full(DRAWS, trials), numerator, denominator, rng)  # one vectorised call
-    assert samples.dtype == np.int64 and samples.shape == (DRAWS,)
+    draws = DRAWS if p < 1 - 1e-12 else 2000  # ~64 levels of splits: fewer draws
+    samples = binomial(np.full(draws, trials), numerator, denominator, rng)  # one vectorised call
+    assert samples.dtype == np.int64 and samples.shape == (draws,)
     assert samples.min() >= 0 and samples.max() <= trials
     if p < 1 - 1e-12:
         assert _gof_pvalue(samples, trials, p) > ALPHA
@@ -121,12 +124,12 @@ def test_a_mode_off_by_one_is_detected():
     assert _exact_pvalue(samples + 1, edges, probs) <= ALPHA
 
 
-def _exact_bins(trials: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
+def _exact_bins(trials: int, draws: int, p: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     values = np.arange(trials + 1)
-    pmf = stats.binom.pmf(values, trials, 0.5)
+    pmf = stats.binom.pmf(values, trials, p)
     inner = values[pmf * draws >= 20]
     edges = np.arange(inner[0], inner[-1])  # one bin per value between the pooled tails
-    return edges, np.diff(np.append(stats.binom.cdf(edges, trials, 0.5), 1.0), prepend=0.0)
+    return edges, np.diff(np.append(stats.binom.cdf(edges, trials, p), 1.0), prepend=0.0)
 
 
 def _exact_pvalue(samples: np.ndarray, edges: np.ndarray, probs: np.ndarray) -> float:
@@ -135,23 +138,24 @@ def _exact_pvalue(samples: np.ndarray, edges: np.ndarray, probs: np.ndarray) -> 
 
 
 @pytest.mark.slow
-def test_the_exact_fallback_alone_samples_the_right_law(monkeypatch):
+@pytest.mark.parametrize("trials, numerator, denominator", [(1024, 1, 2), (2000, 7, 10)])
+def test_the_exact_fallback_alone_samples_the_right_law(monkeypatch, trials, numerator, denominator):
     """With a float bracket that never decides (lo = 0, hi = 1), every proposal goes through the exact
     rational test: it alone must give the right law.  Power: forgetting the halving of j = 0 (which both
     signs propose) would double the mode's mass, and that law must fail the same test."""
 
-    def undecided(h, j, i, phi):
-        return np.zeros(h.size), np.ones(h.size)
+    def undecided(cell, *_):
+        return np.zeros(cell.size), np.ones(cell.size)
 
     monkeypatch.setattr(binomial_module, "_acceptance_bracket", undecided)
     monkeypatch.setattr(binomial_module, "CANDIDATES", 1)  # no proposal tested for nothing
     rng = secure_randomness()
-    trials = binomial_module.SMALL_TRIALS  # h = 512, the smallest the rejection sampler sees
-    samples = binomial(np.full(DRAWS, trials), 1, 2, rng)
-    edges, probs = _exact_bins(trials, DRAWS)
+    p = numerator / denominator
+    samples = binomial(np.full(DRAWS, trials), numerator, denominator, rng)
+    edges, probs = _exact_bins(trials, DRAWS, p)
     assert _exact_pvalue(samples, edges, probs) > ALPHA
-    pmf = stats.binom.pmf(np.arange(trials + 1), trials, 0.5)
-    pmf[trials // 2] *= 2
+    pmf = stats.binom.pmf(np.arange(trials + 1), trials, p)
+    pmf[(trials + 1) * numerator // denominator] *= 2
     wrong = np.diff(np.append(np.cumsum(pmf / pmf.sum())[edges], 1.0), prepend=0.0)
     noncentrality = DRAWS * float(((wrong - probs) ** 2 / probs).sum())
     df = probs.size - 1
@@ -162,11 +166,13 @@ def test_the_exact_decision_is_deterministic_where_the_value_is_clear():
     """``_accept_exactly`` on known cases: A(0) = e^-Phi/2, so U < 2^-53 accepts and U >= 1 - 2^-53 rejects;
     a far proposal (A < e^-50) with U's first 53 bits 0 is rejected after drawing more bits (FFP < e^-50)."""
     rng = secure_randomness()
-    accept = binomial_module._accept_exactly
-    assert accept(512, 0, 0, 0.5, 0, rng) is True
-    assert accept(512, 0, 0, 0.5, 2**53 - 1, rng) is False
-    assert accept(10**12, 3, 0, 0.25, 0, rng) is True  # a ratio of three huge factors, exactly
-    assert accept(512, 400, 12, 0.5, 0, rng) is False
+    accept = binomial_module._accept_exactly  # (c, y, j, i, Phi, v, a, b, rng)
+    assert accept(512, 512, 0, 0, 0.5, 0, 1, 2, rng) is True
+    assert accept(512, 512, 0, 0, 0.5, 2**53 - 1, 1, 2, rng) is False
+    assert accept(10**12, 2 * 10**12, 3, 0, 0.25, 0, 1, 3, rng) is True  # three huge factors, exactly
+    assert accept(10**12, 2 * 10**12, -3, 0, 0.25, 0, 1, 3, rng) is True
+    assert accept(512, 512, 400, 12, 0.5, 0, 1, 2, rng) is False
+    assert accept(600, 5000, -400, 12, 0.5, 0, 1, 10, rng) is False
 
 
 @pytest.mark.parametrize("numerator, denominator", [(3, 7), (OUE.other, OUE.denominator)])

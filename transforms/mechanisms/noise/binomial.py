@@ -1,51 +1,47 @@
 """Exact Binomial and equal-probability Multinomial draws in sublinear time, from a :class:`Randomness`.
 
 :func:`binomial` draws, per cell, exactly what counting ``trials`` independent
-coins ``randbelow(b) < a`` would give, for any rational ``a/b`` with
-``1 <= b <= 2**64``, at an expected cost of O(log trials) vectorised rounds
-instead of ``trials`` coins; :func:`multinomial_equal` splits trials uniformly
-over ``cells`` outcomes by recursive halving into such binomials.
+coins ``randbelow(b) < a`` would give, for any rational ``p = a/b`` with
+``1 <= b <= 2**64``, at an expected cost of one or two vectorised rounds
+(a few ``log(trials)`` rounds when the mode is within ``DIRECT_MIN`` of 0 or
+``trials``) instead of ``trials`` coins; :func:`multinomial_equal` splits
+trials uniformly over ``cells`` outcomes by recursive halving into binomials.
 
-Exactness, in three layers:
-
-1. *General p from p = 1/2.*  A coin ``U < p`` with ``U`` uniform in
-   ``[0, 1)`` is Bernoulli(p).  Compare ``U`` with ``p`` bit by bit (the bits
-   of ``a/b`` by the integer recurrence ``r -> 2r mod b``): among the ``T``
-   trials still tied with ``p``'s first bits, the ones whose next bit differs
-   from ``p``'s are Binomial(T, 1/2); they are successes if ``p``'s bit is 1
-   and failures if it is 0, the rest stay tied.  When ``p``'s remaining bits
-   are all 0 (``r = 0``) the tied trials fail.  About ``log2(trials) + 2``
-   levels.
-2. *Binomial(T, 1/2).*  Below ``SMALL_TRIALS`` it is the number of 1 bits of
-   ``T`` uniform bits.  Above, with ``T = 2h (+1 coin)``, ``h + J`` where ``J``
-   has the law ``f(j) = C(2h, h+j) / C(2h, h)`` on ``[-h, h]``, drawn by
-   rejection: the proposal is a sign, a geometric ``i`` (``P(i) = 2^-(i+1)``)
-   and ``r`` uniform below ``w = 2^b ~ 0.49 sqrt(h)``, ``|j| = i·w + r``; it is
-   accepted with probability ``A(j) = f(j)·2^i·e^-Phi`` (halved at ``j = 0``,
-   which both signs reach).  Proposal times acceptance is ``f(j)/(4w·e^Phi)``,
-   proportional to ``f``, so accepted values have law ``f``.  ``A <= 1``:
-   ``f(j) <= exp(-j²/(h+j))`` (each factor ``(h-k+1)/(h+k) <= exp(-(2k-1)/(h+j))``)
-   and ``2^i <= exp(|j| ln2/w)``, and the concave ``x·c - x²/(h+x)``
-   (``c = ln2/w``) peaks at ``h(1 - sqrt(1-c))² <= h(c/(2-c))² <= Phi``.
-   About 55% of proposals are accepted; each cell draws ``CANDIDATES`` per
-   round and keeps the first accepted one (sequential rejection in order).
-3. *The acceptance test ``U < A(j)`` without trusting a float.*  ``U``'s first
-   53 bits ``v`` are drawn; ``ln f(j)`` is bracketed with only ``+ - × /``
-   (IEEE correctly rounded): ``-h·S1(t) + S2(t)/2 + Δμ`` with ``t = j/h``,
-   ``S1 = (1+t)ln(1+t) + (1-t)ln(1-t) = Σ t^2k/(k(2k-1))`` and
-   ``S2 = -ln(1-t²) = Σ t^2k/k`` (positive series, truncated with a geometric
-   tail bound) and Robbins' ``1/(12x+1) < μ(x) < 1/(12x)`` for Stirling's
-   remainder; the rounding error (well under ``2^-46`` of the terms' magnitude)
-   is covered by a margin of ``2^-40``; ``e^-γ`` is bracketed by Taylor bounds
-   squared 20 times, with a margin ``2^-28`` over the ``2^-31`` rounding
-   growth.  Only when ``[v, v+1)·2^-53`` straddles the bracket (about 1e-8 of
-   the proposals) does :func:`_accept_exactly` decide with exact rationals
-   (``math.perm``) and certified ``decimal`` brackets of ``e^Phi``, drawing
-   64 more bits of ``U`` until decided, which happens with probability 1.
-
-So a draw's law equals that of the explicit coins exactly; floats only choose
-parameters (``w``, ``Phi``, which any value keeps valid) and decide where a
-certified margin allows.
+Exactness argument.  *Rejection around the mode* (when ``c = floor((n+1)p)``
+and ``y = n - c`` are both at least ``DIRECT_MIN``): ``J = X - c`` has the law
+``f(j) = P(c+j)/P(c)`` on ``[-c, y]``.  A proposal is a sign, a geometric
+``i`` (``P(i) = 2^-(i+1)``, trailing zero bits) and ``r`` uniform below
+``w = 2^s ~ 0.69 sd``, ``|j| = i·w + r``; it is accepted with probability
+``A(j) = f(j)·2^i·e^-Phi``, halved at ``j = 0`` (both signs propose it).
+Proposal times acceptance is ``f(j)/(4w·e^Phi)``, proportional to ``f``, so an
+accepted ``j`` has law ``f`` (each cell keeps its first accepted proposal of a
+round, in order: sequential rejection).  ``A <= 1`` because ``c`` is a mode:
+each ratio ``P(c+k)/P(c+k-1)`` is at most ``exp(-(k-1)/y - (k-1)/(c+k))``, so
+``ln f(j) <= -j(j-1)/2·(1/y + 1/(c+j))`` (``1/c + 1/(y+k)`` for ``j = -k``),
+and ``i·ln2 <= |j|·ln2/w``; the sup of the sum is bounded in closed form
+(:func:`_envelope`: the slope split between the two curvatures, and
+``sup x·z/2 - x²/(2(x0+x)) <= x0/2·(z/(2-z))²``), giving ``Phi``.
+*The test ``U < A(j)`` is certified*: ``U``'s first 53 bits ``v`` are drawn;
+``ln f(j)`` is bracketed with ``+ - × /`` only (IEEE, correctly rounded) from
+Stirling's formula with Robbins' remainder ``1/(12x+1) < μ(x) < 1/(12x)``:
+``-c·Gs(-j/c) - y·Gs(j/y) + (Lg(-j/c) + Lg(j/y))/2 + j·ln(1+delta) - Δμ``,
+``Gs(z) = Σ z^k/(k(k-1))``, ``Lg(z) = Σ z^k/k`` truncated for ``|z| <= 1/2``
+with geometric tail bounds, ``delta = (np - c)/(c(1-p))`` exact up to one
+float rounding; a margin of ``2^-40`` of the terms' magnitude covers the
+rounding (under ``2^-46`` of it); ``e^-γ`` is bracketed by Taylor bounds
+squared 10 times with a ``2^-36`` margin over ``2^-39`` of rounding growth.
+Only when ``[v, v+1)·2^-53`` straddles the bracket (about 1e-9 of proposals),
+or ``|j| > min(c, y)/2`` (under 2^-22), does :func:`_accept_exactly` decide
+with exact rationals (``math.perm``) and certified ``decimal`` brackets of
+``e^Phi``, drawing 64 more bits of ``U`` until decided (probability 1).
+*Bit-level splits* (small mode side): a coin ``U < p`` compares ``U``'s bits
+with ``p``'s (``r -> 2r mod b``); of the ``T`` trials still tied, the
+Binomial(T, 1/2) whose next bit differs succeed if ``p``'s bit is 1 and fail
+if 0; when ``p``'s remaining bits are 0 the tied trials fail.  Binomial(T, 1/2)
+is the number of 1 bits of ``T`` uniform bits below ``SMALL_TRIALS``, else the
+rejection above.  Floats only choose parameters (``w``, ``Phi``, which any
+value keeps valid) and decide only where a certified margin allows, so the
+law of every draw is exactly that of the explicit coins.
 """
 
 from __future__ import annotations
@@ -80,6 +76,8 @@ _EXP_MARGIN = 2.0**-36
 _EXP_CAP = 40.0
 _HALF_ULP = 2.0**-53
 _PHI_GRID = 2.0**20  # Phi is rounded up to a multiple of 2^-20: a short exact decimal for the fallback
+_LN2_BELOW = Fraction("0.6931471805599453094172321214581765680755")  # ln 2 = 0.6931...680755001344
+_LN2_ABOVE = _LN2_BELOW + Fraction(1, 10**40)
 
 
 def binomial(trials, numerators, denominators, rng: Randomness | None = None) -> np.ndarray:
@@ -430,24 +428,26 @@ def _accept_exactly(c: int, y: int, j: int, i: int, phi: float, v: int, a: int, 
     """``U < A(j)`` decided exactly, where ``U``'s first 53 bits are ``v`` and its next bits are drawn as needed.
 
     First the cheap bound ``ln f(j) <= -k(k-1)/2·(1/y + 1/(c+k))`` (``k = j > 0``; ``1/c + 1/(y+k)`` for
-    ``j = -k``) may reject; otherwise ``f(j)`` is the exact rational ``perm(y, k)/perm(c+k, k)·(p/q)^k`` (or
-    ``perm(c, k)/perm(y+k, k)·(q/p)^k``) and ``e^Phi`` is bracketed by correctly rounded ``decimal`` (one ulp
-    either side), the precision and ``U``'s bits growing until they decide.
+    ``j = -k``), in logarithms, may reject; otherwise ``f(j)`` is the exact rational
+    ``perm(y, k)/perm(c+k, k)·(p/q)^k`` (or ``perm(c, k)/perm(y+k, k)·(q/p)^k``) and ``e^Phi`` is bracketed by
+    correctly rounded ``decimal`` (one ulp either side), the precision and ``U``'s bits growing until they decide.
     """
     k = abs(j)
-    scale = Fraction(1 << i, 2 if j == 0 else 1)
     curvature = Fraction(1, y) + Fraction(1, c + k) if j >= 0 else Fraction(1, c) + Fraction(1, y + k)
+    # ln A <= i·ln 2 - Phi - k(k-1)/2·curvature (- ln 2 at j = 0), with ln 2 rounded up: no 2^i is formed
+    exponent = Fraction(phi) + Fraction(k * (k - 1), 2) * curvature - i * _LN2_ABOVE + (_LN2_BELOW if j == 0 else 0)
     num, bits = v, 53
-    exponent = Fraction(phi) + Fraction(k * (k - 1), 2) * curvature
-    digits = 30
-    x_down = Decimal(math.floor(exponent * 10**digits)).scaleb(-digits)  # <= exponent: exp(-x_down) >= exp(-exponent)
-    bound = scale * bracket("exp", -x_down, 80)[1]
-    while True:
-        if Fraction(num, 1 << bits) >= bound:
-            return False
-        if Fraction(num + 1, 1 << bits) <= bound:
-            break
-        num, bits = (num << 64) | rng.randbelow(_TWO_64), bits + 64
+    if exponent > 0:
+        digits = 30
+        x_down = Decimal(math.floor(exponent * 10**digits)).scaleb(-digits)  # <= exponent
+        bound = bracket("exp", -x_down, 80)[1]  # >= e^-exponent >= A
+        while True:
+            if Fraction(num, 1 << bits) >= bound:
+                return False
+            if Fraction(num + 1, 1 << bits) <= bound:
+                break
+            num, bits = (num << 64) | rng.randbelow(_TWO_64), bits + 64
+    scale = Fraction(1 << i, 2 if j == 0 else 1)
     if j >= 0:
         ratio = Fraction(math.perm(y, k) * a**k, math.perm(c + k, k) * (b - a) ** k)
     else:
@@ -474,12 +474,14 @@ def _integers(values, name: str, low: int, high: int) -> np.ndarray:
     if array.dtype.kind == "O":
         flat = array.ravel().tolist()
         if not all(isinstance(x, Integral) and not isinstance(x, bool) for x in flat):
-            raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), got {values!r}")
+            raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), "
+                             f"got {values!r}")
         if flat and (min(flat) < low or max(flat) > high):
             raise ValueError(f"{name} must lie in [{low}, {high}]")
         return array
     if array.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), got dtype {array.dtype}")
+        raise ValueError(f"{name} must be integers (exact rationals; convert floats explicitly), "
+                         f"got dtype {array.dtype}")
     if array.size and (int(array.min()) < low or int(array.max()) > high):
         raise ValueError(f"{name} must lie in [{low}, {high}]")
     return array

@@ -23,7 +23,9 @@ and ``i·ln2 <= |j|·ln2/w``; the sup of the sum is bounded in closed form
 ``sup x·z/2 - x²/(2(x0+x)) <= x0/2·(z/(2-z))²``), giving ``Phi``.
 *The test ``U < A(j)`` is certified*: ``U``'s first 53 bits ``v`` are drawn;
 ``ln f(j)`` is bracketed with ``+ - × /`` only (IEEE, correctly rounded) from
-Stirling's formula with Robbins' remainder ``1/(12x+1) < μ(x) < 1/(12x)``:
+Stirling's formula, its remainder ``μ(x)`` between ``1/(12x) - 1/(360x³)``
+and that plus ``1/(1260x⁵)`` (for real ``x`` the series' remainder has the
+sign of, and is smaller than, the first omitted term):
 ``-c·Gs(-j/c) - y·Gs(j/y) + (Lg(-j/c) + Lg(j/y))/2 + j·ln(1+delta) - Δμ``,
 ``Gs(z) = Σ z^k/(k(k-1))``, ``Lg(z) = Σ z^k/k`` truncated for ``|z| <= 1/2``
 with geometric tail bounds, ``delta = (np - c)/(c(1-p))`` exact up to one
@@ -69,7 +71,7 @@ _U64_ONE = np.uint64(1)
 _ALL_ONES = np.uint64(_TWO_64 - 1)
 _LN2 = math.log(2.0)  # float64 within one rounding of ln 2 (the margin covers it)
 _LN2_UP = float(np.nextafter(_LN2, 1.0))  # >= ln 2
-_TERMS = 8  # series terms of Gs and Lg
+_TERMS = 12  # series terms of Gs and Lg
 _GAMMA_MARGIN = 2.0**-40
 _EXP_SQUARINGS = 10
 _EXP_MARGIN = 2.0**-36
@@ -237,11 +239,7 @@ def _count_ones(trials: np.ndarray, words: _Words) -> np.ndarray:
 
 def _rejection(n, c, delta, a, b_minus_1, words: _Words, rng: Randomness) -> np.ndarray:
     """Binomial(n, a/b) per cell as ``c + J``, ``J`` from proposals accepted with probability ``A(j)``."""
-    y = n - c
-    cf, yf = c.astype(np.float64), y.astype(np.float64)
-    shift = np.clip(np.round(np.log2(0.69 * np.sqrt(cf * yf / (cf + yf)))), 0, 31).astype(np.uint64)
-    w = np.left_shift(np.int64(1), shift.astype(np.int64))
-    cells = _Cells(c, y, shift, w, _envelope(cf, yf, w), *_log1p_bracket(delta), np.abs(delta), a, b_minus_1)
+    cells = _Cells.of(n, c, delta, a, b_minus_1)
     result = np.zeros(n.size, np.int64)
     pending = np.arange(n.size)
     while pending.size:
@@ -262,6 +260,15 @@ class _Cells:
     def __init__(self, *values):
         for name, value in zip(self.__slots__, values):
             setattr(self, name, value)
+
+    @classmethod
+    def of(cls, n, c, delta, a, b_minus_1) -> "_Cells":
+        """The constants of cells of ``n`` trials with mode ``c`` and ``delta`` (:func:`_modes`), p = a/b."""
+        y = n - c
+        cf, yf = c.astype(np.float64), y.astype(np.float64)
+        shift = np.clip(np.round(np.log2(0.69 * np.sqrt(cf * yf / (cf + yf)))), 0, 31).astype(np.uint64)
+        w = np.left_shift(np.int64(1), shift.astype(np.int64))
+        return cls(c, y, shift, w, _envelope(cf, yf, w), *_log1p_bracket(delta), np.abs(delta), a, b_minus_1)
 
 
 def _envelope(cf: np.ndarray, yf: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -343,7 +350,7 @@ def _acceptance_bracket(cell, c, y, j, i, cells: _Cells) -> tuple[np.ndarray, np
     """Floats ``lo <= A(j) <= hi``, ``A(j) = f(j)·2^i·e^-Phi`` (halved at j = 0), for ``|j| <= min(c, y)/2``.
 
     ``ln f(j) = -c·Gs(-j/c) - y·Gs(j/y) + Lg(-j/c)/2 + Lg(j/y)/2 + j·ln(1+delta) - Δμ`` (Stirling's formula
-    with Robbins' remainder ``1/(12x+1) < μ(x) < 1/(12x)``), ``Gs(z) = Σ_k>=2 z^k/(k(k-1))`` and
+    with its remainder ``μ`` bounded by :func:`_mu`), ``Gs(z) = Σ_k>=2 z^k/(k(k-1))`` and
     ``Lg(z) = Σ_k>=1 z^k/k`` truncated with tail bounds.
     """
     cf, yf, jf = c.astype(np.float64), y.astype(np.float64), j.astype(np.float64)
@@ -357,9 +364,9 @@ def _acceptance_bracket(cell, c, y, j, i, cells: _Cells) -> tuple[np.ndarray, np
     lnd_lo, lnd_hi = cells.lnd_lo[cell], cells.lnd_hi[cell]
     drift_lo = jf * np.where(positive, lnd_lo, lnd_hi)
     drift_hi = jf * np.where(positive, lnd_hi, lnd_lo)
-    plus, minus = 12.0 * (cf + jf), 12.0 * (yf - jf)
-    dmu_hi = 1.0 / (12.0 * cf) + 1.0 / (12.0 * yf) - 1.0 / (plus + 1.0) - 1.0 / (minus + 1.0)
-    dmu_lo = 1.0 / (12.0 * cf + 1.0) + 1.0 / (12.0 * yf + 1.0) - 1.0 / plus - 1.0 / minus
+    mu = [_mu(x) for x in (cf, yf, cf + jf, yf - jf)]  # (low, high) each
+    dmu_hi = mu[0][1] + mu[1][1] - mu[2][0] - mu[3][0]  # mu(c) + mu(y) - mu(c+j) - mu(y-j)
+    dmu_lo = mu[0][0] + mu[1][0] - mu[2][1] - mu[3][1]
     ln_f_hi = (-cf * (gs1 - gs1_width) - yf * (gs2 - gs2_width) + 0.5 * (lg1 + lg1_width + lg2 + lg2_width)
                + drift_hi + dmu_hi)
     ln_f_lo = (-cf * (gs1 + gs1_width) - yf * (gs2 + gs2_width) + 0.5 * (lg1 - lg1_width + lg2 - lg2_width)
@@ -369,6 +376,19 @@ def _acceptance_bracket(cell, c, y, j, i, cells: _Cells) -> tuple[np.ndarray, np
                  + 2.0 * np.abs(jf) * cells.abs_delta[cell] + 2.0)
     margin = _GAMMA_MARGIN * magnitude
     return _exp_neg_bracket(base - ln_f_hi - margin, base - ln_f_lo + margin)
+
+
+def _mu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of Stirling's remainder ``mu(x) = ln x! - (x+1/2)ln x + x - ln(2 pi)/2`` for ``x >= 1``.
+
+    ``mu(x) = 1/(12x) - 1/(360x³) + 1/(1260x⁵) - ...``; for real ``x > 0`` the remainder after any term has
+    the sign of the first omitted term and is smaller (DLMF 5.11(ii)), so the sums of two and three terms
+    bound it.
+    """
+    inverse = 1.0 / x
+    square = inverse * inverse
+    low = inverse * (1.0 / 12.0 - square / 360.0)
+    return low, low + inverse * square * square / 1260.0
 
 
 _GS = [1.0 / ((m + 2) * (m + 1)) for m in range(_TERMS)]

@@ -11,8 +11,11 @@ laws are scipy's binomial pmf and cdf (floats are fine for a reference).
 
 from __future__ import annotations
 
+import decimal
 import importlib
+import math
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -112,6 +115,7 @@ def test_a_probability_one_percent_off_is_detected(trials, numerator, denominato
     assert _gof_pvalue(wrong, trials, p) <= ALPHA
 
 
+@pytest.mark.slow
 def test_a_mode_off_by_one_is_detected():
     """Exact per-value bins just above the explicit-coin range (the rejection sampler's smallest h): the
     right law passes, the law shifted by one (the mode off by one) fails."""
@@ -173,6 +177,45 @@ def test_the_exact_decision_is_deterministic_where_the_value_is_clear():
     assert accept(10**12, 2 * 10**12, -3, 0, 0.25, 0, 1, 3, rng) is True
     assert accept(512, 512, 400, 12, 0.5, 0, 1, 2, rng) is False
     assert accept(600, 5000, -400, 12, 0.5, 0, 1, 10, rng) is False
+
+
+@pytest.mark.parametrize("trials, numerator, denominator", [
+    (1100, 1, 2), (3001, 7, 10), (20_000, OUE.other, OUE.denominator), (100_000, 1, 3), (5000, GRR.keep, 2**64)])
+def test_the_float_bracket_contains_the_exact_acceptance_and_phi_bounds_it(trials, numerator, denominator):
+    """Deterministic: at proposals across the whole float-decided range ``|j| <= min(c, y)/2`` the float bracket
+    holds the exact ``A(j) = f(j)·2^i·e^-Phi`` (halved at 0; exact rationals, 60-digit decimal), ``A <= 1``, and
+    the bracket is narrower than 1e-9; and ``Phi`` bounds ``ln f(j) + floor(|j|/w)·ln 2`` over the support."""
+    n = np.array([trials])
+    a, b_minus_1 = np.array([numerator], np.uint64), np.array([denominator - 1], np.uint64)
+    c, delta = binomial_module._modes(n, a, b_minus_1)
+    cells = binomial_module._Cells.of(n, c, delta, a, b_minus_1)
+    c0, y0, w, phi = int(c[0]), int(cells.y[0]), int(cells.w[0]), float(cells.phi[0])
+    assert min(c0, y0) >= binomial_module.DIRECT_MIN and c0 == (trials + 1) * numerator // denominator
+    half = min(c0, y0) // 2
+    js = np.unique(np.concatenate([np.arange(-80, 81), np.linspace(-half, half, 41).astype(np.int64)]))
+    i = np.abs(js) // w
+    lo, hi = binomial_module._acceptance_bracket(np.zeros(js.size, np.int64), np.full(js.size, c0),
+                                                  np.full(js.size, y0), js, i, cells)
+    p_over_q = Fraction(numerator, denominator - numerator)
+    with decimal.localcontext() as context:
+        context.prec = 60
+        e_minus_phi = (-decimal.Decimal(phi)).exp()
+        for j, i_j, low, high in zip(js.tolist(), i.tolist(), lo.tolist(), hi.tolist()):
+            k = abs(j)
+            if j >= 0:
+                f = Fraction(math.perm(y0, k), math.perm(c0 + k, k)) * p_over_q**k
+            else:
+                f = Fraction(math.perm(c0, k), math.perm(y0 + k, k)) / p_over_q**k
+            exact = decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator) * 2**i_j * e_minus_phi
+            exact = exact / 2 if j == 0 else exact
+            assert decimal.Decimal(low) <= exact <= decimal.Decimal(high) and exact <= 1
+            assert high - low <= 1e-9  # the exact fallback runs with probability about this width
+    # Phi over the whole support [-c, y], with ln f(j) summed from its exact ratios (float error < 1e-9).
+    up = np.cumsum([math.log(Fraction(y0 - k + 1, c0 + k) * p_over_q) for k in range(1, y0 + 1)])
+    down = np.cumsum([math.log(Fraction(c0 - k, y0 + k + 1) / p_over_q) for k in range(c0)])
+    support = np.concatenate([down[::-1], [0.0], up])
+    steps = np.abs(np.arange(-c0, y0 + 1)) // w
+    assert (support + steps * math.log(2)).max() <= phi + 1e-9
 
 
 @pytest.mark.parametrize("numerator, denominator", [(3, 7), (OUE.other, OUE.denominator)])

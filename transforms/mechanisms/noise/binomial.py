@@ -88,8 +88,9 @@ def binomial(trials, numerators, denominators, rng: Randomness | None = None) ->
     ``trials`` are integers in ``[0, 2**63)``; ``denominators`` integers in ``[1, 2**64]`` and
     ``numerators`` in ``[0, denominator]`` (python ints beyond int64 are accepted, floats are refused:
     the probability must be an exact rational).  The law is exactly that of counting ``trials``
-    independent coins ``randbelow(b) < a`` (see the module doc); the expected cost per cell grows with
-    ``log(trials)``.  ``rng`` defaults to the secure generator.
+    independent coins ``randbelow(b) < a`` (see the module doc).  A call costs one or two vectorised
+    rejection rounds, about ``log2(trials)`` when the mode is within ``DIRECT_MIN`` of 0 or ``trials``;
+    never a coin per trial.  ``rng`` defaults to the secure generator.
     """
     rng = rng or secure_randomness()
     n = _integers(trials, "trials", 0, MAX_TRIALS).astype(np.int64)
@@ -131,11 +132,12 @@ def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.n
     counts = n.reshape(-1, 1)
     sizes = [cells]
     while max(sizes) > 1:
-        halves = np.array([size // 2 for size in sizes], dtype=object)
-        left = binomial(counts, halves, np.array(sizes, dtype=object), rng)
+        shares = [(size // 2 // math.gcd(size // 2, size), size // math.gcd(size // 2, size)) for size in sizes]
+        halves, wholes = (np.array(column, dtype=np.int64) for column in zip(*shares))  # in lowest terms
+        left = binomial(counts, halves, wholes, rng)
         columns, new_sizes = [], []
         for g, size in enumerate(sizes):
-            if size == 1:  # halves[g] = 0: the group keeps its trials
+            if size == 1:  # a share of 0/1: the group keeps its trials
                 columns.append(counts[:, g])
                 new_sizes.append(1)
             else:
@@ -167,8 +169,9 @@ def _draw(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words, rn
 def _modes(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per cell the mode ``c = floor((n+1)p)`` (exact) and ``delta = (np - c)/(c(1-p))`` as a float.
 
-    ``delta`` makes ``ln(p(n-c)/((1-p)c)) = ln(1 + delta)``; ``|delta| <= 1/(c(1-p))`` is small on the
-    rejection path.  p = 1/2 is vectorised; other p use python ints (``(n+1)a`` passes 64 bits).
+    ``delta`` makes ``ln(p(n-c)/((1-p)c)) = ln(1 + delta)``; ``|delta| <= 1/(c(1-p)) < 1/250`` on the
+    rejection path (``c, n-c >= DIRECT_MIN`` make ``c(1-p) > npq - 1 > 254``).  p = 1/2 is vectorised;
+    other p use python ints (``(n+1)a`` passes 64 bits).
     """
     if np.all((a == _U64_ONE) & (b_minus_1 == _U64_ONE)):
         c = (n >> 1) + (n & 1)  # floor((n+1)/2) without overflow
@@ -185,7 +188,7 @@ def _modes(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray) -> tuple[np.ndar
 
 
 # --------------------------------------------------------------------------
-# Layer 1: any rational p from Binomial(., 1/2) splits
+# Bit-level splits (a side of the mode is small)
 # --------------------------------------------------------------------------
 
 
@@ -216,9 +219,8 @@ def _binomial_half(trials: np.ndarray, words: _Words, rng: Randomness) -> np.nda
         out[small] = _count_ones(trials[small], words)
     large = np.flatnonzero(trials >= SMALL_TRIALS)
     if large.size:
-        t = trials[large]
-        c, delta = _modes(t, np.ones(t.size, np.uint64), np.ones(t.size, np.uint64))
-        out[large] = _rejection(t, c, delta, np.ones(t.size, np.uint64), np.ones(t.size, np.uint64), words, rng)
+        t, one = trials[large], np.ones(large.size, np.uint64)  # a = 1, b - 1 = 1: p = 1/2
+        out[large] = _rejection(t, *_modes(t, one, one), one, one, words, rng)
     return out
 
 
@@ -233,7 +235,7 @@ def _count_ones(trials: np.ndarray, words: _Words) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------
-# Layer 2: rejection around the mode
+# Rejection around the mode
 # --------------------------------------------------------------------------
 
 
@@ -288,7 +290,7 @@ def _side(slope, s, t, x, total):
 
 
 def _log1p_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``ln(1 + delta)`` bracketed (``|delta| <= 1/256``): ``-Lg(-delta)`` and its tail bound."""
+    """``ln(1 + delta)`` bracketed (``|delta| < 1/250``): ``-Lg(-delta)`` and its tail bound."""
     value, width = _lg(-delta)
     width = width + _GAMMA_MARGIN * np.abs(delta)  # delta itself is a float within 3 ulps
     return -value - width, -value + width
@@ -342,7 +344,7 @@ def _trailing_zeros(rng: Randomness) -> int:
 
 
 # --------------------------------------------------------------------------
-# Layer 3: the acceptance test, certified
+# The acceptance test, certified
 # --------------------------------------------------------------------------
 
 

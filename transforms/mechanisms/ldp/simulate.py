@@ -10,13 +10,14 @@ Two ways to get what a batch of reporters would send, equal in distribution
 * :func:`aggregate_counts`, the aggregate shortcut: the true counts in, the
   counts the reports would sum to out, without any user's report, by exact
   binomials (:mod:`transforms.mechanisms.noise.binomial`, expected cost
-  O(log n') per draw, not O(n')).  OUE draws
+  a few vectorised rounds per call, not O(n')).  OUE draws
   ``C'[k] = Binomial(m[k], 1/2) + Binomial(n' - m[k], Q/2**32)``.  GRR draws,
   per true value k, the kept reports ``Binomial(m[k], P/2**64)`` and spreads
   the rest uniformly over the d - 1 other values
   (:func:`~transforms.mechanisms.noise.multinomial_equal`): a reporter who does
   not keep reports ``(U - P) // Q`` for ``U`` uniform on ``[P, 2**64)``, each
-  other value with ``Q`` of the ``(d-1)·Q`` outcomes.
+  other value with ``Q`` of the ``(d-1)·Q`` outcomes.  GRR batches of fewer
+  than ``GRR_PER_REPORTER_MAX`` reporters draw one 64-bit word per reporter.
 
 Every draw is exact: it compares uniform integers from a :class:`Randomness`
 with the oracle's integer thresholds, or (the binomials) decides with a
@@ -34,6 +35,9 @@ from transforms.mechanisms.noise.coins import coins_below
 
 CHUNK_COINS = 1 << 20
 """Largest number of coins (OUE bits) :func:`perturb_values` draws in one piece: bounds the memory of large batches."""
+GRR_PER_REPORTER_MAX = 1 << 10
+"""GRR batches of fewer reporters are drawn report by report (one 64-bit word each, as :func:`perturb_values`):
+cheaper than the binomials' fixed cost, and the same law."""
 
 
 def _uint64(count: int, rng: Randomness) -> np.ndarray:
@@ -104,6 +108,8 @@ def aggregate_counts(oracle: FrequencyOracle, true_counts, rng: Randomness | Non
     m = m.astype(np.int64)
     d = oracle.d
     if oracle.kind == "grr":
+        if m.sum() < GRR_PER_REPORTER_MAX:
+            return np.bincount(_grr(oracle, np.repeat(np.arange(d), m), rng), minlength=d).astype(np.int64)
         kept = binomial(m, oracle.keep, oracle.denominator, rng)
         moved = multinomial_equal(m - kept, d - 1, rng)  # row k: the other values of reporters holding k
         others = np.arange(d - 1)

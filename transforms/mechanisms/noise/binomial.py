@@ -2,10 +2,12 @@
 
 :func:`binomial` draws, per cell, exactly what counting ``trials`` independent
 coins ``randbelow(b) < a`` would give, for any rational ``p = a/b`` with
-``1 <= b <= 2**64``, at an expected cost of one or two vectorised rounds
-(a few ``log(trials)`` rounds when the mode is within ``DIRECT_MIN`` of 0 or
-``trials``) instead of ``trials`` coins; :func:`multinomial_equal` splits
-trials uniformly over ``cells`` outcomes by recursive halving into binomials.
+``1 <= b <= 2**64``: cells of fewer than ``SMALL_TRIALS`` trials draw their
+coins (one uint32 each), larger ones cost one or two vectorised rejection
+rounds (``log2(trials/SMALL_TRIALS)`` rounds when the mode is within
+``DIRECT_MIN`` of 0 or ``trials``), never a coin per trial;
+:func:`multinomial_equal` splits trials uniformly over ``cells`` outcomes by
+recursive halving into binomials.
 
 Exactness argument.  *Rejection around the mode* (when ``c = floor((n+1)p)``
 and ``y = n - c`` are both at least ``DIRECT_MIN``): ``J = X - c`` has the law
@@ -36,14 +38,17 @@ Only when ``[v, v+1)·2^-53`` straddles the bracket (about 1e-9 of proposals),
 or ``|j| > min(c, y)/2`` (under 2^-22), does :func:`_accept_exactly` decide
 with exact rationals (``math.perm``) and certified ``decimal`` brackets of
 ``e^Phi``, drawing 64 more bits of ``U`` until decided (probability 1).
+*Explicit coins*: ``U < p`` compares ``U``'s first 32 bits with
+``floor(2^32 p)``; a tie (2^-32) is decided by ``randbelow(b) < 2^32 a mod b``.
 *Bit-level splits* (small mode side): a coin ``U < p`` compares ``U``'s bits
 with ``p``'s (``r -> 2r mod b``); of the ``T`` trials still tied, the
-Binomial(T, 1/2) whose next bit differs succeed if ``p``'s bit is 1 and fail
-if 0; when ``p``'s remaining bits are 0 the tied trials fail.  Binomial(T, 1/2)
-is the number of 1 bits of ``T`` uniform bits below ``SMALL_TRIALS``, else the
-rejection above.  Floats only choose parameters (``w``, ``Phi``, which any
-value keeps valid) and decide only where a certified margin allows, so the
-law of every draw is exactly that of the explicit coins.
+Binomial(T, 1/2) whose next bit differs (the rejection above) succeed if
+``p``'s bit is 1 and fail if 0; when ``p``'s remaining bits are 0 the tied
+trials fail, and once fewer than ``SMALL_TRIALS`` are tied each succeeds with
+the rest of ``p``, ``r/b``: explicit coins.  Floats only choose parameters
+(``w``, ``Phi``, which any value keeps valid) and decide only where a
+certified margin allows, so the law of every draw is exactly that of the
+explicit coins.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from transforms.mechanisms.noise.generators import Randomness, secure_randomness
 from transforms.mechanisms.noise.samplers import _Words
 
 SMALL_TRIALS = 1 << 10
-"""Binomial(T, 1/2) below this many trials counts the 1 bits of T uniform bits; above, rejection."""
+"""Cells of fewer trials draw explicit coins (one uint32 each); larger ones reject or split."""
 DIRECT_MIN = SMALL_TRIALS // 2
 """Rejection around the mode ``c`` when ``min(c, n - c)`` is at least this; else bit-level splits."""
 CANDIDATES = 10
@@ -77,6 +82,7 @@ _EXP_SQUARINGS = 10
 _EXP_MARGIN = 2.0**-36
 _EXP_CAP = 40.0
 _HALF_ULP = 2.0**-53
+_COIN_CHUNK = 1 << 20  # explicit coins drawn at once (4 MB)
 _PHI_GRID = 2.0**20  # Phi is rounded up to a multiple of 2^-20: a short exact decimal for the fallback
 _LN2_BELOW = Fraction("0.6931471805599453094172321214581765680755")  # ln 2 = 0.6931...680755001344
 _LN2_ABOVE = _LN2_BELOW + Fraction(1, 10**40)
@@ -153,16 +159,52 @@ def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.n
 
 
 def _draw(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
-    """Binomial(n, a/b) per cell, ``0 < a < b``, ``n > 0``: by rejection when both sides of the mode hold at
-    least ``DIRECT_MIN`` values, else by bit-level splits into Binomial(T, 1/2)."""
+    """Binomial(n, a/b) per cell, ``0 < a < b``, ``n > 0``: explicit coins below ``SMALL_TRIALS`` trials,
+    rejection when both sides of the mode hold at least ``DIRECT_MIN`` values, else bit-level splits."""
+    out = np.empty(n.size, np.int64)
+    small = n < SMALL_TRIALS
+    if small.any():
+        out[small] = _explicit(n[small], a[small], b_minus_1[small], rng)
+    if small.all():
+        return out
+    large = np.flatnonzero(~small)
+    n, a, b_minus_1 = n[large], a[large], b_minus_1[large]
     c, delta = _modes(n, a, b_minus_1)
     direct = np.minimum(c, n - c) >= DIRECT_MIN
-    out = np.empty(n.size, np.int64)
     if direct.any():
-        out[direct] = _rejection(n[direct], c[direct], delta[direct], a[direct], b_minus_1[direct], words, rng)
+        out[large[direct]] = _rejection(n[direct], c[direct], delta[direct], a[direct], b_minus_1[direct], words,
+                                        rng)
     if not direct.all():
         split = ~direct
-        out[split] = _binomial_rational(n[split], a[split], b_minus_1[split], words, rng)
+        out[large[split]] = _binomial_rational(n[split], a[split], b_minus_1[split], words, rng)
+    return out
+
+
+def _explicit(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, rng: Randomness) -> np.ndarray:
+    """Binomial(n, a/b) per cell as ``n > 0`` explicit coins ``U < a/b``, at most ``_COIN_CHUNK`` at a time.
+
+    A coin compares ``U``'s first 32 bits (one uniform uint32) with ``floor(2^32 a/b)``; on a tie
+    (probability 2^-32) the rest of ``U`` is below the rest of ``p``, ``(2^32 a mod b)/b``, with exactly
+    the probability of ``randbelow(b) < 2^32 a mod b``.
+    """
+    scaled = a.astype(object) * (1 << 32)
+    b = b_minus_1.astype(object) + 1
+    high, rest = (scaled // b).astype(np.uint32), scaled % b
+    out = np.zeros(n.size, np.int64)
+    ends = np.cumsum(n)
+    first = 0
+    while first < n.size:
+        last = max(first + 1, int(np.searchsorted(ends, ends[first] - n[first] + _COIN_CHUNK, side="right")))
+        counts = n[first:last]
+        starts = np.cumsum(counts) - counts
+        draws = rng.uint32(int(counts.sum()))
+        thresholds = np.repeat(high[first:last], counts)
+        successes = draws < thresholds
+        for coin in np.flatnonzero(draws == thresholds).tolist():
+            cell = first + int(np.searchsorted(starts, coin, side="right")) - 1
+            successes[coin] = bool(rest[cell]) and rng.randbelow(int(b[cell])) < rest[cell]
+        out[first:last] = np.add.reduceat(successes.view(np.uint8), starts, dtype=np.int64)
+        first = last
     return out
 
 
@@ -194,44 +236,33 @@ def _modes(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray) -> tuple[np.ndar
 
 def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words,
                        rng: Randomness) -> np.ndarray:
-    """Binomial(n, a/b) per cell, ``0 < a < b <= 2**64`` (uint64 ``a`` and ``b - 1``), ``n > 0``."""
+    """Binomial(n, a/b) per cell, ``0 < a < b <= 2**64`` (uint64 ``a`` and ``b - 1``), ``n > 0``.
+
+    Once fewer than ``SMALL_TRIALS`` trials of a cell are tied, each of them succeeds independently with the
+    rest of ``p``'s expansion, ``rem/b``: explicit coins finish the cell.
+    """
     successes = np.zeros(n.size, np.int64)
     tied = n.copy()
     rem = a.copy()  # p's expansion so far: p = 0.(bits drawn) + rem/b · 2^-level
     live = np.arange(n.size)
     while live.size:
+        few = tied[live] < SMALL_TRIALS
+        if few.any():
+            done = live[few]
+            successes[done] += _explicit(tied[done], rem[done], b_minus_1[done], rng)
+            live = live[~few]
+            if not live.size:
+                break
         r, bm1 = rem[live], b_minus_1[live]
         upper = bm1 - r  # b - r - 1 (no overflow: r < b)
         bit = r > upper  # 2r >= b
         rem[live] = np.where(bit, r - upper - _U64_ONE, r + r)  # 2r - b, or 2r (< b)
-        differ = _binomial_half(tied[live], words, rng)
+        t, one = tied[live], np.ones(live.size, np.uint64)  # Binomial(t, 1/2): a = 1, b - 1 = 1
+        differ = _rejection(t, *_modes(t, one, one), one, one, words, rng)
         successes[live] += np.where(bit, differ, 0)
         tied[live] -= differ
         live = live[(tied[live] > 0) & (rem[live] != 0)]  # rem = 0: p's later bits are 0, the tied fail
     return successes
-
-
-def _binomial_half(trials: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
-    """Exact Binomial(trials[i], 1/2) per cell (int64): counted bits below ``SMALL_TRIALS``, else rejection."""
-    out = np.zeros(trials.size, np.int64)
-    small = np.flatnonzero((trials > 0) & (trials < SMALL_TRIALS))
-    if small.size:
-        out[small] = _count_ones(trials[small], words)
-    large = np.flatnonzero(trials >= SMALL_TRIALS)
-    if large.size:
-        t, one = trials[large], np.ones(large.size, np.uint64)  # a = 1, b - 1 = 1: p = 1/2
-        out[large] = _rejection(t, *_modes(t, one, one), one, one, words, rng)
-    return out
-
-
-def _count_ones(trials: np.ndarray, words: _Words) -> np.ndarray:
-    """The number of 1 bits among ``trials[i] > 0`` uniform bits per cell: 64-bit words, the last one masked."""
-    per_cell = (trials + 63) >> 6
-    drawn = words.take(int(per_cell.sum())).copy()
-    last = np.cumsum(per_cell) - 1
-    spare = (64 - (trials & 63)) & 63  # unused high bits of the last word
-    drawn[last] &= _ALL_ONES >> spare.astype(np.uint64)
-    return np.add.reduceat(np.bitwise_count(drawn).astype(np.int64), last - per_cell + 1)
 
 
 # --------------------------------------------------------------------------
@@ -358,10 +389,8 @@ def _acceptance_bracket(cell, c, y, j, i, cells: _Cells) -> tuple[np.ndarray, np
     cf, yf, jf = c.astype(np.float64), y.astype(np.float64), j.astype(np.float64)
     phi = cells.phi[cell]
     z1, z2 = -jf / cf, jf / yf
-    gs1, gs1_width = _gs(z1)
-    gs2, gs2_width = _gs(z2)
-    lg1, lg1_width = _lg(z1)
-    lg2, lg2_width = _lg(z2)
+    (gs1, gs2), (gs1_width, gs2_width) = _gs(np.stack((z1, z2)))
+    (lg1, lg2), (lg1_width, lg2_width) = _lg(np.stack((z1, z2)))
     positive = j >= 0
     lnd_lo, lnd_hi = cells.lnd_lo[cell], cells.lnd_hi[cell]
     drift_lo = jf * np.where(positive, lnd_lo, lnd_hi)
@@ -413,7 +442,8 @@ def _horner(z: np.ndarray, coefficients: list[float]) -> np.ndarray:
     """``Σ_m coefficients[m]·z^m`` (rounding error at most 2·len ulps of ``Σ |terms|``, Higham 5.1)."""
     total = np.full(z.shape, coefficients[-1])
     for coefficient in coefficients[-2::-1]:
-        total = total * z + coefficient
+        total *= z
+        total += coefficient
     return total
 
 

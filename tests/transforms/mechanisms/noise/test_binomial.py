@@ -77,13 +77,13 @@ def _power_miss(n: int, p: float, wrong_p: float, shift: int, draws: int) -> flo
 
 # (trials, numerator, denominator): every path of the sampler
 CASES = [
-    (37, 1, 2),  # explicit coins only (popcount)
+    (37, 1, 2),  # explicit coins
     (5000, 1, 2),  # rejection around the mode
     (5001, 1, 2),  # odd
-    (3000, 7, 10),  # a non-dyadic rational, rejection
+    (3000, 7, 10),  # a non-dyadic rational, rejection (and 1000 explicit coins below)
     (1500, 1, 3),  # a mode side just above DIRECT_MIN
     (100_000, 1, 3),  # 1/j
-    (1_000_000, 1, 10_000),  # mode 100: bit-level splits, each a Binomial(T, 1/2) by rejection or counted bits
+    (1_000_000, 1, 10_000),  # mode 100: bit-level splits (each a Binomial(T, 1/2) by rejection), then coins
     (1_000_000, OUE.other, OUE.denominator),  # OUE's q = Q/2**32
     (20_000, GRR.keep, GRR.denominator),  # GRR's p = P/2**64 (denominator past uint64)
     (2**40, 1, 2),  # huge n

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from noise_helpers import ALPHA, POWER_MISS, CountingRandomness
+from noise_helpers import ALPHA, POWER_MISS, CountingRandomness, ScriptedRandomness
 from transforms.mechanisms.ldp.oracles import oracle_for
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import (
@@ -232,6 +232,17 @@ def test_small_trials_match_explicit_coins(numerator, denominator):
             table = np.array([np.bincount(samples, minlength=trials + 1), np.bincount(coins, minlength=trials + 1)])
             table = table[:, table.sum(axis=0) >= 20]
             assert stats.chi2_contingency(table).pvalue > ALPHA
+
+
+def test_an_explicit_coin_compares_32_bits_and_breaks_ties_exactly():
+    """p = 1/3: a coin succeeds iff its uint32 is below floor(2^32/3); on equality the rest of U is compared with
+    the rest of p, (2^32 mod 3)/3 = 1/3, by ``randbelow(3) < 1``."""
+    high = 2**32 // 3
+    rng = ScriptedRandomness(uint32_values=[high, high, high - 1, high + 1, 0], randbelow_values=[0, 2])
+    assert binomial(5, 1, 3, rng) == 3  # tie won, tie lost, below, above, below
+    assert rng.randbelow_args == [3, 3]
+    half = ScriptedRandomness(uint32_values=[2**31, 2**31 - 1])  # p = 1/2: a tie is a failure, no more bits
+    assert binomial(2, 1, 2, half) == 1 and half.randbelow_args == []
 
 
 def test_edge_cases_and_shapes():

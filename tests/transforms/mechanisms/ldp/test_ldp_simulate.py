@@ -27,8 +27,9 @@ POWER_MISS = 1e-7
 REPEATS = 20_000
 BATCH = {"grr": np.array([6, 3, 1, 0, 2]), "oue": np.array([5, 3, 2, 0])}  # true counts of a small batch
 LARGE_BATCH = {"grr": np.array([3000, 400, 300, 0]), "oue": np.array([1500, 700, 300, 0])}
-"""Batches whose aggregate draws take the binomials' rejection path (1024 trials or more in a cell): GRR's kept
-reports of value 0 and the ~1600 it moves (split in thirds), OUE's Binomial(1500, 1/2) and every q cell."""
+"""Batches whose aggregate draws take every path of the binomials: rejection around the mode (GRR's kept reports
+of value 0 and the ~1600 it moves, split in thirds; OUE's Binomial(1500, 1/2) and q cells of 2200 and 2500),
+bit-level splits (OUE's q cell of 1800, whose mode 484 is under 512) and explicit coins (cells under 1024)."""
 
 
 def _marginal_pmf(oracle: FrequencyOracle, m: np.ndarray, k: int) -> np.ndarray:

@@ -1,12 +1,13 @@
 """Tests for transforms.mechanisms.noise.binomial: exact Binomial and equal Multinomial draws.
 
 False-failure budget (see ``noise_helpers``): every goodness-of-fit (GOF) or homogeneity assertion here has
-false-failure probability ``ALPHA = 1e-9`` when the sampler is exact, and there are fewer than 40 of them
-(joint FFP < 4e-8); the few other randomized assertions state their FFP (each below 1e-20).  Each GOF has a
-power check: the noncentral chi-square probability that the same test misses a deliberately wrong sampler
-(p off by 1%, or the law shifted by one: the mode off by one) is computed and asserted below
-``POWER_MISS = 1e-9``, and the test is run on that wrong sampler's draws and must reject.  The reference
-laws are scipy's binomial pmf and cdf (floats are fine for a reference).
+false-failure probability ``ALPHA = 1e-9`` when the sampler is exact, and there are fewer than 60 of them
+(joint FFP < 6e-8); the few other randomized assertions state their FFP (each below 1e-9).  Power: for
+deliberately wrong samplers (p off by 1%, the law shifted by one so the mode is off by one, the j = 0 halving
+of the rejection sampler forgotten, a multinomial of unequal thirds) the noncentral chi-square probability
+that the same test misses them is computed and asserted below ``POWER_MISS = 1e-9``, and the test is run on
+the wrong sampler's draws (p off, the shift, the multinomial) and must reject.  The reference laws are
+scipy's binomial pmf and cdf (floats are fine for a reference).
 """
 
 from __future__ import annotations

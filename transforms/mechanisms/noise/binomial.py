@@ -154,7 +154,7 @@ def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.n
 
 
 # --------------------------------------------------------------------------
-# Which path: rejection around the mode, or bit-level splits
+# Which path: explicit coins, rejection around the mode, or bit-level splits
 # --------------------------------------------------------------------------
 
 

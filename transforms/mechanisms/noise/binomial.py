@@ -69,7 +69,11 @@ SMALL_TRIALS = 1 << 10
 DIRECT_MIN = SMALL_TRIALS // 2
 """Rejection around the mode ``c`` when ``min(c, n - c)`` is at least this; else bit-level splits."""
 CANDIDATES = 10
-"""Proposals per cell per rejection round (about 55% accepted each: 3e-4 of cells need another round)."""
+"""Proposals per cell per rejection round when at most ``_FEW_CELLS`` cells are pending (about 55% are
+accepted: 3e-4 of cells need another round); more cells take ``_CANDIDATES_MANY`` (9% go on), as the
+arithmetic then costs more than a round's fixed cost."""
+_FEW_CELLS = 256
+_CANDIDATES_MANY = 3
 MAX_TRIALS = (1 << 63) - 1
 _TWO_64 = 1 << 64
 _U64_ONE = np.uint64(1)
@@ -83,6 +87,7 @@ _EXP_MARGIN = 2.0**-36
 _EXP_CAP = 40.0
 _HALF_ULP = 2.0**-53
 _COIN_CHUNK = 1 << 20  # explicit coins drawn at once (4 MB)
+_CELL_BLOCK = 1 << 14  # cells drawn at once (their proposals take a few tens of MB)
 _PHI_GRID = 2.0**20  # Phi is rounded up to a multiple of 2^-20: a short exact decimal for the fallback
 _LN2_BELOW = Fraction("0.6931471805599453094172321214581765680755")  # ln 2 = 0.6931...680755001344
 _LN2_ABOVE = _LN2_BELOW + Fraction(1, 10**40)
@@ -117,8 +122,10 @@ def binomial(trials, numerators, denominators, rng: Randomness | None = None) ->
     at_least_b = above | whole
     out = np.where(at_least_b, n, 0)  # p = 1: every trial succeeds; p = 0: none
     random = np.flatnonzero((a != 0) & ~at_least_b & (n > 0))
-    if random.size:
-        out[random] = _draw(n[random], a[random], b_minus_1[random], _Words(rng, 4096), rng)
+    words = _Words(rng, 4096)
+    for block in range(0, random.size, _CELL_BLOCK):  # bounds the memory of the proposals
+        cells = random[block:block + _CELL_BLOCK]
+        out[cells] = _draw(n[cells], a[cells], b_minus_1[cells], words, rng)
     return out.reshape(shape)
 
 
@@ -276,11 +283,12 @@ def _rejection(n, c, delta, a, b_minus_1, words: _Words, rng: Randomness) -> np.
     result = np.zeros(n.size, np.int64)
     pending = np.arange(n.size)
     while pending.size:
-        j, accepted = _propose_and_test(np.repeat(pending, CANDIDATES), cells, words, rng)
-        accepted = accepted.reshape(pending.size, CANDIDATES)
+        count = CANDIDATES if pending.size <= _FEW_CELLS else _CANDIDATES_MANY
+        j, accepted = _propose_and_test(np.repeat(pending, count), cells, words, rng)
+        accepted = accepted.reshape(pending.size, count)
         found = accepted.any(axis=1)
         first = accepted.argmax(axis=1)  # the first accepted proposal of the cell, in order
-        result[pending[found]] = j.reshape(pending.size, CANDIDATES)[found, first[found]]
+        result[pending[found]] = j.reshape(pending.size, count)[found, first[found]]
         pending = pending[~found]
     return c + result
 

@@ -154,6 +154,7 @@ def test_the_exact_fallback_alone_samples_the_right_law(monkeypatch, trials, num
 
     monkeypatch.setattr(binomial_module, "_acceptance_bracket", undecided)
     monkeypatch.setattr(binomial_module, "CANDIDATES", 1)  # no proposal tested for nothing
+    monkeypatch.setattr(binomial_module, "_CANDIDATES_MANY", 1)
     rng = secure_randomness()
     p = numerator / denominator
     samples = binomial(np.full(DRAWS, trials), numerator, denominator, rng)

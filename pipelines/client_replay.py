@@ -30,7 +30,7 @@ import apache_beam as beam
 from pipelines import cli
 from pipelines.collector import read_users
 from transforms.client_release import ClientReleaseConfig, parse_report, release_stream
-from transforms.mechanisms.ldp.client import ReportRejected
+from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
 
 
 def parser():
@@ -71,7 +71,7 @@ class _Release(beam.DoFn):
 
 def _baseline_key(element):
     stream, report = element
-    return (stream, report["slot"], tuple(report.get("report") or ())), 1
+    return (stream, report[REPORT_FIELDS.index("slot")], tuple(report[-1] or ())), 1
 
 
 def run(argv: Sequence[str] | None = None) -> int:

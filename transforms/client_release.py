@@ -20,7 +20,8 @@ import numpy as np
 
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round
+from transforms.mechanisms.ldp.client import (REPORT_FIELDS, ReportRejected, RoundRequest, answer_round,
+                                              compact_report, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 
 
@@ -47,24 +48,26 @@ class ClientReleaseConfig:
         return make_mechanism(self.mechanism, **self.params)
 
 
-def parse_report(line: str) -> tuple[str, dict]:
-    """``(stream, report)`` from one JSON line; ReportRejected("malformed ...") otherwise."""
+_STREAM, _SLOT, _METHOD, _EPSILON = (REPORT_FIELDS.index(name) for name in ("stream", "slot", "method", "epsilon"))
+
+
+def parse_report(line: str) -> tuple[str, tuple]:
+    """``(stream, compact report)`` from one JSON line; ReportRejected("malformed ...") otherwise."""
     try:
-        report = json.loads(line)
+        report = compact_report(json.loads(line))
     except json.JSONDecodeError:
         raise ReportRejected("malformed report: not JSON") from None
-    if not isinstance(report, dict) or not isinstance(report.get("stream"), str) \
-            or type(report.get("slot")) is not int:
+    if not isinstance(report[_STREAM], str) or type(report[_SLOT]) is not int:
         raise ReportRejected("malformed report: a record with a string stream and an integer slot is needed")
-    return report["stream"], report
+    return report[_STREAM], report
 
 
-def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[dict]) -> Iterator[tuple[str, dict]]:
+def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[tuple]) -> Iterator[tuple[str, dict]]:
     """``("release", record)`` for every slot of ``stream``, ``("dead", {"reason", "record"})`` per rejected report,
     and last ``("ledger", {...})``: the privacy ledger's verdict on every release's charges."""
-    by_slot: dict[int, list[dict]] = defaultdict(list)
+    by_slot: dict[int, list[tuple]] = defaultdict(list)
     for report in reports:
-        by_slot[report["slot"]].append(report)
+        by_slot[report[_SLOT]].append(report)
     if not by_slot:
         return
     mechanism = config.build()
@@ -82,16 +85,15 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[d
         number = 0
         while rounds.request is not None:
             round_request = RoundRequest(stream, slot, number, mechanism.name, rounds.request)
-            mine = [r for r in pending if r.get("method") == round_request.method
-                    and r.get("epsilon") == round_request.epsilon]
-            pending = [r for r in pending if not (r.get("method") == round_request.method
-                                                  and r.get("epsilon") == round_request.epsilon)]
+            key = (round_request.method, round_request.epsilon)
+            mine = [r for r in pending if (r[_METHOD], r[_EPSILON]) == key]
+            pending = [r for r in pending if (r[_METHOD], r[_EPSILON]) != key]
             for record, reason in answer_round(rounds, round_request, mine, index_of):
                 yield "dead", {"reason": reason, "record": record}
             number += 1
         for record in pending:
             yield "dead", {"reason": "no request of this slot matches the report's method and epsilon",
-                           "record": record}
+                           "record": report_record(record)}
         release = rounds.release
         ledger.record(release.slot, release.charges)
         yield "release", {"stream": stream, "slot": slot, "kind": release.kind.value,

@@ -23,17 +23,17 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     users = _users(tmp_path)
     common = ["--users", str(users), "--requirement", "fixed:4,1", "--requests", str(tmp_path / "req"),
               "--reports", str(tmp_path / "rep")]
-    devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "4",
-                                "--drop", "0.2"], stdout=subprocess.PIPE, text=True)
+    devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "5"],
+                               stdout=subprocess.PIPE, text=True)  # every device answers: rounds close early
     try:
         code = collector.run(["--mechanism", method, "--epsilon", "1", "--window", "4", *common,
-                              "--output", str(tmp_path / "out"), "--slots", "6", "--round-seconds", "1",
+                              "--output", str(tmp_path / "out"), "--slots", "6", "--round-seconds", "10",
                               "--insecure-seed", "3"])
     finally:
         fleet = json.loads(devices.communicate(timeout=60)[0].strip().splitlines()[-1])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and report["reconciles"]
-    assert report["requests_sent"] == fleet["answered"] + fleet["dropped"] > 0  # no device refused a request
+    assert report["requests_sent"] == fleet["answered"] > 0  # no device refused a request
     assert report["reports_read"] == fleet["answered"] and report["dead_letters"] == 0
     releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
     assert [r["slot"] for r in releases] == list(range(1, 7))

@@ -46,6 +46,26 @@ class ReportRejected(ValueError):
     """A report that cannot be counted; ``str(error)`` is the reason the dead letter carries."""
 
 
+REPORT_FIELDS = ("request_id", "stream", "user", "slot", "method", "oracle", "epsilon", "realised_epsilon",
+                 "domain_size", "report")
+"""A report's fields (``schemas/report.avsc``), in the order of its compact form."""
+
+
+def compact_report(report) -> tuple:
+    """A report record as the plain tuple of :data:`REPORT_FIELDS` (what a pipeline shuffles and checks)."""
+    if not isinstance(report, dict):
+        raise ReportRejected("malformed report: not a record")
+    try:
+        return (report.get("request_id"),) + tuple(report[name] for name in REPORT_FIELDS[1:])
+    except KeyError as missing:
+        raise ReportRejected(f"malformed report: missing field {missing}") from None
+
+
+def report_record(report: tuple) -> dict:
+    """The record of a compact report (for a dead letter)."""
+    return dict(zip(REPORT_FIELDS, report))
+
+
 @dataclass(frozen=True)
 class RoundRequest:
     """One round of one slot of one stream: who is asked, through which oracle, under which method label."""
@@ -84,22 +104,15 @@ class RoundRequest:
                   "epsilon": self.epsilon, "domain_size": oracle.d, "oracle": oracle.kind}
         return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
 
-    def check(self, report: dict, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
-        """The user index and the 0/1 or value payload of an acceptable ``report``; ReportRejected otherwise."""
-        if not isinstance(report, dict):
-            raise ReportRejected("malformed report: not a record")
-        try:
-            user, slot, payload = report["user"], report["slot"], report["report"]
-            fields = (report["stream"], report["method"], report["oracle"], report["epsilon"],
-                      report["realised_epsilon"], report["domain_size"])
-        except KeyError as missing:
-            raise ReportRejected(f"malformed report: missing field {missing}") from None
-        stream, method, oracle_kind, epsilon, realised, d = fields
+    def check(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
+        """The user index and the value or bits of an acceptable report (:func:`compact_report` form);
+        ReportRejected otherwise."""
+        request_id, stream, user, slot, method, oracle_kind, epsilon, realised, d, payload = report
         oracle = self.request.oracle
         if stream != self.stream:
             raise ReportRejected(f"report for stream {stream!r}, not {self.stream!r}")
-        if report.get("request_id") not in (None, self.request_id):
-            raise ReportRejected(f"unknown request {report.get('request_id')!r}")
+        if request_id not in (None, self.request_id):
+            raise ReportRejected(f"unknown request {request_id!r}")
         if slot != self.slot:
             raise ReportRejected(f"report for slot {slot!r}, not {self.slot}")
         if method != self.method:
@@ -138,9 +151,10 @@ def _payload(payload, kind: str, d: int) -> list[int]:
     return payload
 
 
-def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequence[dict],
+def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequence[tuple],
                  index_of: Mapping[str, int]) -> list[tuple[dict, str]]:
-    """Check ``reports`` against the round, answer it with the accepted ones; return the rejected ones and why."""
+    """Check ``reports`` (compact) against the round, answer it with the accepted ones; return the rejected ones
+    (as records) and why."""
     if slot.request is not round_request.request:
         raise ValueError("the reports answer another round than the slot's current one")
     oracle = round_request.request.oracle
@@ -151,7 +165,7 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
             if index in seen:
                 raise ReportRejected("a second report of the user in this round")
         except ReportRejected as reason:
-            rejected.append((report, str(reason)))
+            rejected.append((report_record(report), str(reason)))
             continue
         seen.add(index)
         payloads.append(payload)
@@ -176,7 +190,12 @@ def client_slot(mechanism, batch, rng, stream: str, slot: int, user_ids: Sequenc
     number = 0
     while rounds.request is not None:
         round_request = RoundRequest(stream, slot, number, mechanism.name, rounds.request)
-        reports = exchange(round_request, round_request.records(user_ids))
-        rejected += answer_round(rounds, round_request, reports, index_of)
+        compact = []
+        for record in exchange(round_request, round_request.records(user_ids)):
+            try:
+                compact.append(compact_report(record))
+            except ReportRejected as reason:
+                rejected.append((record, str(reason)))
+        rejected += answer_round(rounds, round_request, compact, index_of)
         number += 1
     return rounds.release, rejected

@@ -8,14 +8,20 @@ Two ways to get what a batch of reporters would send, equal in distribution
   exact coin from :func:`~transforms.mechanisms.noise.coins.coins_below`, about
   2 bytes of keystream per bit).
 * :func:`aggregate_counts`, the aggregate shortcut: the true counts in, the
-  counts the reports would sum to out, without any user's report.  OUE draws
-  ``C'[k] = Binomial(m[k], 1/2) + Binomial(n' - m[k], q)`` as exact coins
-  (:func:`~transforms.mechanisms.noise.count_successes`, in chunks of
-  ``CHUNK_COINS``), so its cost is O(n'·d) coins at 2 bytes of keystream each;
-  GRR draws one 64-bit word per reporter (O(n')) and needs no per-user array.
+  counts the reports would sum to out, without any user's report, by exact
+  binomials (:mod:`transforms.mechanisms.noise.binomial`, expected cost
+  a few vectorised rounds per call, not O(n')).  OUE draws
+  ``C'[k] = Binomial(m[k], 1/2) + Binomial(n' - m[k], Q/2**32)``.  GRR draws,
+  per true value k, the kept reports ``Binomial(m[k], P/2**64)`` and spreads
+  the rest uniformly over the d - 1 other values
+  (:func:`~transforms.mechanisms.noise.multinomial_equal`): a reporter who does
+  not keep reports ``(U - P) // Q`` for ``U`` uniform on ``[P, 2**64)``, each
+  other value with ``Q`` of the ``(d-1)·Q`` outcomes.  GRR batches of fewer
+  than ``GRR_PER_REPORTER_MAX`` reporters draw one 64-bit word per reporter.
 
-Every draw compares uniform integers from a :class:`Randomness` with the
-oracle's integer thresholds: no float decides a draw.  The generator defaults
+Every draw is exact: it compares uniform integers from a :class:`Randomness`
+with the oracle's integer thresholds, or (the binomials) decides with a
+certified margin, never on an unchecked float.  The generator defaults
 to the secure one; a seeded one only when a test or replay passes it.
 """
 
@@ -24,12 +30,14 @@ from __future__ import annotations
 import numpy as np
 
 from transforms.mechanisms.ldp.oracles import FrequencyOracle, oracle_for
-from transforms.mechanisms.noise import Randomness, count_successes, secure_randomness
+from transforms.mechanisms.noise import Randomness, binomial, multinomial_equal, secure_randomness
 from transforms.mechanisms.noise.coins import coins_below
 
 CHUNK_COINS = 1 << 20
-"""Largest number of coins (OUE bits) drawn in one piece: bounds the memory of large batches."""
-_HALF = np.uint64(1 << 31)
+"""Largest number of coins (OUE bits) :func:`perturb_values` draws in one piece: bounds the memory of large batches."""
+GRR_PER_REPORTER_MAX = 1 << 10
+"""GRR batches of fewer reporters are drawn report by report (one 64-bit word each, as :func:`perturb_values`):
+cheaper than the binomials' fixed cost, and the same law."""
 
 
 def _uint64(count: int, rng: Randomness) -> np.ndarray:
@@ -98,32 +106,20 @@ def aggregate_counts(oracle: FrequencyOracle, true_counts, rng: Randomness | Non
     if m.shape != (oracle.d,) or m.dtype.kind not in "iu" or (m.size and m.min() < 0):
         raise ValueError(f"true_counts must be {oracle.d} non-negative integers, got {m!r}")
     m = m.astype(np.int64)
+    d = oracle.d
     if oracle.kind == "grr":
-        counts = np.zeros(oracle.d, np.int64)
-        rows = CHUNK_COINS
-        values = np.repeat(np.arange(oracle.d), m)
-        for start in range(0, values.size, rows):
-            counts += np.bincount(_grr(oracle, values[start:start + rows], rng), minlength=oracle.d)
-        return counts
-    trials = np.concatenate([m, m.sum() - m])
-    thresholds = np.concatenate([np.full(oracle.d, _HALF), np.full(oracle.d, np.uint64(oracle.other))])
-    successes = _binomial(trials, thresholds, rng)
-    return successes[:oracle.d] + successes[oracle.d:]
-
-
-def _binomial(trials: np.ndarray, thresholds: np.ndarray, rng: Randomness) -> np.ndarray:
-    """Exact Binomial(trials[i], thresholds[i]/2**32) per cell, as at most ``CHUNK_COINS`` coins at a time."""
-    pieces = -(-trials // CHUNK_COINS)
-    cells = np.repeat(np.arange(trials.size), pieces)
-    sizes = np.full(cells.size, CHUNK_COINS, np.int64)
-    last = np.cumsum(pieces) - 1
-    sizes[last[pieces > 0]] = trials[pieces > 0] - (pieces[pieces > 0] - 1) * CHUNK_COINS
-    result = np.zeros(trials.size, np.int64)
-    group = (np.cumsum(sizes) - 1) // CHUNK_COINS  # consecutive pieces of at most 2 chunks' coins per call
-    for g in np.unique(group):
-        selected = group == g
-        np.add.at(result, cells[selected], count_successes(sizes[selected], thresholds[cells[selected]], rng))
-    return result
+        if m.sum() < GRR_PER_REPORTER_MAX:
+            return np.bincount(_grr(oracle, np.repeat(np.arange(d), m), rng), minlength=d).astype(np.int64)
+        kept = binomial(m, oracle.keep, oracle.denominator, rng)
+        moved = multinomial_equal(m - kept, d - 1, rng)  # row k: the other values of reporters holding k
+        others = np.arange(d - 1)
+        reported = others + (others >= np.arange(d)[:, None])  # other index o of value k is value o + (o >= k)
+        spread = np.zeros((d, d), np.int64)
+        np.put_along_axis(spread, reported, moved, axis=1)
+        return kept + spread.sum(axis=0)
+    successes = binomial(np.concatenate([m, m.sum() - m]), np.repeat([1, oracle.other], d),
+                         np.repeat([2, oracle.denominator], d), rng)
+    return successes[:d] + successes[d:]
 
 
 def locsan(value: int, epsilon_units: int, d: int, rng: Randomness | None = None,

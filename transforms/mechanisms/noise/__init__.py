@@ -18,10 +18,12 @@ probability never exceeds the requested one.
 Modules: :mod:`.generators` (the sources), :mod:`.samplers` (the exact
 discrete Laplace, scalar and vectorized), :mod:`.pool` (the entry points
 :func:`discrete_laplace` and :func:`discrete_laplace_draw`, and each
-generator's pool of pre-drawn noise), :mod:`.coins` (subsampling coins) and
-:mod:`.variance` (the noise's variance for error models).
+generator's pool of pre-drawn noise), :mod:`.coins` (subsampling coins),
+:mod:`.binomial` (exact Binomial and equal-probability Multinomial draws in
+sublinear time) and :mod:`.variance` (the noise's variance for error models).
 """
 
+from transforms.mechanisms.noise.binomial import binomial, multinomial_equal
 from transforms.mechanisms.noise.coins import bernoulli_thresholds, count_successes
 from transforms.mechanisms.noise.generators import (
     InsecureSeededRandomness,
@@ -44,11 +46,13 @@ __all__ = [
     "Randomness",
     "SecureRandomness",
     "bernoulli_thresholds",
+    "binomial",
     "continuous_laplace_variance",
     "count_successes",
     "discrete_laplace",
     "discrete_laplace_draw",
     "discrete_laplace_variance",
     "insecure_seeded_randomness",
+    "multinomial_equal",
     "secure_randomness",
 ]

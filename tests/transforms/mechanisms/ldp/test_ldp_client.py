@@ -8,7 +8,7 @@ import pytest
 import wevent_client
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, TrustModel, make_mechanism
 from transforms.mechanisms.domain import NO_VALUE
-from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round, client_slot
+from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round, client_slot, compact_report
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 METHODS = ["lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa", "plbu", "lp-dsatw", "lb-dsatw", "lp-rescuedp", "lb-rescuedp"]
@@ -113,10 +113,11 @@ def test_bad_reports_are_rejected_with_their_reason():
     ]
     for report, reason in bad:
         with pytest.raises(ReportRejected, match=reason):
-            round_request.check(report, index_of)
-    rejected = answer_round(rounds, round_request, [good, dict(good)] + [r for r, _ in bad], index_of)
+            round_request.check(compact_report(report), index_of)
+    compact = [compact_report(r) for r in [good, dict(good)] + [r for r, _ in bad[:-1]]]
+    rejected = answer_round(rounds, round_request, compact, index_of)
     assert [reason for _, reason in rejected][0] == "a second report of the user in this round"
-    assert len(rejected) == 1 + len(bad)
+    assert len(rejected) == len(bad) and rejected[1][0] == {**good, "epsilon": "0.5"}  # records, as received
     release = rounds.release
     assert release.kind.value == "fresh" and np.count_nonzero(release.charges.units) == 1
 

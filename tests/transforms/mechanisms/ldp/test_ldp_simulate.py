@@ -2,7 +2,7 @@
 
 False-failure budget: each statistical assertion here has false-failure probability (FFP) ``ALPHA = 1e-7``
 when the implementation is right (or, for a power rejection, a miss probability below ``POWER_MISS``); there
-are 24 of them, so their joint FFP is below 3e-6 (the large-batch check states its own).  Every test of
+are 40 of them, so their joint FFP is below 4e-6 (the large-batch check states its own).  Every test of
 a null hypothesis has a power check: the same test applied to draws from a deliberately wrong oracle
 (eps 20% off; 50% for the two-sample test of the joint counts, which has hundreds of degrees of freedom) must
 reject, and its miss probability is computed (noncentral chi-square or normal) and
@@ -26,6 +26,10 @@ ALPHA = 1e-7
 POWER_MISS = 1e-7
 REPEATS = 20_000
 BATCH = {"grr": np.array([6, 3, 1, 0, 2]), "oue": np.array([5, 3, 2, 0])}  # true counts of a small batch
+LARGE_BATCH = {"grr": np.array([3000, 400, 300, 0]), "oue": np.array([1500, 700, 300, 0])}
+"""Batches whose aggregate draws take every path of the binomials: rejection around the mode (GRR's kept reports
+of value 0 and the ~1600 it moves, split in thirds; OUE's Binomial(1500, 1/2) and q cells of 2200 and 2500),
+bit-level splits (OUE's q cell of 1800, whose mode 484 is under 512) and explicit coins (cells under 1024)."""
 
 
 def _marginal_pmf(oracle: FrequencyOracle, m: np.ndarray, k: int) -> np.ndarray:
@@ -59,7 +63,11 @@ def _gof_power_miss(pmf: np.ndarray, wrong_pmf: np.ndarray, n: int) -> float:
 
 
 def _per_user_counts(oracle: FrequencyOracle, m: np.ndarray, repeats: int, rng) -> np.ndarray:
-    """C' of ``repeats`` independent batches simulated user by user (one vectorised call)."""
+    """C' of ``repeats`` independent batches simulated user by user (vectorised, about 2**20 reports a call)."""
+    step = max(1, (1 << 20) // int(m.sum() * (1 if oracle.kind == "grr" else oracle.d)))
+    if repeats > step:
+        return np.concatenate([_per_user_counts(oracle, m, min(step, repeats - start), rng)
+                               for start in range(0, repeats, step)])
     values = np.tile(np.repeat(np.arange(oracle.d), m), repeats)
     reports = perturb_values(oracle, values, rng)
     n = int(m.sum())
@@ -85,6 +93,32 @@ def test_aggregate_and_per_user_simulation_have_the_same_law(kind):
         assert _gof_pvalue(per_user[:, k], pmf) > ALPHA
         assert _gof_pvalue(aggregate[:, k], pmf) > ALPHA
     assert _homogeneity(per_user, aggregate)[0] > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["grr", "oue"])
+def test_aggregate_and_per_user_agree_where_the_binomials_reject(kind):
+    """On batches of a few thousand, where the aggregate's binomials run their rejection sampler: both paths
+    fit the exact law of C'[0] and C'[d-1] and their C'[0] are homogeneous.  Power: per-user draws of the
+    oracle at eps = 1.05 fail the fit (its miss probability is computed)."""
+    rng = secure_randomness()
+    m = LARGE_BATCH[kind]
+    oracle = oracle_for(to_units("1"), m.size, kind)
+    repeats = 3000
+    per_user = _per_user_counts(oracle, m, repeats, rng)
+    aggregate = np.array([aggregate_counts(oracle, m, rng) for _ in range(repeats)])
+    if kind == "grr":
+        assert (aggregate.sum(axis=1) == m.sum()).all()
+    for k in (0, m.size - 1):
+        pmf = _marginal_pmf(oracle, m, k)
+        assert _gof_pvalue(per_user[:, k], pmf) > ALPHA
+        assert _gof_pvalue(aggregate[:, k], pmf) > ALPHA
+    assert _homogeneity(per_user[:, :1], aggregate[:, :1])[0] > ALPHA
+    wrong = oracle_for(to_units("1.05"), m.size, kind)
+    pmf = _marginal_pmf(oracle, m, 0)
+    assert _gof_power_miss(pmf, _marginal_pmf(wrong, m, 0), repeats) < POWER_MISS
+    wrong_counts = _per_user_counts(wrong, m, repeats, rng)
+    assert _gof_pvalue(wrong_counts[:, 0], pmf) <= ALPHA
 
 
 def _homogeneity(first: np.ndarray, second: np.ndarray) -> tuple[float, int]:

@@ -419,10 +419,9 @@ class MeanParams(LocalParams):
         if self.out_of_range not in OUT_OF_RANGE:
             raise ValueError(f"out_of_range must be one of {OUT_OF_RANGE}, got {self.out_of_range!r}")
         interval = Interval(self.low, self.high)  # validates low < high, both finite
-        if self.threshold is not None:
-            if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) \
-                    or not interval.low < self.threshold <= interval.high:
-                raise ValueError(f"threshold (θ) must lie in ({self.low}, {self.high}], got {self.threshold!r}")
+        if self.threshold is not None and (isinstance(self.threshold, bool) or not isinstance(self.threshold, (
+                int, float)) or not interval.low < self.threshold <= interval.high):
+            raise ValueError(f"threshold (θ) must lie in ({self.low}, {self.high}], got {self.threshold!r}")
         HybridMechanism(self.epsilon_units, self.grid_bits)  # validates grid_bits
 
     @cached_property

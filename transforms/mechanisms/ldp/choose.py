@@ -5,8 +5,8 @@ available users (spec ``ldp_ids.md`` §4.4) and LPU splits the users into
 ``w`` groups (§5.5).  Both must be exactly uniform: which users report is
 public, but a biased choice would bias the estimate.  Every draw is an exact
 uniform integer (top bits of a 64-bit word with rejection, no modulo, no
-float), so the sampling costs ``O(k)`` words for ``k`` chosen users whatever
-the population.
+float), so the sampling costs ``O(k)`` words for ``k`` chosen users, plus one
+pass over a mask of the candidates.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from transforms.mechanisms.noise.samplers import _uniform_below, _Words
 def uniform_subset(candidates: np.ndarray, k: int, rng: Randomness) -> np.ndarray:
     """A uniformly random ``k``-subset of ``candidates`` (distinct ints), ascending; all of them when ``k`` is larger.
 
-    The first ``k`` distinct values of an i.i.d. uniform sequence of indices
-    form a uniform ``k``-subset (the sequence's law is invariant under
-    permuting the indices); above half the candidates, the complement is
-    drawn instead, so the expected number of draws stays below ``2k``.
+    Draw i.i.d. exact uniform indices, keep the distinct ones, and draw again for what is missing until ``k``
+    are chosen.  Each step depends on the chosen set only through its size and the draws are uniform, so the
+    law of the result is invariant under any permutation of the candidates: it is the uniform law on
+    ``k``-subsets.  Above half the candidates the complement is drawn instead, so each step keeps more than
+    half its draws.
     """
     candidates = np.asarray(candidates, np.int64)
     size = candidates.size
@@ -32,22 +33,21 @@ def uniform_subset(candidates: np.ndarray, k: int, rng: Randomness) -> np.ndarra
     if k >= size:
         return np.sort(candidates)
     if 2 * k > size:
-        return np.sort(np.delete(candidates, _distinct_indices(size, size - k, rng)))
-    return np.sort(candidates[_distinct_indices(size, k, rng)])
+        return np.sort(candidates[~_chosen_mask(size, size - k, rng)])
+    return np.sort(candidates[_chosen_mask(size, k, rng)])
 
 
-def _distinct_indices(size: int, k: int, rng: Randomness) -> np.ndarray:
-    """The first ``k`` distinct values of i.i.d. uniform draws below ``size`` (``k <= size/2``)."""
-    if k == 0:
-        return np.zeros(0, np.int64)
-    words = _Words(rng, 2 * k + 64)
-    drawn = np.zeros(0, np.uint64)
-    while True:
-        missing = k if drawn.size == 0 else k - np.unique(drawn).size
-        drawn = np.concatenate([drawn, _uniform_below(size, missing + missing // 2 + 8, words)])
-        values, first = np.unique(drawn, return_index=True)
-        if values.size >= k:
-            return values[np.argsort(first)[:k]].astype(np.int64)
+def _chosen_mask(size: int, k: int, rng: Randomness) -> np.ndarray:
+    """A uniformly random ``k``-subset of ``range(size)`` as a boolean mask (``k <= size/2``)."""
+    chosen = np.zeros(size, bool)
+    words = _Words(rng, k + 64)
+    missing = k
+    while missing:
+        draws = _uniform_below(size, missing, words).astype(np.int64)
+        new = np.unique(draws[~chosen[draws]])
+        chosen[new] = True
+        missing -= new.size
+    return chosen
 
 
 def uniform_permutation(count: int, rng: Randomness) -> np.ndarray:

@@ -56,16 +56,24 @@ class PLBU(LocalMechanism):
 
     def rounds(self, holders: Holders, rng: Randomness) -> Rounds:
         table = self.population.table.data
-        budgets = (table["epsilon_units"] // table["window"])[self.population.cohort_of[holders.users]]
+        row_budgets = table["epsilon_units"] // table["window"]
+        budgets = np.unique(row_budgets)
+        small = np.int16 if budgets.size < 2**15 else np.int64  # 16 bits: numpy's stable sort is a radix sort
+        code = np.searchsorted(budgets, row_budgets).astype(small)[self.population.cohort_of[holders.users]]
+        order = np.argsort(code, kind="stable")  # users stay ascending within each budget
+        sizes = np.bincount(code, minlength=budgets.size)
         answers = []
-        for units in np.unique(budgets):  # one request per budget: its users share an oracle
-            answer = yield Reports(holders.users[budgets == units], self.oracle(int(units)), instruction=False)
-            if answer.estimate is not None:
+        for units, start, end in zip(budgets, np.cumsum(sizes) - sizes, np.cumsum(sizes)):
+            if start == end:
+                continue
+            answer = yield Reports(holders.users[order[start:end]], self.oracle(int(units)), instruction=False)
+            if answer.estimate is not None:  # one request per budget: its users share an oracle
                 answers.append((int(units), answer))
         reporters = sum(answer.users.size for _, answer in answers)
         if reporters == 0:
             return LocalDecision(ReleaseKind.SKIPPED, None, np.inf)
         shares = [answer.users.size / reporters for _, answer in answers]  # each user's own unbiased estimator
         estimate = sum(share * answer.estimate for share, (_, answer) in zip(shares, answers))
-        variance = sum(share ** 2 * self.variance(units, answer.users.size) for share, (units, answer) in zip(shares, answers))
+        variance = sum(share ** 2 * self.variance(units, answer.users.size)
+                       for share, (units, answer) in zip(shares, answers))
         return LocalDecision(ReleaseKind.FRESH, estimate, variance, min(units for units, _ in answers))

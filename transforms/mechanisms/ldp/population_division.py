@@ -87,15 +87,22 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         if self.last_report.size < holders.capacity:
             self.last_report = np.concatenate([self.last_report,
                                                np.zeros(holders.capacity - self.last_report.size, np.int64)])
-        users = holders.users
-        last = self.last_report[users]
-        return users[(last == 0) | (last <= self.slot - self.params.window)]
+        last = self.last_report[:holders.capacity]
+        recycled = self.slot - self.params.window  # reported at this slot or before: back in the pool
+        free = last <= recycled if recycled >= 0 else last == 0
+        if holders.value_of is not None:
+            free &= holders.value_of >= 0
+        else:
+            free[np.setdiff1d(np.arange(holders.capacity), holders.users, assume_unique=True)] = False
+        return np.flatnonzero(free)
 
     def sample(self, pool: np.ndarray, count: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
         """``count`` users drawn uniformly from ``pool`` (all of it if smaller), and the rest of the pool."""
         chosen = uniform_subset(pool, count, rng)
         self.last_report[chosen] = self.slot
-        return chosen, np.setdiff1d(pool, chosen, assume_unique=True)
+        rest = np.ones(pool.size, bool)
+        rest[np.searchsorted(pool, chosen)] = False
+        return chosen, pool[rest]
 
     def dissimilarity_round(self, holders: Holders, rng: Randomness, users: int | None = None
                             ) -> Generator[Reports, Answer, tuple]:

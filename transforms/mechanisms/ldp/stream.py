@@ -189,8 +189,10 @@ class SlotRounds:
         if request is None:
             raise ValueError("the slot is decided: nothing was asked")
         users = np.asarray(users, np.int64)
-        if users.size and np.setdiff1d(users, request.users, assume_unique=True).size:
-            raise ValueError("only users who were asked can answer")
+        if users is not request.users and users.size:  # everyone asked answering is the usual case
+            at = np.minimum(np.searchsorted(request.users, users), request.users.size - 1)
+            if request.users.size == 0 or (request.users[at] != users).any():
+                raise ValueError("only users who were asked can answer")
         estimate = request.oracle.estimate(counts, users.size) if users.size else None
         self.answered.append(request._replace(users=users))
         self._advance(Answer(users, estimate))
@@ -317,6 +319,10 @@ class LocalMechanism(Mechanism):
             before = group_of[report.users]
             if (before == UNREGISTERED).any():
                 raise ValueError(f"{self.name} asked an unregistered user to report")
+            if not sent:  # the first report: its users are in no group yet
+                sent.append(frozenset({index}))
+                group_of[report.users] = 0
+                continue
             key = np.maximum(before + 1, 0)  # 0: in no group yet; g + 1: group g
             renumber = np.zeros(len(sent) + 1, np.int64)
             for old in np.flatnonzero(np.bincount(key, minlength=len(sent) + 1)):

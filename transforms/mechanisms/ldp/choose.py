@@ -42,11 +42,9 @@ def _chosen_mask(size: int, k: int, rng: Randomness) -> np.ndarray:
     chosen = np.zeros(size, bool)
     words = _Words(rng, k + 64)
     missing = k
-    while missing:
-        draws = _uniform_below(size, missing, words).astype(np.int64)
-        new = np.unique(draws[~chosen[draws]])
-        chosen[new] = True
-        missing -= new.size
+    while missing:  # `missing` draws add at most `missing` new members: never more than k
+        chosen[_uniform_below(size, missing, words).astype(np.intp)] = True
+        missing = k - int(np.count_nonzero(chosen))
     return chosen
 
 

@@ -99,7 +99,7 @@ def measure_ours(method: str, simulation: str, stream: np.ndarray, epsilon: floa
         released[t] = release.estimate * users  # frequencies of everyone registered, as counts
         if t == 0:
             engine.mechanism_seconds = 0.0
-    return {"seconds_per_slot": engine.mechanism_seconds / max(slots - 1, 1),
+    return {"seconds_per_slot": engine.mechanism_seconds / (slots - 1),
             "mre": mre(released, true_counts(stream))}
 
 
@@ -109,14 +109,24 @@ class Port:
     def __init__(self, mirror: str):
         self.commit = _git(mirror, "rev-parse", "HEAD").decode().strip()
         self._directory = tempfile.TemporaryDirectory(prefix="ldp_ids_port_")
-        with tarfile.open(fileobj=io.BytesIO(_git(mirror, "archive", "HEAD", *PORT_FILES))) as archive:
-            archive.extractall(self._directory.name, filter="data")
         sys.path.insert(0, self._directory.name)  # its modules import each other by top-level name
-        self.functions: dict[str, Callable] = {
-            method: getattr(importlib.import_module(f"budget_division.{method.upper()}"), method.upper())
-            for method in METHODS}
+        before = set(sys.modules)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(_git(mirror, "archive", "HEAD", *PORT_FILES))) as archive:
+                archive.extractall(self._directory.name, filter="data")
+            self.functions: dict[str, Callable] = {
+                method: getattr(importlib.import_module(f"budget_division.{method.upper()}"), method.upper())
+                for method in METHODS}
+        except BaseException:
+            self._modules = set(sys.modules) - before
+            self.close()
+            raise
+        self._modules = set(sys.modules) - before
 
     def close(self) -> None:
+        """Forget its modules and delete its files."""
+        for name in self._modules:
+            del sys.modules[name]
         sys.path.remove(self._directory.name)
         self._directory.cleanup()
 
@@ -211,8 +221,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--check-users", type=int, default=20_000,
                         help="users of the port's data-dependence check (default 20000; 0 skips it)")
     args = parser.parse_args(argv)
-    if min(args.users, args.slots, args.rounds, args.window) < 1 or args.check_users < 0:
-        parser.error("--users, --slots, --rounds and --window must be at least 1, --check-users at least 0")
+    if min(args.users, args.rounds, args.window) < 1 or args.slots < 2 or args.check_users < 0:
+        parser.error("--users, --rounds and --window must be at least 1, --slots at least 2 (slot 1 is our "
+                     "warm-up), --check-users at least 0")
     return args
 
 

@@ -16,8 +16,9 @@ Two ways to get what a batch of reporters would send, equal in distribution
   the rest uniformly over the d - 1 other values
   (:func:`~transforms.mechanisms.noise.multinomial_equal`): a reporter who does
   not keep reports ``(U - P) // Q`` for ``U`` uniform on ``[P, 2**64)``, each
-  other value with ``Q`` of the ``(d-1)·Q`` outcomes.  GRR batches of fewer
-  than ``GRR_PER_REPORTER_MAX`` reporters draw one 64-bit word per reporter.
+  other value with ``Q`` of the ``(d-1)·Q`` outcomes.  Batches below
+  ``GRR_PER_REPORTER_MAX`` reporters (GRR) or ``OUE_PER_COIN_MAX`` coins (OUE)
+  are drawn report by report, which is cheaper there.
 
 Every draw is exact: it compares uniform integers from a :class:`Randomness`
 with the oracle's integer thresholds, or (the binomials) decides with a
@@ -35,9 +36,12 @@ from transforms.mechanisms.noise.coins import coins_below
 
 CHUNK_COINS = 1 << 20
 """Largest number of coins (OUE bits) :func:`perturb_values` draws in one piece: bounds the memory of large batches."""
-GRR_PER_REPORTER_MAX = 1 << 10
+GRR_PER_REPORTER_MAX = 1 << 15
 """GRR batches of fewer reporters are drawn report by report (one 64-bit word each, as :func:`perturb_values`):
-cheaper than the binomials' fixed cost, and the same law."""
+cheaper than the binomials' fixed cost below about 30,000 reporters (measured), and the same law."""
+OUE_PER_COIN_MAX = 1 << 19
+"""OUE batches of fewer coins (reporters times d) are drawn coin by coin, as :func:`perturb_values`: cheaper than
+the binomials' fixed cost below about 500,000 coins (measured), and the same law."""
 
 
 def _uint64(count: int, rng: Randomness) -> np.ndarray:
@@ -117,6 +121,8 @@ def aggregate_counts(oracle: FrequencyOracle, true_counts, rng: Randomness | Non
         spread = np.zeros((d, d), np.int64)
         np.put_along_axis(spread, reported, moved, axis=1)
         return kept + spread.sum(axis=0)
+    if m.sum() * d < OUE_PER_COIN_MAX:
+        return report_counts(oracle, perturb_values(oracle, np.repeat(np.arange(d), m), rng))
     successes = binomial(np.concatenate([m, m.sum() - m]), np.repeat([1, oracle.other], d),
                          np.repeat([2, oracle.denominator], d), rng)
     return successes[:d] + successes[d:]

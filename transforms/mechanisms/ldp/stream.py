@@ -29,6 +29,7 @@ counts view is the estimate times the registered users, rounded).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -302,13 +303,20 @@ class LocalMechanism(Mechanism):
                        charges, self.estimates, slot.trust, self.last_estimate.copy())
 
     def _holders(self, batch: SlotBatch, groups: np.ndarray) -> Holders:
+        registered = int(np.count_nonzero(groups >= 0))
+        everyone = registered == groups.size == batch.users.size  # users 0..n-1, all registered, all in the batch
         if self.params.carry_forward:  # the cells remembered this slot's values already
             value_of = np.array(self.population.registry.last_values(groups.size))
+        elif everyone:  # every index is in the batch once (in any order)
+            value_of = np.empty(groups.size, np.int64)
+            value_of[batch.users] = batch.values
         else:
             value_of = np.full(groups.size, -1, np.int64)
             value_of[batch.users] = batch.values
-        value_of[groups < 0] = -1  # unregistered, or waiting for a changed requirement: not asked
-        registered = int(np.count_nonzero(groups >= 0))
+        if not everyone:
+            value_of[groups < 0] = -1  # unregistered, or waiting for a changed requirement: not asked
+        if everyone and value_of.size and value_of.min() >= 0:
+            return Holders(_every_index(value_of.size), value_of, registered, groups.size)
         return Holders(np.flatnonzero(value_of >= 0), value_of, registered, groups.size)
 
     def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...]) -> GroupCharges:
@@ -353,6 +361,14 @@ class LocalMechanism(Mechanism):
 
     def load_method_state(self, state: dict[str, np.ndarray]) -> None:
         """Inverse of :meth:`method_state`."""
+
+
+@functools.lru_cache(maxsize=4)
+def _every_index(size: int) -> np.ndarray:
+    """``0..size-1``, read-only (the holders when every registered user holds a value)."""
+    users = np.arange(size)
+    users.flags.writeable = False
+    return users
 
 
 class HomogeneousLocalMechanism(LocalMechanism, HomogeneousMechanism):

@@ -12,7 +12,7 @@ experiments (spec/pwsm.md §5) in-process, without Beam:
   job reads (``--input``, ``--input-format``, ``--binning``, ``--slot-seconds``).  Real streams carry
   each user's last bin forward; a user is absent until their first event
   (:mod:`pipelines.evaluation_data`); ``--users``/``--slots`` cap them (first users read, first slots);
-* every mechanism in ``MECHANISMS`` (or ``--mechanisms``), built by
+* every central mechanism in ``MECHANISMS`` (or ``--mechanisms``), built by
   :func:`transforms.mechanisms.registry.mechanism_for_setup`: homogeneous ones run at the
   sweep point ``(E, w)``, personalized ones get the papers' ten user types around
   it, dynamic ones the per-type dynamic declarations under each requirement

@@ -24,7 +24,7 @@ from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRI
                                          takes_ratios)
 from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOURCES, DataUnavailable, EventSource,
                                        EventStream, build_stream)
-from transforms.mechanisms import MECHANISMS
+from transforms.mechanisms import MECHANISMS, TrustModel
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
 
@@ -35,6 +35,11 @@ PARTIAL_CSV = "results.partial.csv"
 REGIME_PLOT = "useful_regimes.png"
 REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
                   "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
+
+
+CENTRAL_MECHANISMS = tuple(name for name, cls in MECHANISMS.items() if cls.trust is TrustModel.CENTRAL)
+"""What this evaluation runs (spec pwsm.md): the trusted-collector mechanisms; the local-DP methods have their own
+suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`)."""
 
 
 class ArgumentError(Exception):
@@ -87,7 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = _Parser(prog="python -m pipelines.evaluate", description=evaluation.__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
                         help=f"comma list of {', '.join(DATASETS)} (real ones skipped when their data is absent)")
-    parser.add_argument("--mechanisms", default="all", help=f"comma list of {', '.join(MECHANISMS)} (default all)")
+    parser.add_argument("--mechanisms", default="all",
+                        help=f"comma list of {', '.join(CENTRAL_MECHANISMS)} (default all of them: the central "
+                             "mechanisms; the local-DP methods run in --suite ldp-ids)")
     parser.add_argument("--sweep", default="epsilon,window,ratio,wratio",
                         help="comma list of epsilon, window, ratio (o users at E = 1.0), wratio (o users at w = 40)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
@@ -126,8 +133,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.datasets = _names(args.datasets, DATASETS, "dataset")
     if args.input and EVENTS not in args.datasets:
         args.datasets.append(EVENTS)
-    args.mechanisms = list(MECHANISMS) if args.mechanisms.strip().lower() == "all" else \
-        _names(args.mechanisms, list(MECHANISMS), "mechanism")
+    args.mechanisms = list(CENTRAL_MECHANISMS) if args.mechanisms.strip().lower() == "all" else \
+        _names(args.mechanisms, list(CENTRAL_MECHANISMS), "mechanism")
     args.sweeps = _names(args.sweep, list(SWEEPS), "sweep")
     args.scenarios = _names(args.scenarios, list(SCENARIOS), "scenario")
     if args.drift_every < 1:

@@ -28,6 +28,10 @@ from transforms.mechanisms import MECHANISMS, TrustModel
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
 
+SUITES = ("pwsm", "ldp-ids")
+"""``--suite``: the central papers' experiments (default) or the LDP-IDS ones (:mod:`pipelines.evaluation.ldp_cli`)."""
+
+
 RUN_JSON = "run.json"
 """The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
 PARTIAL_CSV = "results.partial.csv"
@@ -90,6 +94,9 @@ def _repeats(text: str, sweeps: list[str]) -> dict[str, int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = _Parser(prog="python -m pipelines.evaluate", description=evaluation.__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=SUITES, default=SUITES[0],
+                        help="pwsm: the central papers' experiments (these options); ldp-ids: the LDP-IDS "
+                             "experiments (python -m pipelines.evaluate --suite ldp-ids --help)")
     parser.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
                         help=f"comma list of {', '.join(DATASETS)} (real ones skipped when their data is absent)")
     parser.add_argument("--mechanisms", default="all",
@@ -203,9 +210,26 @@ def load_streams(args) -> tuple[dict[str, EventStream], dict[str, str]]:
     return streams, skipped
 
 
+def _suite(argv: list[str]) -> tuple[str, list[str]]:
+    """``--suite NAME`` (or ``--suite=NAME``) taken out of ``argv``."""
+    for index, item in enumerate(argv):
+        if item == "--suite" and index + 1 < len(argv):
+            return argv[index + 1], argv[:index] + argv[index + 2:]
+        if item.startswith("--suite="):
+            return item.partition("=")[2], argv[:index] + argv[index + 1:]
+    return SUITES[0], argv
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation (or render it again ``--from-csv``) and write its outputs; the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    suite, argv = _suite(argv)
+    if suite == "ldp-ids":
+        from pipelines.evaluation.ldp_cli import main as ldp_main
+        return ldp_main(argv)
+    if suite != SUITES[0]:
+        print(f"error: unknown --suite {suite!r}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
     started, commit = time.perf_counter(), git_commit()
     try:
         args = parse_args(argv)

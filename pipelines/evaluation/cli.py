@@ -30,8 +30,6 @@ from transforms.parse import FieldMapping
 
 SUITES = ("pwsm", "ldp-ids")
 """``--suite``: the central papers' experiments (default) or the LDP-IDS ones (:mod:`pipelines.evaluation.ldp_cli`)."""
-
-
 RUN_JSON = "run.json"
 """The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
 PARTIAL_CSV = "results.partial.csv"

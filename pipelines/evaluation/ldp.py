@@ -210,10 +210,11 @@ def run_task(task: LdpTask) -> dict:
 
 def execute(tasks: list[LdpTask], workers: int, quiet: bool, streams: dict[str, LdpStream],
             on_result=None) -> dict[LdpTask, dict]:
-    """Run every task on ``workers`` processes (the largest first); ``on_result(task, row)`` sees each result."""
+    """Run every task on ``workers`` processes, repeat by repeat (the largest first within one), so that a run cut
+    short has whole repeats; ``on_result(task, row)`` sees each result as it arrives."""
     results: dict[LdpTask, dict] = {}
     started = last = time.perf_counter()
-    ordered = sorted(tasks, key=lambda task: -task.users * task.slots)
+    ordered = sorted(tasks, key=lambda task: (task.repeat, -task.users * task.slots))
 
     def done(task, row):
         nonlocal last

@@ -13,14 +13,15 @@ Exit code 1 (after writing) when a ledger saw a violation; 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
 import time
 
-from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, DATASETS, DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION,
-                                      DEFAULT_WINDOW, EPSILONS, EXPERIMENTS, EXTENSION_WINDOW, EXTENSIONS,
-                                      FLUCTUATIONS, LOCAL_METHODS, PAPER_METHODS, REAL, SYNTHETIC, USER_FACTORS,
+from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAULT_BETA, DEFAULT_EPSILON,
+                                      DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS, EXPERIMENTS, EXTENSION_WINDOW,
+                                      EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS, PAPER_METHODS, REAL, USER_FACTORS,
                                       WINDOWS, LdpTask, execute, read_csv, write_csv)
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
@@ -31,6 +32,8 @@ from pipelines.evaluation_data import DEFAULT_DATA_DIR, DataUnavailable
 
 SUITE = "ldp-ids"
 RUN_JSON = "run.json"
+PARTIAL_CSV = "results.partial.csv"
+"""Rows written as runs finish (``--from-csv`` renders it, with a run.json beside it, if a long run is cut short)."""
 
 
 class ArgumentError(Exception):
@@ -164,6 +167,11 @@ def plan(args, streams: dict[str, LdpStream]) -> list[tuple[str, LdpTask]]:
     return runs
 
 
+def _save_record(folder: str, record: dict) -> None:
+    with open(os.path.join(folder, RUN_JSON), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1)
+
+
 def main(argv: list[str]) -> int:
     """Run the LDP-IDS suite (or render it ``--from-csv``); the process exit code."""
     started, commit = time.perf_counter(), git_commit()
@@ -188,12 +196,22 @@ def main(argv: list[str]) -> int:
         tasks = list(dict.fromkeys(task for _, task in runs))
         if not args.quiet:
             print(f"[ldp-ids] {len(tasks)} runs ({len(runs)} rows) on {args.workers} workers", file=sys.stderr)
-        results = execute(tasks, args.workers, args.quiet, streams)
+        command = command_line(["--suite", SUITE] + list(argv))
+        _save_record(args.output, {**run_record(command, commit, args.workers, 0.0), "wall_seconds": None})
+        experiments_of: dict[LdpTask, list[str]] = {}
+        for experiment, task in runs:
+            experiments_of.setdefault(task, []).append(experiment)
+        with open(os.path.join(args.output, PARTIAL_CSV), "w", newline="", encoding="utf-8") as partial:
+            writer = csv.DictWriter(partial, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+
+            def keep(task, row):  # every finished run at once: a run cut short can still be rendered
+                writer.writerows({**row, "experiment": e} for e in experiments_of[task])
+                partial.flush()
+            results = execute(tasks, args.workers, args.quiet, streams, on_result=keep)
         rows = [{**results[task], "experiment": experiment} for experiment, task in runs]
-        record = run_record(f"{command_line(['--suite', SUITE] + list(argv))}", commit, args.workers,
-                            time.perf_counter() - started)
-        with open(os.path.join(args.output, RUN_JSON), "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
+        record = run_record(command, commit, args.workers, time.perf_counter() - started)
+        _save_record(args.output, record)
     write_csv(os.path.join(args.output, "results.csv"), rows)
     text = document(rows, args, streams, skipped, record)
     with open(os.path.join(args.output, "summary.md"), "w", encoding="utf-8") as handle:

@@ -63,9 +63,10 @@ def parse_args(argv) -> argparse.Namespace:
                         help=f"comma list of registered local methods ({', '.join(LOCAL_METHODS)}); the extensions "
                              "experiment runs the registered LB-/LP- adaptations besides")
     parser.add_argument("--users", type=int, default=10_000, help="synthetic n of the sweeps")
-    parser.add_argument("--slots", type=int, default=800, help="synthetic T")
+    parser.add_argument("--slots", type=int, default=400, help="synthetic T of the sweeps (the paper: 800)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--table2-users", type=int, default=200_000, help="synthetic n of Table 2 (the paper's)")
+    parser.add_argument("--table2-slots", type=int, default=800, help="synthetic T of Table 2 (the paper's)")
     parser.add_argument("--table2-repeats", type=int, default=1,
                         help="repeats of Table 2's adaptive methods (LBU, LSP, LPU send data-independent bits: once)")
     parser.add_argument("--seed", type=int, default=0, help="base seed of data and (insecure) noise")
@@ -85,7 +86,7 @@ def parse_args(argv) -> argparse.Namespace:
     args.experiments = _names(args.experiments, list(EXPERIMENTS), "experiment")
     args.datasets = _names(args.datasets, DATASETS, "dataset")
     args.methods = _names(args.methods, LOCAL_METHODS, "method")
-    for name in ("users", "slots", "repeats", "table2_users", "table2_repeats", "workers"):
+    for name in ("users", "slots", "repeats", "table2_users", "table2_slots", "table2_repeats", "workers"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("real_users", "real_slots"):
@@ -160,7 +161,7 @@ def plan(args, streams: dict[str, LdpStream]) -> list[tuple[str, LdpTask]]:
                     if dataset in REAL:
                         users, slots = streams[dataset].users, streams[dataset].slots
                     else:
-                        slots = args.slots
+                        slots = args.table2_slots if experiment == "table2" else args.slots
                     for repeat in range(repeats):
                         runs.append((experiment, LdpTask(dataset, method, epsilon, window, beta, users, slots, repeat,
                                                          args.seed, fluctuation, args.mre_floor, args.reduction)))

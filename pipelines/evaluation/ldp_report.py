@@ -80,7 +80,8 @@ def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
     for dataset in SYNTHETIC:
         header += [f"{dataset_name(dataset)} ours", "paper", "diff"]
     lines = ["## Table 2: bits per user per timestamp", "",
-             f"Synthetic streams at n = {args.table2_users:,}, T = {args.slots}; every count follows spec §6.3 "
+             f"Synthetic streams at n = {args.table2_users:,}, T = {args.table2_slots}; every count follows spec "
+             "§6.3 "
              "(`last_bits`: each report's ⌈log2 d⌉ or d bits, plus one request bit per population-method report and "
              "per budget-method publication report), summed over the T slots and divided by n·T. LBU, LSP and LPU "
              "send data-independent bits (one run each; '= TV-12' marks an exact match with the spec's prediction); "
@@ -113,7 +114,8 @@ def _tv12_section(rows: list[dict], args) -> list[str]:
     if not any((1.0, 20, m, d) in groups for m in PAPER_METHODS for d in SYNTHETIC):
         return []
     return ["## MRE at ε = 1, w = 20 beside the spec's re-simulation (TV-12)", "",
-            f"Ours (Table 2's runs: n = {args.table2_users:,}, T = {args.slots}) and, in brackets, the spec author's own "
+            f"Ours (Table 2's runs: n = {args.table2_users:,}, T = {args.table2_slots}) and, in brackets, the spec "
+            "author's own "
             "re-simulation (TV-12: 3 runs; not the paper's numbers, which were not extracted from its figures). "
             "Its LNS is one path (seed 3, min p > 0.01); ours are other paths with the same floor, so LNS values "
             "differ with the path.", ""] + \
@@ -216,7 +218,8 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
             attempts.setdefault(r["fluctuation"], set()).add((r["repeat"], r["path_attempts"]))
     for dataset in SYNTHETIC:
         if any(r["dataset"] == dataset for r in rows):
-            body.append([dataset_name(dataset), f"{args.users:,} (Table 2: {args.table2_users:,})", str(args.slots),
+            body.append([dataset_name(dataset), f"{args.users:,} (Table 2: {args.table2_users:,})",
+                         f"{args.slots} (Table 2: {args.table2_slots})",
                          "2", SYNTHETIC_TEXT[dataset] + "; exactly round(p_t n) ones on a fresh uniform subset "
                                                         "per slot"])
     for dataset, stream in streams.items():
@@ -234,10 +237,10 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
              "* MRE = (1/T) Σ_t (1/d) Σ_k |r_t[k] − c_t[k]| / max(c_t[k], δ) over **all** bins, δ = "
              + ("1/n" if args.mre_floor is None else f"{args.mre_floor:g}") + " (spec §8.5, T15); MSE the same "
              "with squares; nothing post-processed (T22).",
-             f"* Sweeps run at n = {args.users:,} (the paper: 200,000) to keep the document's generation near 20 "
-             "minutes on 2 workers; Table 2 and the TV-12 comparison run at n = "
-             f"{args.table2_users:,}. Absolute MREs at n = {args.users:,} are larger than the paper's (V scales "
-             "as 1/n); compare orderings and trends.",
+             f"* Sweeps run at n = {args.users:,}, T = {args.slots} (the paper: 200,000 and 800) to keep the "
+             "document's generation near 20 minutes on 2 workers; Table 2 and the TV-12 comparison run at n = "
+             f"{args.table2_users:,}, T = {args.table2_slots}. Absolute MREs at n = {args.users:,} are larger than "
+             "the paper's (V scales as 1/n); compare orderings and trends.",
              "* LNS paths redrawn until min p_t > 0.01 (trap T14); walks drawn per (fluctuation, repeat): "
              + "; ".join(f"sqrt(Q) = {q if q != '' else '?'}: " + ", ".join(str(a) for _, a in sorted(v))
                          for q, v in sorted(attempts.items(), key=lambda kv: repr(kv[0]))) + ".", ""]

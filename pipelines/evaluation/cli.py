@@ -16,7 +16,8 @@ import sys
 import time
 
 from pipelines import evaluation
-from pipelines.evaluation.experiment import COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, write_csv
+from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
+                                            write_csv)
 from pipelines.evaluation.plots import write_plots
 from pipelines.evaluation.report import command_line, document, git_commit, run_record
 from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRIFT_EVERY, DEFAULT_REPEATS,
@@ -289,18 +290,8 @@ def _run(args, runs: list[tuple[str, Task]], streams: dict[str, EventStream]) ->
     if not args.quiet:
         print(f"[evaluate] {len(tasks)} runs ({len(runs)} rows); {NOISE_NOTE}", file=sys.stderr)
     os.makedirs(args.output, exist_ok=True)
-    sweeps_of: dict[Task, list[str]] = {}
-    for sweep, task in runs:
-        sweeps_of.setdefault(task, []).append(sweep)
-    with open(os.path.join(args.output, PARTIAL_CSV), "w", newline="", encoding="utf-8") as partial:
-        writer = csv.DictWriter(partial, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-
-        def keep(task, row):  # every finished run at once: a run cut short can still be rendered
-            writer.writerows({**row, "sweep": sweep} for sweep in sweeps_of[task])
-            partial.flush()
-        results = execute(tasks, args.workers, args.quiet, streams, on_result=keep)
-    return [{**results[task], "sweep": sweep} for sweep, task in runs]
+    return run_labelled(runs, os.path.join(args.output, PARTIAL_CSV), COLUMNS, "sweep",
+                        lambda tasks, keep: execute(tasks, args.workers, args.quiet, streams, on_result=keep))
 
 
 def _write_report(args, argv: list[str], rows: list[dict], streams: dict[str, EventStream],

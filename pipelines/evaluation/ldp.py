@@ -22,12 +22,11 @@ import dataclasses
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.evaluation.experiment import NOISE_NOTE, _seed_sequence
+from pipelines.evaluation.experiment import NOISE_NOTE, _seed_sequence, run_in_pool
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_metrics import auc, event_labels, mae, mre, mse, reduce
 from transforms.mechanisms import MECHANISMS, PrivacyLedger, ReleaseKind, SlotBatch, TrustModel
@@ -225,15 +224,7 @@ def execute(tasks: list[LdpTask], workers: int, quiet: bool, streams: dict[str, 
             last = time.perf_counter()
             print(f"\r[ldp-ids] {len(results)}/{len(tasks)} runs done, {time.perf_counter() - started:.0f} s elapsed",
                   end="", file=sys.stderr, flush=True)
-    if workers == 1:
-        install_streams(streams)
-        for task in ordered:
-            done(task, run_task(task))
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=install_streams, initargs=(streams,)) as pool:
-            futures = {pool.submit(run_task, task): task for task in ordered}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+    run_in_pool(ordered, workers, run_task, install_streams, streams, done)
     if not quiet:
         print(file=sys.stderr)
     return results

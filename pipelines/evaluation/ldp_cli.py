@@ -13,7 +13,6 @@ Exit code 1 (after writing) when a ledger saw a violation; 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAUL
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
 from pipelines.evaluation.ldp_paper import TABLE2_SETTINGS
+from pipelines.evaluation.experiment import run_labelled
 from pipelines.evaluation.ldp_report import document
 from pipelines.evaluation.report import command_line, git_commit, run_record
 from pipelines.evaluation_data import DEFAULT_DATA_DIR, DataUnavailable
@@ -194,23 +194,13 @@ def main(argv: list[str]) -> int:
         with open(os.path.join(os.path.dirname(args.from_csv), RUN_JSON), encoding="utf-8") as handle:
             record = json.load(handle)
     else:
-        tasks = list(dict.fromkeys(task for _, task in runs))
         if not args.quiet:
-            print(f"[ldp-ids] {len(tasks)} runs ({len(runs)} rows) on {args.workers} workers", file=sys.stderr)
+            print(f"[ldp-ids] {len(set(task for _, task in runs))} runs ({len(runs)} rows) on {args.workers} "
+                  "workers", file=sys.stderr)
         command = command_line(["--suite", SUITE] + list(argv))
         _save_record(args.output, {**run_record(command, commit, args.workers, 0.0), "wall_seconds": None})
-        experiments_of: dict[LdpTask, list[str]] = {}
-        for experiment, task in runs:
-            experiments_of.setdefault(task, []).append(experiment)
-        with open(os.path.join(args.output, PARTIAL_CSV), "w", newline="", encoding="utf-8") as partial:
-            writer = csv.DictWriter(partial, fieldnames=COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-
-            def keep(task, row):  # every finished run at once: a run cut short can still be rendered
-                writer.writerows({**row, "experiment": e} for e in experiments_of[task])
-                partial.flush()
-            results = execute(tasks, args.workers, args.quiet, streams, on_result=keep)
-        rows = [{**results[task], "experiment": experiment} for experiment, task in runs]
+        rows = run_labelled(runs, os.path.join(args.output, PARTIAL_CSV), COLUMNS, "experiment",
+                            lambda tasks, keep: execute(tasks, args.workers, args.quiet, streams, on_result=keep))
         record = run_record(command, commit, args.workers, time.perf_counter() - started)
         _save_record(args.output, record)
     write_csv(os.path.join(args.output, "results.csv"), rows)

@@ -81,10 +81,10 @@ def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
         header += [f"{dataset_name(dataset)} ours", "paper", "diff"]
     lines = ["## Table 2: bits per user per timestamp", "",
              f"Synthetic streams at n = {args.table2_users:,}, T = {args.table2_slots}; every count follows spec "
-             "§6.3 "
-             "(`last_bits`: each report's ⌈log2 d⌉ or d bits, plus one request bit per population-method report and "
-             "per budget-method publication report), summed over the T slots and divided by n·T. LBU, LSP and LPU "
-             "send data-independent bits (one run each; '= TV-12' marks an exact match with the spec's prediction); "
+             "§6.3 (`last_bits`: each report's ⌈log2 d⌉ or d bits, plus one request bit per population-method "
+             "report and per budget-method publication report), summed over the T slots and divided by n·T. LBU, "
+             "LSP and LPU send data-independent bits (one run each; '= TV-12' marks an exact match with the spec's "
+             "prediction); "
              f"the adaptive methods are the mean ± std of {args.table2_repeats} repeats.", ""]
     lines += _table(header, body) + [""]
     verdict = (f"**Acceptance: all {checked} entries lie within {100 * TOLERANCE:.0f}% of the paper's.**" if not misses

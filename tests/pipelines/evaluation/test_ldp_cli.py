@@ -11,9 +11,8 @@ from pipelines.evaluation.ldp_claims import check_claims
 from transforms.mechanisms import MECHANISMS, TrustModel
 
 TINY = ["--suite", "ldp-ids", "--experiments", "epsilon,table2", "--datasets", "sin,lns,taxi", "--methods",
-        "lbu,lsp,lpu,lpd,lba", "--users", "400", "--slots", "40", "--repeats", "2", "--table2-users", "400", "--table2-slots", "40",
-        "--table2-repeats", "2",
-        "--workers", "1", "--quiet"]
+        "lbu,lsp,lpu,lpd,lba", "--users", "400", "--slots", "40", "--repeats", "2", "--table2-users", "400",
+        "--table2-slots", "40", "--table2-repeats", "2", "--workers", "1", "--quiet"]
 
 
 @pytest.fixture(scope="module")

@@ -253,7 +253,10 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
                      f"{stream.description}; {counts['records_read']:,} records, {counts['dead_letters']:,} outside "
                      f"the grid (the user keeps their last cell), {counts['duplicates']:,} beyond one per user and "
                      "slot; carried forward"])
-    lines = ["## Set-up", "", f"* Repeats: {args.repeats} per point (Table 2: see there); seed {args.seed}. "
+    ran = dict.fromkeys(r["experiment"] for r in rows)
+    lines = ["## Set-up", "", "* Experiments: " + "; ".join(
+                 f"`{name}` ({EXPERIMENTS[name].figure})" for name in ran) + ".",
+             f"* Repeats: {args.repeats} per point (Table 2: see there); seed {args.seed}. "
              f"{NOISE_NOTE}: data and noise seeds depend on (seed, dataset, n, T, fluctuation, repeat) only, so "
              "every method and every (ε, w, β) of a repeat runs on the same stream with the same noise seed.",
              "* Every run: `Engine(method, randomness, PrivacyLedger(max_window=w))` over all T slots, users' "
@@ -285,14 +288,16 @@ def _privacy_section(rows: list[dict]) -> list[str]:
             f"violations**; the largest share of ε spent in any user's window is {worst:.4f}.", ""]
 
 
-def _timing_section(rows: list[dict]) -> list[str]:
+def _timing_section(rows: list[dict], workers: int) -> list[str]:
     runs = {(r["dataset"], r["method"], r["epsilon"], r["window"], r["beta"], r["users"], r["fluctuation"],
              r["repeat"]): r for r in rows}
     total = sum(float(r["cpu_seconds"]) for r in runs.values())
     by_method: dict = {}
     for r in runs.values():
         by_method.setdefault(r["method"], []).append(float(r["cpu_seconds"]))
-    return ["## Running time", "", f"{len(runs):,} runs, {total / 60:.1f} CPU minutes in total; CPU seconds per "
+    return ["## Running time", "", f"{len(runs):,} runs, {total / 60:.1f} CPU minutes in total, i.e. about "
+            f"{total / 60 / workers:.0f} minutes of wall time on {workers} otherwise idle cores (plus about a minute "
+            "to read the real data); the wall time above is longer when the machine is shared. CPU seconds per "
             "run by method: " + ", ".join(f"{method_name(m)} {np.mean(v):.2f} (max {max(v):.1f})"
                                           for m, v in by_method.items()) + ".", ""]
 
@@ -313,5 +318,5 @@ def document(rows: list[dict], args, streams: dict[str, LdpStream], skipped: dic
     lines += table2 + _paper_table2() + _tv12_section(rows, args)
     lines += _claims_section(rows)
     lines += _experiment_sections(rows, args)
-    lines += _timing_section(rows)
+    lines += _timing_section(rows, record["workers"])
     return "\n".join(lines)

@@ -237,13 +237,6 @@ _TYPES = {"epsilon": float, "window": int, "beta": float, "users": int, "slots":
           "max_window_usage_ratio": float, "cpu_seconds": float}
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def read_csv(path: str) -> list[dict]:
     """The rows of an LDP-IDS ``results.csv``, typed as :func:`run_task` returns them."""
     with open(path, newline="", encoding="utf-8") as handle:
@@ -267,7 +260,8 @@ EXTENSION_WINDOW = 30
 
 @dataclass(frozen=True)
 class Experiment:
-    """One of the paper's figures or tables: the column it varies, its points, datasets and methods."""
+    """One of the paper's figures or tables: the ``results.csv`` column it varies and its datasets (its points and
+    methods: :func:`pipelines.evaluation.ldp_cli.plan`)."""
 
     name: str
     figure: str

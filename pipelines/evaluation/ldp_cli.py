@@ -21,11 +21,11 @@ import time
 from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAULT_BETA, DEFAULT_EPSILON,
                                       DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS, EXPERIMENTS, EXTENSION_WINDOW,
                                       EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS, PAPER_METHODS, REAL, USER_FACTORS,
-                                      WINDOWS, LdpTask, execute, read_csv, write_csv)
+                                      WINDOWS, LdpTask, build_method, execute, read_csv)
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
 from pipelines.evaluation.ldp_paper import TABLE2_SETTINGS
-from pipelines.evaluation.experiment import run_labelled
+from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp_report import document
 from pipelines.evaluation.report import command_line, git_commit, run_record
 from pipelines.evaluation_data import DEFAULT_DATA_DIR, DataUnavailable
@@ -168,6 +168,18 @@ def plan(args, streams: dict[str, LdpStream]) -> list[tuple[str, LdpTask]]:
     return runs
 
 
+def check_methods(runs: list[tuple[str, LdpTask]], streams: dict[str, LdpStream]) -> None:
+    """Build every distinct method of the plan once, so that a setting a method refuses (a per-report budget
+    above its limit, ε too small to split over w, ...) fails in one line before anything runs."""
+    for method, epsilon, window, beta, dataset in {(t.method, t.epsilon, t.window, t.beta, t.dataset)
+                                                   for _, t in runs}:
+        task = LdpTask(dataset, method, epsilon, window, beta, 1, 1, 0, 0)
+        try:
+            build_method(task, streams[dataset].bins if dataset in streams else 2)
+        except ValueError as error:
+            raise ValueError(f"{method} at ε = {epsilon}, w = {window}, β = {beta}: {error}") from None
+
+
 def _save_record(folder: str, record: dict) -> None:
     with open(os.path.join(folder, RUN_JSON), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)
@@ -188,6 +200,11 @@ def main(argv: list[str]) -> int:
     if not runs:
         print("error: nothing to run" + (": " + "; ".join(skipped.values()) if skipped else ""), file=sys.stderr)
         return 2
+    try:
+        check_methods(runs, streams)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     os.makedirs(args.output, exist_ok=True)
     if args.from_csv is not None:
         rows = read_csv(args.from_csv)
@@ -203,7 +220,7 @@ def main(argv: list[str]) -> int:
                             lambda tasks, keep: execute(tasks, args.workers, args.quiet, streams, on_result=keep))
         record = run_record(command, commit, args.workers, time.perf_counter() - started)
         _save_record(args.output, record)
-    write_csv(os.path.join(args.output, "results.csv"), rows)
+    write_csv(os.path.join(args.output, "results.csv"), rows, COLUMNS)
     text = document(rows, args, streams, skipped, record)
     with open(os.path.join(args.output, "summary.md"), "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from pipelines.evaluation import cli
+from pipelines.evaluation.ldp import LdpTask
 from pipelines.evaluation.ldp_claims import check_claims
+from pipelines.evaluation.ldp_cli import check_methods
 from transforms.mechanisms import MECHANISMS, TrustModel
 
 TINY = ["--suite", "ldp-ids", "--experiments", "epsilon,table2", "--datasets", "sin,lns,taxi", "--methods",
@@ -61,6 +63,16 @@ def test_bad_arguments_are_one_line(argv, message, capsys):
     assert cli.main(["--suite", "ldp-ids"] + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_a_setting_a_method_refuses_fails_before_running():
+    """An ε too small to split over w (below one budget unit per slot) is refused when the plan is checked,
+    naming the method and the setting, before any run; a valid plan passes."""
+    ok = [("epsilon", LdpTask("sin", "lpd", 1.0, 20, 0.5, 100, 5, 0, 0))]
+    check_methods(ok, {})
+    bad = ok + [("window", LdpTask("sin", "lbu", 1e-12, 50, 0.5, 100, 5, 0, 0))]
+    with pytest.raises(ValueError, match=r"lbu at ε = 1e-12, w = 50, β = 0.5: .*epsilon"):
+        check_methods(bad, {})
 
 
 def test_unknown_suite_is_refused(capsys):

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, _Parser
+from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAULT_BETA, DEFAULT_EPSILON,
                                       DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS, EXPERIMENTS, EXTENSION_WINDOW,
                                       EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS, PAPER_METHODS, REAL, USER_FACTORS,
@@ -25,34 +27,11 @@ from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAUL
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
 from pipelines.evaluation.ldp_paper import TABLE2_SETTINGS
-from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp_report import document
 from pipelines.evaluation.report import command_line, git_commit, run_record
 from pipelines.evaluation_data import DEFAULT_DATA_DIR, DataUnavailable
 
 SUITE = "ldp-ids"
-RUN_JSON = "run.json"
-PARTIAL_CSV = "results.partial.csv"
-"""Rows written as runs finish (``--from-csv`` renders it, with a run.json beside it, if a long run is cut short)."""
-
-
-class ArgumentError(Exception):
-    """A bad command line: one ``error:`` line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ArgumentError(message)
-
-
-def _names(text: str, valid, what: str) -> list[str]:
-    names = list(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    if not names:
-        raise ArgumentError(f"no {what} given")
-    for name in names:
-        if name not in valid:
-            raise ArgumentError(f"unknown {what} {name!r}; choose from {', '.join(valid)}")
-    return names
 
 
 def parse_args(argv) -> argparse.Namespace:

@@ -62,6 +62,8 @@ class Comparison:
 
 @dataclass(frozen=True)
 class ClaimSpec:
+    """A claim of the paper: where it is stated, what it says, and its comparisons built from the rows."""
+
     figure: str
     statement: str
     comparisons: Callable[[list[dict]], list[Comparison]]

@@ -134,7 +134,9 @@ def _claims_section(rows: list[dict]) -> list[str]:
              f"comparisons, Holm-adjusted over every claim and its reverse: 'holds' when p_Holm < {ALPHA}, "
              "'reversed' when the opposite is shown, 'not shown' otherwise. Each comparison's own test "
              f"(unadjusted, p < {ALPHA}) is tallied beside it, so a claim can hold overall and fail on a dataset. "
-             "AUC claims compare 1 − AUC; bit claims compare bits per user per slot.", ""]
+             "AUC claims compare 1 − AUC; bit claims compare bits per user per slot. Comparisons of one claim can "
+             "share a run (LSP against each other method, say), so its pooled pairs are not all independent and "
+             "its p-value is optimistic; the per-comparison tallies do not have that problem.", ""]
     lines += _table(["figure", "claim", "verdict", "pairs", "geo-mean A/B", "p (Holm)", "comparisons"],
                     [[r.figure, r.statement, f"**{r.verdict}**", str(r.pooled.pairs), _number(r.pooled.ratio),
                       _p(r.p_holm), r.tally] for r in results]) + [""]

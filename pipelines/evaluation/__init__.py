@@ -4,7 +4,8 @@
     python -m pipelines.evaluate --report docs/results.md ...   # the committed results document
 
 (the same command as ``python -m pipelines.evaluation`` and ``wevent evaluate``) runs the papers'
-experiments (spec/pwsm.md §5) in-process, without Beam:
+experiments (spec/pwsm.md §5) in-process, without Beam (``--suite ldp-ids`` runs the LDP-IDS experiments
+instead: :mod:`pipelines.evaluation.ldp_cli`):
 
 * datasets ``sin``, ``log``, ``tlns`` (N users, d = 2 bins, T slots); ``taxi`` (T-Drive, 1-minute
   slots) and ``foursquare`` (100-minute slots), each on a 10 x 10 grid, read from ``--data-dir``
@@ -12,7 +13,7 @@ experiments (spec/pwsm.md §5) in-process, without Beam:
   job reads (``--input``, ``--input-format``, ``--binning``, ``--slot-seconds``).  Real streams carry
   each user's last bin forward; a user is absent until their first event
   (:mod:`pipelines.evaluation_data`); ``--users``/``--slots`` cap them (first users read, first slots);
-* every mechanism in ``MECHANISMS`` (or ``--mechanisms``), built by
+* every central mechanism in ``MECHANISMS`` (or ``--mechanisms``), built by
   :func:`transforms.mechanisms.registry.mechanism_for_setup`: homogeneous ones run at the
   sweep point ``(E, w)``, personalized ones get the papers' ten user types around
   it, dynamic ones the per-type dynamic declarations under each requirement
@@ -56,5 +57,8 @@ Modules: :mod:`~pipelines.evaluation.sweeps` (datasets, sweep points, run labels
 :mod:`~pipelines.evaluation.claims` (the papers' claims, paired tests), :mod:`~pipelines.evaluation.paper`
 (the papers' numbers), :mod:`~pipelines.evaluation.report` (the document), :mod:`~pipelines.evaluation.plots`,
 :mod:`~pipelines.evaluation.cli` (the command line), and :mod:`~pipelines.evaluation.stats`,
-:mod:`~pipelines.evaluation.ratio`, :mod:`~pipelines.evaluation.regimes`.
+:mod:`~pipelines.evaluation.ratio`, :mod:`~pipelines.evaluation.regimes`.  The LDP-IDS suite:
+:mod:`~pipelines.evaluation.ldp` (runs, experiments), :mod:`~pipelines.evaluation.ldp_data` (real streams),
+:mod:`~pipelines.evaluation.ldp_metrics`, :mod:`~pipelines.evaluation.ldp_claims`,
+:mod:`~pipelines.evaluation.ldp_paper`, :mod:`~pipelines.evaluation.ldp_report`, :mod:`~pipelines.evaluation.ldp_cli`.
 """

@@ -16,7 +16,8 @@ import sys
 import time
 
 from pipelines import evaluation
-from pipelines.evaluation.experiment import COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, write_csv
+from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
+                                            write_csv)
 from pipelines.evaluation.plots import write_plots
 from pipelines.evaluation.report import command_line, document, git_commit, run_record
 from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRIFT_EVERY, DEFAULT_REPEATS,
@@ -24,10 +25,12 @@ from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRI
                                          takes_ratios)
 from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOURCES, DataUnavailable, EventSource,
                                        EventStream, build_stream)
-from transforms.mechanisms import MECHANISMS, Estimate
+from transforms.mechanisms import MECHANISMS, TrustModel
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
 
+SUITES = ("pwsm", "ldp-ids")
+"""``--suite``: the central papers' experiments (default) or the LDP-IDS ones (:mod:`pipelines.evaluation.ldp_cli`)."""
 RUN_JSON = "run.json"
 """The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
 PARTIAL_CSV = "results.partial.csv"
@@ -35,6 +38,11 @@ PARTIAL_CSV = "results.partial.csv"
 REGIME_PLOT = "useful_regimes.png"
 REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
                   "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
+
+
+CENTRAL_MECHANISMS = tuple(name for name, cls in MECHANISMS.items() if cls.trust is TrustModel.CENTRAL)
+"""What this evaluation runs (spec pwsm.md): the trusted-collector mechanisms; the local-DP methods have their own
+suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`)."""
 
 
 class ArgumentError(Exception):
@@ -85,9 +93,14 @@ def _repeats(text: str, sweeps: list[str]) -> dict[str, int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = _Parser(prog="python -m pipelines.evaluate", description=evaluation.__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=SUITES, default=SUITES[0],
+                        help="pwsm: the central papers' experiments (these options); ldp-ids: the LDP-IDS "
+                             "experiments (python -m pipelines.evaluate --suite ldp-ids --help)")
     parser.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
                         help=f"comma list of {', '.join(DATASETS)} (real ones skipped when their data is absent)")
-    parser.add_argument("--mechanisms", default="all", help=f"comma list of {', '.join(MECHANISMS)} (default all)")
+    parser.add_argument("--mechanisms", default="all",
+                        help=f"comma list of {', '.join(CENTRAL_MECHANISMS)} (default all of them: the central "
+                             "mechanisms; the local-DP methods run in --suite ldp-ids)")
     parser.add_argument("--sweep", default="epsilon,window,ratio,wratio",
                         help="comma list of epsilon, window, ratio (o users at E = 1.0), wratio (o users at w = 40)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
@@ -126,9 +139,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.datasets = _names(args.datasets, DATASETS, "dataset")
     if args.input and EVENTS not in args.datasets:
         args.datasets.append(EVENTS)
-    binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
-    args.mechanisms = binned if args.mechanisms.strip().lower() == "all" else \
-        _names(args.mechanisms, binned, "mechanism")
+    args.mechanisms = list(CENTRAL_MECHANISMS) if args.mechanisms.strip().lower() == "all" else \
+        _names(args.mechanisms, list(CENTRAL_MECHANISMS), "mechanism")
     args.sweeps = _names(args.sweep, list(SWEEPS), "sweep")
     args.scenarios = _names(args.scenarios, list(SCENARIOS), "scenario")
     if args.drift_every < 1:
@@ -197,9 +209,26 @@ def load_streams(args) -> tuple[dict[str, EventStream], dict[str, str]]:
     return streams, skipped
 
 
+def _suite(argv: list[str]) -> tuple[str, list[str]]:
+    """``--suite NAME`` (or ``--suite=NAME``) taken out of ``argv``."""
+    for index, item in enumerate(argv):
+        if item == "--suite" and index + 1 < len(argv):
+            return argv[index + 1], argv[:index] + argv[index + 2:]
+        if item.startswith("--suite="):
+            return item.partition("=")[2], argv[:index] + argv[index + 1:]
+    return SUITES[0], argv
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation (or render it again ``--from-csv``) and write its outputs; the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    suite, argv = _suite(argv)
+    if suite == "ldp-ids":
+        from pipelines.evaluation.ldp_cli import main as ldp_main
+        return ldp_main(argv)
+    if suite != SUITES[0]:
+        print(f"error: unknown --suite {suite!r}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
     started, commit = time.perf_counter(), git_commit()
     try:
         args = parse_args(argv)
@@ -261,18 +290,8 @@ def _run(args, runs: list[tuple[str, Task]], streams: dict[str, EventStream]) ->
     if not args.quiet:
         print(f"[evaluate] {len(tasks)} runs ({len(runs)} rows); {NOISE_NOTE}", file=sys.stderr)
     os.makedirs(args.output, exist_ok=True)
-    sweeps_of: dict[Task, list[str]] = {}
-    for sweep, task in runs:
-        sweeps_of.setdefault(task, []).append(sweep)
-    with open(os.path.join(args.output, PARTIAL_CSV), "w", newline="", encoding="utf-8") as partial:
-        writer = csv.DictWriter(partial, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-
-        def keep(task, row):  # every finished run at once: a run cut short can still be rendered
-            writer.writerows({**row, "sweep": sweep} for sweep in sweeps_of[task])
-            partial.flush()
-        results = execute(tasks, args.workers, args.quiet, streams, on_result=keep)
-    return [{**results[task], "sweep": sweep} for sweep, task in runs]
+    return run_labelled(runs, os.path.join(args.output, PARTIAL_CSV), COLUMNS, "sweep",
+                        lambda tasks, keep: execute(tasks, args.workers, args.quiet, streams, on_result=keep))
 
 
 def _write_report(args, argv: list[str], rows: list[dict], streams: dict[str, EventStream],

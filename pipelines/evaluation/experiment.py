@@ -259,18 +259,44 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
         if on_result is not None:
             on_result(task, row)
         progress()
-    if workers == 1:
-        install_streams(streams)
-        for task in ordered:
-            done(task, evaluate_point(task))
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=install_streams, initargs=(streams,)) as pool:
-            futures = {pool.submit(evaluate_point, task): task for task in ordered}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+    run_in_pool(ordered, workers, evaluate_point, install_streams, streams, done)
     if not quiet:
         print(file=sys.stderr)
     return results
+
+
+def run_in_pool(ordered: list, workers: int, run, install, streams, done) -> None:
+    """``done(task, run(task))`` for every task, in ``ordered``'s order of submission, on ``workers`` processes
+    (in this one for 1), each of which first calls ``install(streams)``."""
+    if workers == 1:
+        install(streams)
+        for task in ordered:
+            done(task, run(task))
+        return
+    with ProcessPoolExecutor(max_workers=workers, initializer=install, initargs=(streams,)) as pool:
+        futures = {pool.submit(run, task): task for task in ordered}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+
+
+def run_labelled(runs: list[tuple[str, object]], path: str, columns: list[str], label: str, execute_tasks
+                 ) -> list[dict]:
+    """Every task of ``runs`` (``(name, task)`` pairs; a task may carry several names) once, by
+    ``execute_tasks(tasks, on_result)``, each finished run written at once to ``path`` (one row per name, the name
+    in column ``label``) so that a run cut short can still be rendered; the rows, one per pair of ``runs``."""
+    tasks = list(dict.fromkeys(task for _, task in runs))
+    names_of: dict = {}
+    for name, task in runs:
+        names_of.setdefault(task, []).append(name)
+    with open(path, "w", newline="", encoding="utf-8") as partial:
+        writer = csv.DictWriter(partial, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+
+        def keep(task, row):
+            writer.writerows({**row, label: name} for name in names_of[task])
+            partial.flush()
+        results = execute_tasks(tasks, keep)
+    return [{**results[task], label: name} for name, task in runs]
 
 
 _CSV_TYPES = {"epsilon": float, "window": int, "repeat": int, "users": int, "slots": int, "bins": int, "seed": int,
@@ -291,8 +317,8 @@ def read_csv(path: str) -> list[dict]:
     return rows
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
+def write_csv(path: str, rows: list[dict], columns: list[str] = COLUMNS) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

@@ -14,6 +14,12 @@ The authors' reference code rounds every ``p_t`` to two decimals and starts
 TLNS at ``p_0 = 0.5``; ``round_to_cents=True`` (and ``initial=0.5``) reproduce
 that variant.  The defaults follow the paper.
 
+LDP-IDS (spec ``ldp_ids.md`` §8.1, TV-10) uses the same three paths with two
+differences: its **LNS** is the walk redrawn, not clipped, until every
+``p_t`` lies above a floor (:func:`lns_probabilities`, trap T14), and a slot
+holds *exactly* ``round(p_t N)`` ones on an independent uniform subset of
+the users (:func:`exact_count_stream`).
+
 This is data generation, not privacy noise, so all randomness comes from the
 caller's :class:`numpy.random.Generator` and is reproducible per seed.
 """
@@ -162,6 +168,64 @@ def _draw_slots(
         chunk = probabilities[first:first + block]
         # rng.random is in [0, 1): p = 0 never yields 1 and p = 1 always does.
         yield from (rng.random((chunk.size, users)) < chunk[:, None]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class LnsPath:
+    """An LDP-IDS LNS path: the first walk of ``attempts`` drawn that stayed in ``(floor, 1)``."""
+
+    probabilities: np.ndarray
+    attempts: int
+    floor: float
+
+
+def lns_probabilities(
+    slots: int,
+    rng: np.random.Generator,
+    initial: float = 0.05,
+    sigma: float = 0.0025,
+    floor: float = 0.01,
+    max_attempts: int = 10_000,
+) -> LnsPath:
+    """LDP-IDS's LNS (spec ``ldp_ids.md`` §8.1, trap T14): the random walk of :func:`tlns_probabilities`, redrawn
+    from ``rng`` until every ``p_t`` lies strictly between ``floor`` and 1 (no slot clipped).
+
+    Near-zero ``p_t`` makes relative errors explode, and about half the paper's walks (``sigma = 0.0025``, 800
+    slots) leave ``[0, 1]``; redrawing keeps the walk's law conditioned on staying above the floor.  The caller
+    records ``rng``'s seed; ``attempts`` says how many walks it took.
+    """
+    floor = _require_finite(floor, "floor")
+    if not 0.0 <= floor < initial:
+        raise ValueError(f"floor must lie in [0, initial={initial!r}), got {floor!r}")
+    max_attempts = _require_positive_int(max_attempts, "max_attempts")
+    for attempt in range(1, max_attempts + 1):
+        path = tlns_probabilities(slots, rng, initial, sigma)
+        if path.clipped_slots == 0 and path.probabilities.min() > floor and path.probabilities.max() < 1.0:
+            return LnsPath(path.probabilities, attempt, floor)
+    raise ValueError(f"no LNS walk of {slots} slots with sigma={sigma!r} stayed above floor={floor!r} in "
+                     f"{max_attempts} attempts; lower the floor or sigma")
+
+
+def exact_count_stream(
+    probabilities: np.ndarray, users: int, rng: np.random.Generator
+) -> Iterator[np.ndarray]:
+    """Yield, per slot, an int64 array of every user's value: exactly ``round(p_t · users)`` ones (halves round
+    up) on a uniform subset drawn afresh, independently, at every slot (spec ``ldp_ids.md`` §8.1, TV-10).
+
+    Arguments are validated immediately, before the first slot is requested.
+    """
+    checked = _require_probability_path(probabilities)
+    users = _require_positive_int(users, "users")
+    _require_generator(rng)
+    ones = np.floor(checked * users + 0.5).astype(np.int64)
+    return _exact_slots(ones, users, rng)
+
+
+def _exact_slots(ones: np.ndarray, users: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    for count in ones.tolist():
+        values = np.zeros(users, np.int64)
+        values[rng.choice(users, size=count, replace=False)] = 1
+        yield values
 
 
 STREAMS: Mapping[str, StreamGenerator] = MappingProxyType(

@@ -91,6 +91,7 @@ class PrivacyLedger:
         self._rows_seen: np.ndarray | None = None  # the last slot's group_of, while nothing was declared
         self._seen_version = -1
         self._row_requirements: Requirements | None = None
+        self._kept_requirements: tuple | None = None  # (declared, version, users, their matrix_of): see _requirements_of
         self.max_usage_ratio = 0.0
         self.violation_count = 0
         self.violations: list[Violation] = []
@@ -259,7 +260,7 @@ class PrivacyLedger:
         """Rows of (charge group, declared requirement): the charges' groups, split where members disagree."""
         declared = self._declared
         users = np.flatnonzero(group_of != UNREGISTERED)
-        requirement = declared.matrix_of(users)
+        requirement = self._requirements_of(declared, users)
         row_of = np.where(group_of[users] >= 0, group_of[users], rows)  # in no group: row `rows`, charged 0
         representative = np.full(rows + 1, -1)
         representative[row_of] = np.arange(users.size)
@@ -281,6 +282,17 @@ class PrivacyLedger:
         self._row_requirements = declared.kind(*table.T)
         self._rows_seen, self._seen_version = group_of.copy(), declared.version
         self._split_rows = source.size - rows  # rows added for waiting users and disagreeing members
+
+    def _requirements_of(self, declared: DeclaredRequirements, users: np.ndarray) -> np.ndarray:
+        """``declared.matrix_of(users)``, kept while the same users' declarations are unchanged (a population
+        method regroups every slot: who reported changes, what they declared does not)."""
+        kept = self._kept_requirements
+        if kept is not None and kept[0] is declared and kept[1] == declared.version and np.array_equal(kept[2], users):
+            return kept[3]
+        requirement = declared.matrix_of(users)
+        requirement.flags.writeable = False
+        self._kept_requirements = (declared, declared.version, users, requirement)
+        return requirement
 
     def _follow(self, rows: np.ndarray) -> None:
         """Split every class whose members are in different ``rows`` (users past its end: unregistered)."""

@@ -29,7 +29,7 @@ import numpy as np
 from pipelines.evaluation.experiment import NOISE_NOTE, _seed_sequence, run_in_pool
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_metrics import auc, event_labels, mae, mre, mse, reduce
-from transforms.mechanisms import MECHANISMS, PrivacyLedger, ReleaseKind, SlotBatch, TrustModel
+from transforms.mechanisms import MECHANISMS, Estimate, PrivacyLedger, ReleaseKind, SlotBatch, TrustModel
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.registry import mechanism_class, params_from_options
@@ -42,7 +42,8 @@ PAPER_METHODS = ("lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa")
 ADAPTIVE = ("lbd", "lba", "lpd", "lpa")
 LOCAL_METHODS = tuple(name for name, cls in MECHANISMS.items() if cls.trust is not TrustModel.CENTRAL)
 """Every registered local-DP method (any of them runs by name)."""
-EXTENSIONS = tuple(name for name in LOCAL_METHODS if name not in PAPER_METHODS and name != "plbu")
+EXTENSIONS = tuple(name for name in LOCAL_METHODS if name not in PAPER_METHODS and name != "plbu"
+                   and MECHANISMS[name].estimates is Estimate.FREQUENCIES)
 """The Fig. 11 adaptations registered so far (LB-/LP- DSATw, RescueDP, ...)."""
 
 SYNTHETIC = ("lns", "sin", "log")

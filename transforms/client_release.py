@@ -86,8 +86,10 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
         while rounds.request is not None:
             round_request = RoundRequest(stream, slot, number, mechanism.name, rounds.request)
             key = (round_request.method, round_request.epsilon)
-            mine = [r for r in pending if (r[_METHOD], r[_EPSILON]) == key]
-            pending = [r for r in pending if (r[_METHOD], r[_EPSILON]) != key]
+            mine, rest = [], []
+            for report in pending:
+                (mine if (report[_METHOD], report[_EPSILON]) == key else rest).append(report)
+            pending = rest
             for record, reason in answer_round(rounds, round_request, mine, index_of):
                 yield "dead", {"reason": reason, "record": record}
             number += 1

@@ -19,14 +19,17 @@ def _users(tmp_path, count=60):
 
 @pytest.mark.parametrize("method", ["lpd", "lbd"])
 def test_devices_and_collector_round_trip(tmp_path, method):
-    """Every report reaches the release or the dead letters; the ledger agrees; releases carry local_client."""
+    """Every report reaches the release or the dead letters; the ledger agrees; releases carry local_client.
+
+    At E = 4 some slot of the six publishes (the devices' randomness is their own: in 400 simulated runs of
+    LBD at this size none went without a publication; at E = 1, 6% did)."""
     users = _users(tmp_path)
-    common = ["--users", str(users), "--requirement", "fixed:4,1", "--requests", str(tmp_path / "req"),
+    common = ["--users", str(users), "--requirement", "fixed:4,4", "--requests", str(tmp_path / "req"),
               "--reports", str(tmp_path / "rep")]
     devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "5"],
                                stdout=subprocess.PIPE, text=True)  # every device answers: rounds close early
     try:
-        code = collector.run(["--mechanism", method, "--epsilon", "1", "--window", "4", *common,
+        code = collector.run(["--mechanism", method, "--epsilon", "4", "--window", "4", *common,
                               "--output", str(tmp_path / "out"), "--slots", "6", "--round-seconds", "10",
                               "--insecure-seed", "3"])
     finally:

@@ -5,18 +5,18 @@ the user was in at that slot and, per group, the budget units charged under
 each **named part** (PWSM charges a ``"dissimilarity"`` and a
 ``"publication"`` part; a mechanism with one kind of charge names one part).
 A user's charge is a function of their group at that slot, which is what the
-class-based core ledger learns its classes from.  Three shapes exist:
+class-based core ledger learns its classes from.  Four shapes exist:
 
 * :class:`CohortCharges`: the cohort rows of the central histogram mechanisms
   (groups are cohort rows; users waiting for a changed requirement are
   registered and charged nothing);
 * :class:`ReporterCharges`: one charge for every user who reported at the
-  slot (budget-division local-DP methods, the Square Wave family, DPI), 0
-  for the registered users who did not;
-* :class:`SparseCharges`: individual charges for the users a
-  population-division method sampled; users with equal charges share a group;
+  slot, 0 for the registered users who did not;
+* :class:`SparseCharges`: individual charges for some users; users with equal
+  charges share a group;
 * :class:`GroupCharges`: groups given directly (the local-DP stream methods:
-  one group per combination of reports a user sent at the slot).
+  one group per combination of reports a user sent at the slot, which covers
+  both shapes above; those two are convenience forms no mechanism uses yet).
 
 Each carries the slot's :class:`~transforms.mechanisms.evidence.Evidence`
 (what the statistics were computed from: the ledgers derive least charges

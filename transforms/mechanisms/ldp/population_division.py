@@ -90,11 +90,9 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         last = self.last_report[:holders.capacity]
         recycled = self.slot - self.params.window  # reported at this slot or before: back in the pool
         free = last <= recycled if recycled >= 0 else last == 0
-        if holders.value_of is not None:
-            free &= holders.value_of >= 0
-        else:
-            free[np.setdiff1d(np.arange(holders.capacity), holders.users, assume_unique=True)] = False
-        return np.flatnonzero(free)
+        holder = np.zeros(holders.capacity, bool)
+        holder[holders.users] = True
+        return np.flatnonzero(free & holder)
 
     def sample(self, pool: np.ndarray, count: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
         """``count`` users drawn uniformly from ``pool`` (all of it if smaller), and the rest of the pool."""

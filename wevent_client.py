@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 import decimal
 import functools
+import hashlib
 import json
 import math
 import secrets
@@ -298,6 +299,12 @@ def square_wave_parameters(epsilon_units: int, grid_bits: int = 16) -> tuple[int
         raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of the"
                          f" square wave with grid_bits={grid_bits}")
     return half_band, p, q
+
+
+def public_group(user: str, window: int) -> int:
+    """This user's group under LPU with public groups: it reports at the slots t with (t - 1) mod window == group."""
+    digest = hashlib.sha256(b"wevent-lpu-group\x00" + user.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % window
 
 
 # ------------------------------------------------------------------ the client

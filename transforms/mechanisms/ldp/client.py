@@ -18,14 +18,16 @@ outside the domain, or when it is a second report of the user in the round.
 Rejected reports are never counted and never charged; the caller routes them
 to the dead letters.
 
-Methods whose schedule is public (LBU, LSP, LPU, PLBU) ask the same users
-whatever the data, so their devices may report without reading the
-requests; the requests are still published (LPU's groups are drawn when
-users register).
+Methods whose schedule is public (LBU, LSP, PLBU, and LPU with
+``grouping="public"``) ask the same users whatever the data, so their devices
+may report without reading the requests; the requests are still published.
+A public LPU group is :func:`public_group` of the user's id, which the device
+module computes the same way (``wevent_client.public_group``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,6 +42,22 @@ from transforms.mechanisms.ldp.stream import Reports, SlotRounds
 
 SUB_MECHANISM = {DISSIMILARITY: "m1"}
 """How a request names the part a report pays for: ``m1`` for the dissimilarity M_{t,1}, ``m2`` otherwise."""
+
+
+def public_group(user_id: str, window: int) -> int:
+    """The public LPU group of ``user_id`` among ``window`` groups: the first 8 bytes of a SHA-256 of the id, mod w.
+
+    Data-independent and computable on the device; the same function as ``wevent_client.public_group``.
+    """
+    digest = hashlib.sha256(b"wevent-lpu-group\x00" + user_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % window
+
+
+def assign_public_groups(mechanism, user_ids: Sequence[str]) -> None:
+    """Give the users their public groups when ``mechanism`` takes them (LPU with ``grouping="public"``)."""
+    if hasattr(mechanism, "assign_groups") and mechanism.asks_on_schedule:
+        window = mechanism.params.window
+        mechanism.assign_groups(np.arange(len(user_ids)), [public_group(user, window) for user in user_ids])
 
 
 class ReportRejected(ValueError):

@@ -160,7 +160,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     with open(os.path.join(args.output, "releases.jsonl"), "w") as releases, \
             open(os.path.join(args.output, "dead_letters.jsonl"), "w") as dead:
         for slot in range(1, args.slots + 1):
-            batch = SlotBatch.of(range(len(ids)), np.full(len(ids), -1), requirements) if slot == 1 \
+            batch = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)), requirements) if slot == 1 \
                 else SlotBatch.empty()
             release, rejected = client_slot(mechanism, batch, rng, args.stream, slot, ids, index_of, exchange)
             ledger.record(release.slot, release.charges)

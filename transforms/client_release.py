@@ -74,7 +74,7 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
     rng = secure_randomness() if config.insecure_seed is None else insecure_seeded_randomness(config.insecure_seed)
     ids = list(config.user_ids)
     index_of = {user: i for i, user in enumerate(ids)}
-    registrations = SlotBatch.of(range(len(ids)), np.full(len(ids), -1),
+    registrations = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)),
                                  FixedRequirements(np.array(config.windows, np.int64),
                                                    np.array(config.epsilon_units, np.int64)))
     assign_public_groups(mechanism, ids)

@@ -72,3 +72,31 @@ def test_the_baseline_counts_the_same_reports(tmp_path):
                               "2", "--output", str(tmp_path / "out"), "--baseline"])
     counts = [json.loads(line) for path in (tmp_path / "out").glob("counts*") for line in path.read_text().splitlines()]
     assert code == 0 and sum(row[-1] for row in counts) == len(lines)
+
+
+def test_recorded_mean_reports_replay_with_the_devices_hybrid_mechanism(tmp_path):
+    """LBU estimating a mean: devices answer the public schedule's requests with HM reports over [0, 10]."""
+    ids = [f"phone-{i:03d}" for i in range(400)]
+    (tmp_path / "users.txt").write_text("".join(user + "\n" for user in ids))
+    per_report = wevent_client.units_to_decimal_string(wevent_client.epsilon_units_from_string("8") // 2)
+    oracle = wevent_client.hybrid_mechanism(wevent_client.epsilon_units_from_string(per_report)).oracle
+    lines = []
+    for index, user in enumerate(ids):
+        device = wevent_client.WEventClient(user, 2, "8", lambda slot, u=index: float(u % 10))
+        for slot in (1, 2, 3):
+            lines.append(json.dumps(device.respond({
+                "stream": "s", "user": user, "slot": slot, "method": "lbu-mean/m2", "epsilon": per_report,
+                "domain_size": 1, "oracle": oracle, "low": 0.0, "high": 10.0})))
+    (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    code = client_replay.run(["--input", str(tmp_path / "reports.jsonl"), "--users", str(tmp_path / "users.txt"),
+                              "--requirement", "fixed:2,8", "--mechanism", "lbu-mean", "--epsilon", "8", "--window",
+                              "2", "--bins", "1", "--param", "low=0", "--param", "high=10", "--output",
+                              str(tmp_path / "out"), "--insecure-seed", "1"])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
+    assert report["reports_used"] == len(lines) and report["dead_letters"] == 0
+    releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
+    # 400 reporters at eps 4 over [0, 10]: the estimate's sd is 5·sqrt(Var*(4) = 0.53)/20 = 0.18; true mean 4.5,
+    # so beyond 1.5 (8 sd) a false failure has probability below 1e-14 per slot.
+    assert len(releases) == 3 and all(abs(r["estimate"][0] - 4.5) < 1.5 for r in releases)
+    assert {r["trust"] for r in releases} == {"local_client"}

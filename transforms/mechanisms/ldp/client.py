@@ -41,6 +41,8 @@ from transforms.mechanisms.charges import DISSIMILARITY
 from transforms.mechanisms.ldp.stream import Reports, SlotRounds
 
 SUB_MECHANISM = {DISSIMILARITY: "m1"}
+MEAN_ORACLES = ("sr", "hm")
+"""The Hybrid Mechanism's oracle names (``transforms.mechanisms.ldp.mean``): SR alone, or SR and PM."""
 """How a request names the part a report pays for: ``m1`` for the dissimilarity M_{t,1}, ``m2`` otherwise."""
 
 
@@ -120,6 +122,8 @@ class RoundRequest:
         oracle = self.request.oracle
         common = {"request_id": self.request_id, "stream": self.stream, "slot": self.slot, "method": self.method,
                   "epsilon": self.epsilon, "domain_size": oracle.d, "oracle": oracle.kind}
+        if oracle.kind in MEAN_ORACLES:  # a mean: the device maps its value with the public domain and grid
+            common.update(low=float(oracle.low), high=float(oracle.top), grid_bits=oracle.mechanism.grid_bits)
         return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
 
     def check(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
@@ -146,7 +150,7 @@ class RoundRequest:
             raise ReportRejected(f"report through {oracle_kind!r} over {d!r} values, not {oracle.kind} over {oracle.d}")
         if realised != self._realised and (not isinstance(realised, str) or _units(realised) != oracle.realised_units):
             raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's {self._realised}")
-        return index, _payload(payload, oracle.kind, oracle.d)
+        return index, _payload(payload, oracle)
 
 
 def _units(text: str) -> int | None:
@@ -158,14 +162,33 @@ def _units(text: str) -> int | None:
     return int(value) if value.denominator == 1 else None
 
 
-def _payload(payload, kind: str, d: int) -> list[int]:
+def _payload(payload, oracle) -> list[int]:
     if not isinstance(payload, (list, tuple)) or not all(type(v) is int for v in payload):
         raise ReportRejected("malformed report: the payload must be a list of integers")
+    kind, d = oracle.kind, oracle.d
+    if kind in MEAN_ORACLES:
+        return _mean_payload(payload, oracle.mechanism)
     if kind == "grr":
         if len(payload) != 1 or not 0 <= payload[0] < d:
             raise ReportRejected(f"report outside the domain: GRR sends one value in [0, {d})")
     elif len(payload) != d or not set(payload) <= {0, 1}:
         raise ReportRejected(f"report outside the domain: OUE sends {d} bits")
+    return payload
+
+
+def _mean_payload(payload, hybrid) -> list[int]:
+    """``[0, ±1]`` (SR) or, for HM, ``[1, 2j + 1 - m]`` with the PM cell ``j`` in ``[-B, m + B)``."""
+    if len(payload) != 2 or payload[0] not in (0, 1):
+        raise ReportRejected("report outside the domain: a mean report is [branch, value] with branch 0 or 1")
+    branch, value = payload
+    if branch == 0 and value not in (-1, 1):
+        raise ReportRejected("report outside the domain: stochastic rounding sends -1 or 1")
+    if branch == 1:
+        pm = hybrid.piecewise
+        if pm is None:
+            raise ReportRejected("report outside the domain: at this epsilon the Hybrid Mechanism is SR alone")
+        if value % 2 == pm.steps % 2 or not -pm.steps - 2 * pm.half_band < value < pm.steps + 2 * pm.half_band:
+            raise ReportRejected("report outside the domain: no Piecewise Mechanism cell")
     return payload
 
 
@@ -187,7 +210,9 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
             continue
         seen.add(index)
         payloads.append(payload)
-    if oracle.kind == "grr":
+    if oracle.kind in MEAN_ORACLES:  # the sums of SR's and PM's reports (HybridMechanism.sums)
+        counts = np.array([sum(v for b, v in payloads if b == 0), sum(v for b, v in payloads if b == 1)], np.int64)
+    elif oracle.kind == "grr":
         counts = np.bincount(np.array([p[0] for p in payloads], np.int64), minlength=oracle.d)
     else:
         counts = np.array(payloads, np.int64).reshape(-1, oracle.d).sum(axis=0)

@@ -41,7 +41,7 @@ import numpy as np
 
 from transforms.mechanisms.base import ReleaseKind
 from transforms.mechanisms.charges import DISSIMILARITY
-from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_subset
+from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_split
 from transforms.mechanisms.ldp.stream import (Answer, Holders, HomogeneousLocalMechanism, LocalDecision, LocalParams,
                                               Reports, Rounds)
 from transforms.mechanisms.noise import Randomness
@@ -135,17 +135,15 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         last = self.last_report[:holders.capacity]
         recycled = self.slot - self.params.window  # reported at this slot or before: back in the pool
         free = last <= recycled if recycled >= 0 else last == 0
-        holder = np.zeros(holders.capacity, bool)
-        holder[holders.users] = True
-        return np.flatnonzero(free & holder)
+        if holders.users.size == holders.capacity:  # every index holds a value (users ascending: all of them)
+            return np.flatnonzero(free)
+        return holders.users[free[holders.users]]
 
     def sample(self, pool: np.ndarray, count: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
         """``count`` users drawn uniformly from ``pool`` (all of it if smaller), and the rest of the pool."""
-        chosen = uniform_subset(pool, count, rng)
+        chosen, rest = uniform_split(pool, count, rng)  # the pool is ascending: so are both parts
         self.last_report[chosen] = self.slot
-        rest = np.ones(pool.size, bool)
-        rest[np.searchsorted(pool, chosen)] = False
-        return chosen, pool[rest]
+        return chosen, rest
 
     def dissimilarity_round(self, holders: Holders, rng: Randomness, users: int | None = None
                             ) -> Generator[Reports, Answer, tuple]:

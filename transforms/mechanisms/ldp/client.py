@@ -126,9 +126,23 @@ class RoundRequest:
             common.update(low=float(oracle.low), high=float(oracle.top), grid_bits=oracle.mechanism.grid_bits)
         return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
 
+    @cached_property
+    def _expected_fields(self) -> tuple:
+        """What a report echoes at ``REPORT_FIELDS[3:9]`` (slot, method, oracle, epsilon, realised, d) as sent."""
+        oracle = self.request.oracle
+        return self.slot, self.method, oracle.kind, self.epsilon, self._realised, oracle.d
+
     def check(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
         """The user index and the value or bits of an acceptable report (:func:`compact_report` form);
         ReportRejected otherwise."""
+        if report[3:9] == self._expected_fields and report[1] == self.stream \
+                and report[0] in (None, self.request_id) and isinstance(report[2], str):  # the usual report
+            index = index_of.get(report[2])
+            if index is not None and index in self._asked:
+                return index, _payload(report[9], self.request.oracle)
+        return self._check_field_by_field(report, index_of)
+
+    def _check_field_by_field(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
         request_id, stream, user, slot, method, oracle_kind, epsilon, realised, d, payload = report
         oracle = self.request.oracle
         if stream != self.stream:
@@ -163,6 +177,9 @@ def _units(text: str) -> int | None:
 
 
 def _payload(payload, oracle) -> list[int]:
+    if oracle.kind == "grr" and type(payload) is list and len(payload) == 1 and type(payload[0]) is int \
+            and 0 <= payload[0] < oracle.d:  # the usual GRR report
+        return payload
     if not isinstance(payload, (list, tuple)) or not all(type(v) is int for v in payload):
         raise ReportRejected("malformed report: the payload must be a list of integers")
     kind, d = oracle.kind, oracle.d

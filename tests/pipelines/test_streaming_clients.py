@@ -1,0 +1,130 @@
+"""The streaming job with client devices: requests out, reports back before a deadline, as the core does it.
+
+The TestStream tests precompute, with the Beam-free core (``client_slot``) and the seeded generator
+(``insecure_seeded_randomness``), the requests of an adaptive method over a few slots and the reports the
+devices (``wevent_client``) send back, then feed those reports to the Beam step through a TestStream that
+drives slot ticks and processing time, and check that the step's requests, releases, dead letters and counts
+are the core's.  The TestStream's processing time is set ahead of the wall clock, so the step's deadlines
+follow the ticks and the deadlines passed (``transforms.client_rounds``, Time).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing import test_stream
+from apache_beam.testing.util import assert_that, equal_to
+
+import wevent_client
+from pipelines import cli, streaming
+from tests.transforms.beam_helpers import streaming_pipeline
+from transforms.client_rounds import LATE_REPORT, ClientRounds, ClientRoundsConfig
+from transforms.mechanisms import SlotBatch, make_mechanism
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.ldp.client import DUPLICATE_REPORT, client_slot
+from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.registry import params_from_options
+
+SLOT_SECONDS, ROUND_SECONDS = 60.0, 10.0
+FIRST = 66_666_667  # the first slot: its start, 4,000,000,020 s, is far ahead of the wall clock (see the doc)
+USERS = [f"phone-{i:02d}" for i in range(20)]
+OFFLINE = "phone-19"  # never answers: the rounds that ask it close at their deadline
+SEED = 3
+
+
+def config(method: str, slots_window: int = 4, epsilon: str = "4") -> ClientRoundsConfig:
+    params = params_from_options(method, 3, epsilon=float(epsilon), window=slots_window, max_window=16).kwargs()
+    units = wevent_client.epsilon_units_from_string(epsilon)
+    return ClientRoundsConfig(method, params, tuple(USERS), (slots_window,) * len(USERS), (units,) * len(USERS),
+                              SLOT_SECONDS, ROUND_SECONDS, insecure_seed=SEED)
+
+
+def core_run(cfg: ClientRoundsConfig, slots: int):
+    """``client_slot`` over ``slots`` slots with seeded devices: per slot its rounds (request records, the reports
+    returned) and its release, and every rejected report's reason."""
+    devices = {user: wevent_client.WEventClient(
+        user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]),
+        (lambda i: lambda slot: (i + slot) % 3)(i), randbits=random.Random(100 + i).getrandbits)
+        for i, user in enumerate(USERS)}
+    mechanism, rng = make_mechanism(cfg.mechanism, **cfg.params), insecure_seeded_randomness(SEED)
+    rounds, releases, rejected, forged = {}, [], [], []
+    for slot in range(FIRST, FIRST + slots):
+        rounds[slot] = []
+
+        def exchange(round_request, records):
+            reports = []
+            for request in records:
+                if request["user"] != OFFLINE:
+                    try:
+                        reports.append(devices[request["user"]].respond(request))
+                    except wevent_client.RequestRefused:
+                        pass  # over the device's own budget: it does not report
+            if len(reports) >= 2 and not forged:  # once: forged and repeated reports, before the last good one
+                forged.extend([{**reports[0], "epsilon": "0.5"}, {**reports[0], "user": "intruder"}])
+                reports = forged + reports[:1] + [dict(reports[0])] + reports[1:]
+            rounds[slot].append((records, reports))
+            return reports
+
+        batch = cfg.registrations() if slot == FIRST else SlotBatch.empty()
+        release, bad = client_slot(mechanism, batch, rng, cfg.stream, slot, USERS, cfg.index_of, exchange)
+        releases.append((slot, release.slot, release.kind.value, release.estimate.tolist(),
+                         units_to_decimal_string(release.epsilon_units), release.trust.value))
+        rejected += [reason for _, reason in bad]
+    return rounds, releases, rejected
+
+
+def totals(expected: dict):
+    """A matcher: the ``(counter, n)`` pairs add up to ``expected``."""
+    def check(pairs):
+        got = Counter()
+        for name, n in pairs:
+            got[name] += n
+        assert dict(got) == expected, (dict(got), expected)
+    return check
+
+
+def test_client_rounds_with_test_stream_equal_the_core_round_trip():
+    cfg = config("lpd")
+    rounds, releases, rejected = core_run(cfg, 4)
+    assert sum(len(r) for r in rounds.values()) > 4 and any(r[2] == "fresh" for r in releases)  # LPD asks twice
+    late = json.dumps(rounds[FIRST][0][1][-1])  # a slot-1 report again, during slot 2: its round had closed
+    extra = ["not json", json.dumps({**rounds[FIRST][0][1][-1], "stream": "other"})]
+    stream = test_stream.TestStream(output_tags=["ticks", "reports"]).advance_processing_time(FIRST * SLOT_SECONDS)
+    clock = FIRST * SLOT_SECONDS
+    for slot, slot_rounds in rounds.items():
+        start = slot * SLOT_SECONDS
+        if start > clock:
+            stream = stream.advance_processing_time(start - clock)
+        stream, clock = stream.add_elements([start], tag="ticks"), start
+        for number, (_, reports) in enumerate(slot_rounds):
+            lines = [json.dumps(r) for r in reports] + (extra + [late] if (slot, number) == (FIRST + 1, 0) else [])
+            if lines:
+                stream = stream.add_elements(lines, tag="reports")
+            stream = stream.advance_processing_time(ROUND_SECONDS)  # past the round's deadline
+            clock += ROUND_SECONDS
+    stream = stream.advance_watermark_to_infinity()
+    fed = sum(len(reports) for slot_rounds in rounds.values() for _, reports in slot_rounds) + len(extra) + 1
+    used = fed - len(rejected) - len(extra) - 1
+    duplicates = rejected.count(DUPLICATE_REPORT)
+    expected_dead = Counter(rejected + [LATE_REPORT, "malformed report: not JSON", "report for stream 'other', not "
+                                        "'default'"])
+    with streaming_pipeline() as pipeline:
+        inputs = pipeline | stream
+        out = {"ticks": inputs["ticks"], "reports": inputs["reports"]} | ClientRounds(cfg)
+        assert_that(out["releases"] | beam.Map(lambda r: (r["slot"], r["mechanism_slot"], r["kind"], r["estimate"],
+                                                          r["epsilon"], r["trust"])),
+                    equal_to(releases), label="releases")
+        assert_that(out["requests"] | beam.Map(json.loads),
+                    equal_to([r for slot_rounds in rounds.values() for records, _ in slot_rounds for r in records]),
+                    label="requests")
+        assert_that(out["dead_letters"] | beam.Map(lambda d: d["reason"]),
+                    equal_to(list(expected_dead.elements())), label="dead letters")
+        assert_that(out["accounting"], totals({"records_used": used, "duplicates": duplicates, "late": 1,
+                                               "dead_letters": len(rejected) - duplicates + len(extra)}),
+                    label="accounting")
+    assert used > 0 and duplicates == 1 and {r[5] for r in releases} == {"local_client"}

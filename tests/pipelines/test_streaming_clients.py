@@ -169,3 +169,74 @@ def test_a_slot_lost_with_its_worker_starts_again_from_the_saved_state(monkeypat
     rounds, releases, rejected = core_run(cfg, 3)
     run_and_compare(cfg, rounds, releases, rejected, again=rounds[FIRST + 1][0][0])
     assert forgets.forgot
+
+
+def _users_file(tmp_path) -> str:
+    path = tmp_path / "users.txt"
+    path.write_text("".join(f"{user}\n" for user in USERS))
+    return str(path)
+
+
+def client_flags(tmp_path) -> list[str]:
+    return ["--clients", "--requests-topic", "projects/my-project/topics/requests", "--reports-subscription",
+            "projects/my-project/subscriptions/reports", "--users", _users_file(tmp_path), "--requirement", "fixed:4,4",
+            "--mechanism", "lpd", "--epsilon", "4", "--window", "4", "--binning", "int:3", "--slot-seconds", "60",
+            "--round-seconds", "10", "--output", str(tmp_path / "out")]
+
+
+def test_the_streaming_job_builds_the_client_graph_for_pub_sub(tmp_path):
+    """Built, not run: slot ticks and Pub/Sub reports into the stateful rounds step, requests to Pub/Sub."""
+    from apache_beam.pipeline import PipelineVisitor
+    from apache_beam.portability import common_urns
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from pipelines.slot_files import WriteSlotFiles
+    from transforms.client_rounds import ClientRoundsFn
+
+    class Kinds(PipelineVisitor):
+        def __init__(self):
+            self.kinds = {}
+
+        def enter_composite_transform(self, node):
+            self.visit_transform(node)
+
+        def visit_transform(self, node):
+            transform = node.transform
+            self.kinds[node.full_label] = type(getattr(transform, "fn", transform))
+
+    args, beam_args = cli.strict_parse(streaming.parser(), [*client_flags(tmp_path), "--streaming"])
+    pipeline = beam.Pipeline(options=cli.pipeline_options(beam_args))
+    streaming.build(pipeline, args)
+    visitor = Kinds()
+    pipeline.visit(visitor)
+    assert {"SlotTicks": PeriodicImpulse, "Reports": beam.io.ReadFromPubSub, "Clients": ClientRounds,
+            "Clients/Rounds/ParDo(ClientRoundsFn)": ClientRoundsFn, "WriteRequests": beam.io.WriteToPubSub,
+            "WriteReleases": WriteSlotFiles}.items() <= visitor.kinds.items()
+    components = pipeline.to_runner_api().components
+    names = {t.unique_name: t for t in components.transforms.values()}
+    assert names["Reports/Read"].spec.urn == common_urns.composites.PUBSUB_READ.urn
+    rounds = names["Clients/Rounds/ParDo(ClientRoundsFn)"]
+    (flattened,) = rounds.inputs.values()
+    coder = components.coders[components.pcollections[flattened].coder_id]
+    assert coder.spec.urn == common_urns.coders.KV.urn  # keyed by stream, with a coder any runner compares
+    assert components.coders[coder.component_coder_ids[0]].spec.urn == common_urns.coders.STRING_UTF8.urn
+    assert set(rounds.outputs) == {"None", "requests", "dead_letters", "accounting"}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f[:1] + f[3:], "--clients needs --requests-topic"),
+    (lambda f: f[1:], "--requests-topic, --reports-subscription and --users are for --clients"),
+    (lambda f: [*f, "--mechanism", "pbd"], "pbd is not a local-DP method"),
+    (lambda f: [*f, "--round-seconds", "60"], "--round-seconds must be positive and shorter than a slot"),
+    (lambda f: [*f, "--resume-from", "x"], "--resume-from is not supported with --clients"),
+    (lambda f: [*f, "--requests-topic", "requests"], "--requests-topic: PubSub topic must be in the form"),
+])
+def test_a_bad_client_configuration_stops_the_job_with_one_line(tmp_path, capsys, change, message):
+    flags = client_flags(tmp_path)
+    if message.startswith("--requests-topic,"):  # a source other than --clients
+        flags = ["--pubsub-subscription", "projects/my-project/subscriptions/events", *change(flags)]
+    else:
+        flags = change(flags)
+    assert streaming.run([*flags, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err

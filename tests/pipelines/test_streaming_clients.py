@@ -33,14 +33,13 @@ from transforms.mechanisms.registry import params_from_options
 SLOT_SECONDS, ROUND_SECONDS = 60.0, 10.0
 FIRST = 66_666_667  # the first slot: its start, 4,000,000,020 s, is far ahead of the wall clock (see the doc)
 USERS = [f"phone-{i:02d}" for i in range(20)]
-SEED = 3
 
 
-def config(method: str, slots_window: int = 4, epsilon: str = "4") -> ClientRoundsConfig:
-    params = params_from_options(method, 3, epsilon=float(epsilon), window=slots_window, max_window=16).kwargs()
+def config(method: str, window: int = 4, seed: int = 3, epsilon: str = "4") -> ClientRoundsConfig:
+    params = params_from_options(method, 3, epsilon=float(epsilon), window=window, max_window=16).kwargs()
     units = wevent_client.epsilon_units_from_string(epsilon)
-    return ClientRoundsConfig(method, params, tuple(USERS), (slots_window,) * len(USERS), (units,) * len(USERS),
-                              SLOT_SECONDS, ROUND_SECONDS, insecure_seed=SEED)
+    return ClientRoundsConfig(method, params, tuple(USERS), (window,) * len(USERS), (units,) * len(USERS),
+                              SLOT_SECONDS, ROUND_SECONDS, insecure_seed=seed)
 
 
 def core_run(cfg: ClientRoundsConfig, slots: int):
@@ -50,13 +49,13 @@ def core_run(cfg: ClientRoundsConfig, slots: int):
         user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]),
         (lambda i: lambda slot: (i + slot) % 3)(i), randbits=random.Random(100 + i).getrandbits)
         for i, user in enumerate(USERS)}
-    mechanism, rng = make_mechanism(cfg.mechanism, **cfg.params), insecure_seeded_randomness(SEED)
+    mechanism, rng = make_mechanism(cfg.mechanism, **cfg.params), insecure_seeded_randomness(cfg.insecure_seed)
     rounds, releases, rejected, forged, offline = {}, [], [], [], set()
     for slot in range(FIRST, FIRST + slots):
         rounds[slot] = []
 
         def exchange(round_request, records):
-            if (slot, round_request.round) == (FIRST + 1, 0):  # its first user goes offline for good
+            if slot > FIRST and records and not offline:  # after the first slot, one device goes offline for good
                 offline.add(records[0]["user"])
             reports = []
             for request in records:
@@ -108,11 +107,12 @@ def feed(rounds: dict, extra: dict) -> test_stream.TestStream:
 
 
 def run_and_compare(cfg, rounds: dict, releases: list, rejected: list, again: list = ()) -> None:
-    """Feed the core's reports to the Beam step, with a late report and two bad lines in the second slot's first
-    round; its outputs must be the core's (``again``: request records the step sends a second time)."""
-    late = json.dumps(rounds[FIRST][0][1][-1])  # a slot-1 report again, during slot 2: its round had closed
+    """Feed the core's reports to the Beam step, with a late report and two bad lines in the first round of a
+    later slot; its outputs must be the core's (``again``: request records the step sends a second time)."""
+    late = json.dumps(rounds[FIRST][0][1][-1])  # a first-slot report again, later: its round had closed
     extra = ["not json", json.dumps({**rounds[FIRST][0][1][-1], "stream": "other"})]
-    stream = feed(rounds, {(FIRST + 1, 0): [late, *extra]})
+    later = min(slot for slot, slot_rounds in rounds.items() if slot > FIRST and slot_rounds)
+    stream = feed(rounds, {(later, 0): [late, *extra]})
     fed = sum(len(reports) for slot_rounds in rounds.values() for _, reports in slot_rounds)
     duplicates = rejected.count(DUPLICATE_REPORT)
     dead = rejected + [LATE_REPORT, "malformed report: not JSON", "report for stream 'other', not 'default'"]
@@ -131,10 +131,12 @@ def run_and_compare(cfg, rounds: dict, releases: list, rejected: list, again: li
                     label="accounting")
 
 
-def test_client_rounds_with_test_stream_equal_the_core_round_trip():
-    cfg = config("lpd")
+@pytest.mark.parametrize("method, window, seed", [("lpd", 4, 3), ("lbd", 1, 1), ("lpa", 2, 2), ("lp-dsatw", 2, 2)])
+def test_client_rounds_with_test_stream_equal_the_core_round_trip(method, window, seed):
+    """Rounds closing early and at their deadline, slots that ask twice, once and (LP-DSATw) not at all."""
+    cfg = config(method, window, seed)
     rounds, releases, rejected = core_run(cfg, 4)
-    assert sum(len(r) for r in rounds.values()) > 4 and any(r[2] == "fresh" for r in releases)  # LPD asks twice
+    assert any(len(r) > 1 for r in rounds.values()) and any(r[2] == "fresh" for r in releases)
     silent = [{r["user"] for r in records} - {r["user"] for r in reports} for rs in rounds.values()
               for records, reports in rs]
     assert any(silent) and not all(silent)  # rounds close at their deadline, and early

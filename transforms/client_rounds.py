@@ -78,7 +78,7 @@ from transforms.coders import ValueCoder
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import (DUPLICATE_REPORT, ReportRejected, RoundRequest, answer_round,
-                                              report_record)
+                                              assign_public_groups, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import DeadLetterRecord, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock
@@ -133,10 +133,13 @@ class ClientRoundsConfig:
     def index_of(self) -> dict[str, int]:
         return {user: i for i, user in enumerate(self.user_ids)}
 
-    def registrations(self) -> SlotBatch:
-        """The first slot's batch: every device registers with its requirement (and no value)."""
-        return SlotBatch.of(range(len(self.user_ids)), np.full(len(self.user_ids), -1),
-                            FixedRequirements(np.array(self.windows, np.int64), np.array(self.epsilon_units, np.int64)))
+    def first_slot(self) -> tuple:
+        """A new mechanism (with the public groups it takes) and the first slot's batch: every device registers
+        with its requirement, and no value."""
+        mechanism, users = self.build(), len(self.user_ids)
+        assign_public_groups(mechanism, self.user_ids)
+        return mechanism, SlotBatch.of(range(users), mechanism.params.domain.no_values(users), FixedRequirements(
+            np.array(self.windows, np.int64), np.array(self.epsilon_units, np.int64)))
 
 
 class ClientRounds(beam.PTransform):
@@ -310,7 +313,7 @@ class ClientRoundsFn(beam.DoFn):
             cells.progress.write((slot, due, known))
             saved = cells.mechanism.read()
             if saved is None:
-                mechanism, batch = self.config.build(), self.config.registrations()
+                mechanism, batch = self.config.first_slot()
             else:
                 mechanism, batch = type(self._template).from_bytes(self._template.params, saved), SlotBatch.empty()
             if self._secure is not None:

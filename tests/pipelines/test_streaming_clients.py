@@ -24,7 +24,7 @@ import wevent_client
 from pipelines import cli, streaming
 from tests.transforms.beam_helpers import streaming_pipeline
 from transforms.client_rounds import LATE_REPORT, ClientRounds, ClientRoundsConfig
-from transforms.mechanisms import SlotBatch, make_mechanism
+from transforms.mechanisms import SlotBatch
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import DUPLICATE_REPORT, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -49,7 +49,7 @@ def core_run(cfg: ClientRoundsConfig, slots: int):
         user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]),
         (lambda i: lambda slot: (i + slot) % 3)(i), randbits=random.Random(100 + i).getrandbits)
         for i, user in enumerate(USERS)}
-    mechanism, rng = make_mechanism(cfg.mechanism, **cfg.params), insecure_seeded_randomness(cfg.insecure_seed)
+    (mechanism, registrations), rng = cfg.first_slot(), insecure_seeded_randomness(cfg.insecure_seed)
     rounds, releases, rejected, forged, offline = {}, [], [], [], set()
     for slot in range(FIRST, FIRST + slots):
         rounds[slot] = []
@@ -70,7 +70,7 @@ def core_run(cfg: ClientRoundsConfig, slots: int):
             rounds[slot].append((records, reports))
             return reports
 
-        batch = cfg.registrations() if slot == FIRST else SlotBatch.empty()
+        batch = registrations if slot == FIRST else SlotBatch.empty()
         release, bad = client_slot(mechanism, batch, rng, cfg.stream, slot, USERS, cfg.index_of, exchange)
         releases.append((slot, release.slot, release.kind.value, release.estimate.tolist(),
                          units_to_decimal_string(release.epsilon_units), release.trust.value))

@@ -316,12 +316,11 @@ class ClientRoundsFn(beam.DoFn):
                 mechanism, batch = self.config.first_slot()
             else:
                 mechanism, batch = type(self._template).from_bytes(self._template.params, saved), SlotBatch.empty()
-            if self._secure is not None:
+            seed, state = self.config.insecure_seed, cells.randomness.read()
+            if seed is None:
                 rng = self._secure
             else:
-                state = cells.randomness.read()
-                rng = insecure_seeded_randomness(self.config.insecure_seed) if state is None else load_randomness(
-                    state)
+                rng = insecure_seeded_randomness(seed) if state is None else load_randomness(state)
             opened = _Slot(uuid.uuid4().hex, slot, mechanism, rng, mechanism.start_slot(batch, rng, clients=True))
             if self._next_round(stream, cells, opened, at, out):
                 return
@@ -369,10 +368,12 @@ class ClientRoundsFn(beam.DoFn):
 
     def _close(self, stream: str, cells: _Cells, slot: _Slot, now: int, out: list) -> None:
         """Answer the open round with its reports; then the next round, or the release and the next due slot."""
+        request = slot.request
+        assert request is not None, "a slot in memory has an open round"
         reports = list(cells.reports.read())
         cells.reports.clear()
-        rejected = answer_round(slot.rounds, slot.request, reports, self.config.index_of)
-        slot.closed.add(slot.request.request_id)
+        rejected = answer_round(slot.rounds, request, reports, self.config.index_of)
+        slot.closed.add(request.request_id)
         self._count(out, "records_used", len(reports) - len(rejected))
         for record, reason in rejected:
             self._count(out, "duplicates" if reason == DUPLICATE_REPORT else "dead_letters", 1)

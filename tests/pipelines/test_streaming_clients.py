@@ -10,12 +10,12 @@ follow the ticks and the deadlines passed (``transforms.client_rounds``, Time).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections import Counter
 
 import apache_beam as beam
-import numpy as np
 import pytest
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
@@ -42,19 +42,23 @@ def config(method: str, window: int = 4, seed: int = 3, epsilon: str = "4") -> C
                               SLOT_SECONDS, ROUND_SECONDS, insecure_seed=seed)
 
 
+def value(user: int, slot: int) -> int:
+    """Device ``user``'s value at ``slot``."""
+    return (user + slot) % 3
+
+
 def core_run(cfg: ClientRoundsConfig, slots: int):
     """``client_slot`` over ``slots`` slots with seeded devices: per slot its rounds (request records, the reports
     returned) and its release, and every rejected report's reason."""
     devices = {user: wevent_client.WEventClient(
-        user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]),
-        (lambda i: lambda slot: (i + slot) % 3)(i), randbits=random.Random(100 + i).getrandbits)
-        for i, user in enumerate(USERS)}
+        user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]), functools.partial(value, i),
+        randbits=random.Random(100 + i).getrandbits) for i, user in enumerate(USERS)}
     (mechanism, registrations), rng = cfg.first_slot(), insecure_seeded_randomness(cfg.insecure_seed)
     rounds, releases, rejected, forged, offline = {}, [], [], [], set()
     for slot in range(FIRST, FIRST + slots):
         rounds[slot] = []
 
-        def exchange(round_request, records):
+        def exchange(round_request, records, slot=slot):
             if slot > FIRST and records and not offline:  # after the first slot, one device goes offline for good
                 offline.add(records[0]["user"])
             reports = []

@@ -350,13 +350,12 @@ class ClientRoundsFn(beam.DoFn):
         held = cells.progress.read()
         next_slot = held[0] if held else None
         if slot is None:
-            if next_slot is not None and report[_SLOT] < next_slot:
-                self._reject(stream, report, LATE_REPORT, out)
-            else:
-                self._reject(stream, report, f"unknown request {report[_REQUEST_ID]!r}: no round is open", out)
+            late = next_slot is not None and report[_SLOT] < next_slot
+            self._reject(stream, report_record(report), LATE_REPORT if late else
+                         f"unknown request {report[_REQUEST_ID]!r}: no round is open", out)
             return
         if report[_SLOT] < slot.slot or report[_REQUEST_ID] in slot.closed:
-            self._reject(stream, report, LATE_REPORT, out)
+            self._reject(stream, report_record(report), LATE_REPORT, out)
             return
         cells.reports.add(report)
         try:
@@ -376,9 +375,7 @@ class ClientRoundsFn(beam.DoFn):
         slot.closed.add(request.request_id)
         self._count(out, "records_used", len(reports) - len(rejected))
         for record, reason in rejected:
-            self._count(out, "duplicates" if reason == DUPLICATE_REPORT else "dead_letters", 1)
-            out.append(beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(
-                reason, json.dumps(record, sort_keys=True), STAGE, stream, _user(record.get("user")))))
+            self._reject(stream, record, reason, out)
         at = max(slot.deadline, now)  # an early close leaves the next round the rest of this one's time too
         if not self._next_round(stream, cells, slot, at, out):
             self._start_due(stream, cells, at, out)
@@ -410,17 +407,14 @@ class ClientRoundsFn(beam.DoFn):
             "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
             "estimate": release.estimate.tolist(), "trust": release.trust.value}))
 
-    def _reject(self, stream: str, report: tuple, reason: str, out: list) -> None:
-        record = report_record(report)
-        self._count(out, "late" if reason == LATE_REPORT else "dead_letters", 1)
+    def _reject(self, stream: str, record: dict, reason: str, out: list) -> None:
+        """A dead letter, counted as late, a duplicate or a dead letter by its reason."""
+        self._count(out, {LATE_REPORT: "late", DUPLICATE_REPORT: "duplicates"}.get(reason, "dead_letters"), 1)
+        user = record.get("user")
         out.append(beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(
-            reason, json.dumps(record, sort_keys=True), STAGE, stream, _user(record.get("user")))))
+            reason, json.dumps(record, sort_keys=True), STAGE, stream, user if isinstance(user, str) else None)))
 
     def _count(self, out: list, name: str, n: int) -> None:
         if n:
             self.counters[name].inc(n)
             out.append(beam.pvalue.TaggedOutput(ACCOUNTING, (name, n)))
-
-
-def _user(user) -> str | None:
-    return user if isinstance(user, str) else None

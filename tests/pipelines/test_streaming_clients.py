@@ -114,7 +114,7 @@ def run_and_compare(cfg, rounds: dict, releases: list, rejected: list, again: li
     """Feed the core's reports to the Beam step, with a late report and two bad lines in the first round of a
     later slot; its outputs must be the core's (``again``: request records the step sends a second time)."""
     late = json.dumps(rounds[FIRST][0][1][-1])  # a first-slot report again, later: its round had closed
-    extra = ["not json", json.dumps({**rounds[FIRST][0][1][-1], "stream": "other"})]
+    extra = [b"\xffnot json", json.dumps({**rounds[FIRST][0][1][-1], "stream": "other"}).encode()]  # as Pub/Sub
     later = min(slot for slot, slot_rounds in rounds.items() if slot > FIRST and slot_rounds)
     stream = feed(rounds, {(later, 0): [late, *extra]})
     fed = sum(len(reports) for slot_rounds in rounds.values() for _, reports in slot_rounds)

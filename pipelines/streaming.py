@@ -27,6 +27,11 @@ On a runner (exact command lines in the README):
 * Dataflow + Pub/Sub: ``--pubsub-subscription projects/P/subscriptions/S --runner DataflowRunner ...``
 * Flink or Dataflow + Kafka: ``--kafka-bootstrap host:9092 --kafka-topic events --runner FlinkRunner ...``
   (Beam's Kafka IO is cross-language: it needs Java and the expansion-service jar at build time).
+* Client devices (local DP, trust model ``local_client``): ``--clients --requests-topic projects/P/topics/T
+  --reports-subscription projects/P/subscriptions/S --users users.txt --mechanism lpd ...``: a tick at
+  every slot start (``PeriodicImpulse``) starts the slot, each round's requests go to the topic and the
+  devices' reports come back through the subscription until the round's deadline (``--round-seconds``;
+  ``transforms.client_rounds``).  The collector never sees a value.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
+import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
@@ -44,9 +51,11 @@ from apache_beam.transforms.window import TimestampedValue
 
 from pipelines import cli, logs
 from pipelines.cli import ConfigError
+from pipelines.collector import read_users
 
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
+from transforms.client_rounds import ClientRounds, ClientRoundsConfig
 from transforms.sinks import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
@@ -65,7 +74,14 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--demo", action="store_true", help="replay a generated taxi stream slot by slot")
     source.add_argument("--pubsub-subscription", help="Pub/Sub subscription (Dataflow)")
     source.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers (Flink/Dataflow)")
+    source.add_argument("--clients", action="store_true", help="client devices (local DP): requests to "
+                        "--requests-topic, reports from --reports-subscription (Pub/Sub)")
     p.add_argument("--kafka-topic", help="Kafka topic (with --kafka-bootstrap)")
+    p.add_argument("--requests-topic", help="--clients: Pub/Sub topic the request records go to")
+    p.add_argument("--reports-subscription", help="--clients: Pub/Sub subscription the devices' reports come from")
+    p.add_argument("--users", help="--clients: the devices, ID per line, or ID<TAB>fixed:W,E")
+    p.add_argument("--round-seconds", type=float, default=5.0, help="--clients: deadline of one round of requests")
+    p.add_argument("--stream", default="default", help="--clients: the stream the requests and reports name")
     p.add_argument("--binning", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive "
                    "(required, except --demo: tdrive)")
     p.add_argument("--slot-seconds", type=float, default=600.0)
@@ -192,7 +208,61 @@ def runner_source(pipeline, args):
             | "Values" >> beam.Map(lambda kv: kv[1].decode("utf-8")))
 
 
+def client_config(args) -> ClientRoundsConfig:
+    """``--clients``: the method, the devices and the Pub/Sub names, checked before the pipeline starts."""
+    client_flags = (("--requests-topic", args.requests_topic), ("--reports-subscription", args.reports_subscription),
+                    ("--users", args.users))
+    for flag, value in client_flags:
+        if not value:
+            raise ConfigError(f"--clients needs {flag}")
+    for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume-from", args.resume_from),
+                        ("--start", args.start), ("--end", args.end), ("--levels", args.levels)):
+        if value:
+            raise ConfigError(f"{flag} is not supported with --clients")
+    bins = binner(args).bins
+    try:
+        ids, requirements = read_users(args.users, args.requirement)
+    except OSError as error:
+        raise ConfigError(f"--users: {error}") from None
+    name, params = cli.mechanism_params(args, bins)
+    try:
+        return ClientRoundsConfig(name, params, tuple(ids), tuple(int(w) for w in requirements.window),
+                                  tuple(int(e) for e in requirements.epsilon_units), args.slot_seconds,
+                                  args.round_seconds, args.stream, args.insecure_seed)
+    except ValueError as error:
+        raise ConfigError(str(error).replace("round_seconds", "--round-seconds").replace(
+            "slot_seconds", "--slot-seconds")) from None
+
+
+def build_clients(pipeline, args) -> None:
+    """The client-device graph: slot ticks and Pub/Sub reports in, requests to Pub/Sub, releases and dead letters
+    to files."""
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    config = client_config(args)
+    try:
+        write_requests = beam.io.WriteToPubSub(args.requests_topic)
+    except ValueError as error:
+        raise ConfigError(f"--requests-topic: {error}") from None
+    try:
+        reports = pipeline | "Reports" >> beam.io.ReadFromPubSub(subscription=args.reports_subscription)
+    except ValueError as error:
+        raise ConfigError(f"--reports-subscription: {error}") from None
+    first = math.ceil(time.time() / args.slot_seconds) * args.slot_seconds  # a tick at every slot's start
+    ticks = pipeline | "SlotTicks" >> PeriodicImpulse(start_timestamp=first, fire_interval=args.slot_seconds)
+    outputs = {"ticks": ticks, "reports": reports} | "Clients" >> ClientRounds(config)
+    (outputs["requests"] | "EncodeRequests" >> beam.Map(lambda text: text.encode("utf-8")).with_output_types(bytes)
+     | "WriteRequests" >> write_requests)
+    out = lambda name: os.path.join(args.output, name)  # noqa: E731
+    outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
+        out("releases"))
+    outputs["dead_letters"] | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter",
+                                                          triggering_frequency=args.slot_seconds)
+
+
 def build(pipeline, args) -> None:
+    if args.clients:
+        return build_clients(pipeline, args)
     bins = binner(args)
     transform = private_transform(args, bins.bins)
     if args.demo:
@@ -243,6 +313,8 @@ def run(argv=None) -> int:
         args, beam_args = cli.strict_parse(parser(), argv)
     except ConfigError as error:
         return cli.fail(str(error))
+    if not args.clients and (args.requests_topic or args.reports_subscription or args.users):
+        return cli.fail("--requests-topic, --reports-subscription and --users are for --clients")
     if args.watch:
         return run_watch(args)
     try:
@@ -259,7 +331,8 @@ def run(argv=None) -> int:
         os.makedirs(args.output, exist_ok=True)
     except ConfigError as error:
         return cli.fail(str(error))
-    warn_without_range(args)
+    if not args.clients:  # client rounds release every ticked slot
+        warn_without_range(args)
     _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
     with logs.Progress("stream") as progress, logs.quiet_workers(args.quiet):
         try:

@@ -66,6 +66,10 @@ class ReportRejected(ValueError):
     """A report that cannot be counted; ``str(error)`` is the reason the dead letter carries."""
 
 
+DUPLICATE_REPORT = "a second report of the user in this round"
+"""The reason :func:`answer_round` gives a user's second report (callers count these as duplicates)."""
+
+
 REPORT_FIELDS = ("request_id", "stream", "user", "slot", "method", "oracle", "epsilon", "realised_epsilon",
                  "domain_size", "report")
 """A report's fields (``schemas/report.avsc``), in the order of its compact form."""
@@ -221,7 +225,7 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
         try:
             index, payload = round_request.check(report, index_of)
             if index in seen:
-                raise ReportRejected("a second report of the user in this round")
+                raise ReportRejected(DUPLICATE_REPORT)
         except ReportRejected as reason:
             rejected.append((report_record(report), str(reason)))
             continue

@@ -239,6 +239,8 @@ class Mechanism(abc.ABC):
                 default = FixedRequirements.uniform(default, 1)
             elif isinstance(default, DynamicRequirement) and self.requirement_kind is DynamicRequirements:
                 default = DynamicRequirements.uniform(default, 1)
+            elif isinstance(default, LifetimeRequirement) and self.requirement_kind is LifetimeRequirements:
+                default = LifetimeRequirements.uniform(default, 1)
             else:
                 raise ValueError(f"default_requirement must be a "
                                  f"{self.requirement_kind.__name__[:-1]} for {self.name}")

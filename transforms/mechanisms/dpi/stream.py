@@ -70,7 +70,7 @@ from transforms.mechanisms.dpi.budgets import (DEFAULT_RANGES, BudgetSeries, Exp
 from transforms.mechanisms.dpi.exponential import SENSITIVITY, exponential_draw, l1_numerators
 from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool
 from transforms.mechanisms.evidence import Draws, every_member_certain
-from transforms.mechanisms.noise import Randomness
+from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness
 from transforms.mechanisms.population import SlotData
 from transforms.mechanisms.requirements import LifetimeRequirement, LifetimeRequirements
 
@@ -82,6 +82,8 @@ UPDATES = ("sampled", "all")
 SOUND_MARGIN = Fraction(1, 1 << 30)
 """Relative margin on the sound figure: covers the float sums the weights are kept in (module doc)."""
 _U53 = 1 << 53
+_NO_COINS = insecure_seeded_randomness(0)
+"""Only for building RBAs to validate their parameters; a running RBA is given the slot's generator."""
 
 
 def score(distance, lam: float, mu: float):
@@ -188,7 +190,8 @@ class DPIParams(MechanismParams):
         _choice(self.restart, "restart", RESTARTS)
         object.__setattr__(self, "ranges", _parse_ranges(self.ranges))
         _positive_int(self.pool_cache_mb, "pool_cache_mb")
-        self.rba_factory(None)  # validates rate and ranges
+        ExponentialRBA(self.series, self.rate, _NO_COINS)  # validate rate and ranges, whichever RBA runs
+        RangesRBA(self.series, self.ranges, _NO_COINS)
 
     @cached_property
     def epsilon_units(self) -> int:
@@ -415,10 +418,9 @@ class PaperDPI(_DPI):
         for i in sampled:
             y = pdf(truths[i])
             updated = np.unique(drawn[i]) if p.update == "sampled" else np.arange(p.pool_size)
-            candidates = self.counts(updated) / p.pool.n_units
-            self.weights[i, updated] += alpha_a * score(np.abs(candidates - y).sum(axis=1), p.lam, p.mu)
-            release = outputs[i] / (p.draws * p.pool.n_units)
-            self.query_weights[i] -= alpha_q * float(score(np.abs(release - y).sum(), p.lam, p.mu))
+            reweight_synopses(self.weights[i], updated, self.counts(updated) / p.pool.n_units, y, alpha_a, p.lam,
+                              p.mu)
+            reweight_query(self.query_weights, i, outputs[i] / (p.draws * p.pool.n_units), y, alpha_q, p.lam, p.mu)
             self.synopsis_rate_units[i] += e_synopses
         self.query_rate_units += e_queries
         return outputs, charge, statistics
@@ -456,6 +458,18 @@ class SoundDPI(_DPI):
     def _figures(self) -> dict[str, float]:
         spent = to_epsilon(self.spent_units)
         return {"eps_claimed": spent, "eps_sound_upper": spent}
+
+
+def reweight_synopses(log_weights: np.ndarray, indices: np.ndarray, candidates: np.ndarray, y: np.ndarray,
+                      alpha: float, lam: float, mu: float) -> None:
+    """``wA[j] += alpha·score(||y - A_j||_1)`` for the (unique) ``indices``, in place: accurate synopses gain (I-8)."""
+    log_weights[indices] += alpha * score(np.abs(candidates - y).sum(axis=1), lam, mu)
+
+
+def reweight_query(log_weights: np.ndarray, query: int, release: np.ndarray, y: np.ndarray, alpha: float, lam: float,
+                   mu: float) -> None:
+    """``wQ[q] -= alpha·score(||y - O_q||_1)``, in place: accurately answered queries lose weight (I-8, I-12)."""
+    log_weights[query] -= alpha * float(score(np.abs(release - y).sum(), lam, mu))
 
 
 def _uniform(rng: Randomness) -> float:

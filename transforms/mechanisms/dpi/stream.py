@@ -67,7 +67,8 @@ from transforms.mechanisms.charges import PUBLICATION
 from transforms.mechanisms.domain import Estimate
 from transforms.mechanisms.dpi.budgets import (DEFAULT_RANGES, BudgetSeries, ExponentialRBA, RangesRBA, SequentialRBA,
                                                learning_rate, split_units)
-from transforms.mechanisms.dpi.exponential import SENSITIVITY, exponential_draw, l1_numerators
+from transforms.mechanisms.dpi.exponential import (SENSITIVITY, exponential_draw, l1_numerators,
+                                                   l1_numerators_of_matrix)
 from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool
 from transforms.mechanisms.evidence import Draws, every_member_certain
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness
@@ -149,7 +150,7 @@ class DPIParams(MechanismParams):
     lam: float = 0.3
     mu: float = 0.1
     zeta: float = 0.2
-    pool_size: int = 6500
+    pool_size: int = 2000
     draws: int = 20
     n_units: int | None = None
     pool_seed: int = 0
@@ -448,8 +449,11 @@ class SoundDPI(_DPI):
         outputs, statistics = [], []
         matrix = self.pool_matrix()
         for q, truth in zip(p.queries, truths):
-            rows = matrix if matrix is not None else (p.pool.counts(j) for j in range(p.pool_size))
-            numerators, denominator = l1_numerators(truth, rows, p.pool.n_units)
+            if matrix is not None:
+                numerators, denominator = l1_numerators_of_matrix(truth, matrix, p.pool.n_units)
+            else:
+                numerators, denominator = l1_numerators(truth, (p.pool.counts(j) for j in range(p.pool_size)),
+                                                        p.pool.n_units)
             picks = [exponential_draw(numerators, denominator, per_draw, rng) for _ in range(p.draws)]
             outputs.append(self.counts(np.asarray(picks)).astype(np.int64).sum(axis=0))
             statistics.append((f"synopses:{q}", per_draw, p.draws))

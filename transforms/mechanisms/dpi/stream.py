@@ -61,14 +61,36 @@ from functools import cached_property
 
 import numpy as np
 
-from transforms.mechanisms.base import Decision, Mechanism, MechanismParams, Release, ReleaseKind, same_for_every_row
-from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_epsilon, to_fraction, to_units
-from transforms.mechanisms.charges import PUBLICATION
+from transforms.mechanisms.base import (
+    Decision,
+    Mechanism,
+    MechanismParams,
+    Release,
+    ReleaseKind,
+    same_for_every_row,
+)
+from transforms.mechanisms.budget import (
+    UNITS_PER_EPSILON,
+    to_epsilon,
+    to_fraction,
+    to_units,
+)
 from transforms.mechanisms.domain import Estimate
-from transforms.mechanisms.dpi.budgets import (DEFAULT_RANGES, BudgetSeries, ExponentialRBA, RangesRBA, SequentialRBA,
-                                               learning_rate, split_units)
-from transforms.mechanisms.dpi.exponential import (SENSITIVITY, exponential_draw, l1_numerators,
-                                                   l1_numerators_of_matrix)
+from transforms.mechanisms.dpi.budgets import (
+    DEFAULT_RANGES,
+    BudgetSeries,
+    ExponentialRBA,
+    RangesRBA,
+    SequentialRBA,
+    learning_rate,
+    split_units,
+)
+from transforms.mechanisms.dpi.exponential import (
+    SENSITIVITY,
+    exponential_draw,
+    l1_numerators,
+    l1_numerators_of_matrix,
+)
 from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool
 from transforms.mechanisms.evidence import Draws, every_member_certain
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness
@@ -221,7 +243,7 @@ class DPIParams(MechanismParams):
         return {"epsilon": epsilon}
 
     @classmethod
-    def from_requirements(cls, requirements, bins: int, **common) -> "DPIParams":
+    def from_requirements(cls, requirements, bins: int, **common) -> DPIParams:
         """The smallest lifetime budget of ``requirements`` (windowed requirements are refused)."""
         if not isinstance(requirements, LifetimeRequirements):
             raise ValueError("dpi takes lifetime budgets (lifetime:E), not windowed requirements")

@@ -15,7 +15,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from transforms.mechanisms.dpi.budgets import ExponentialRBA, RangesRBA, SequentialRBA, learning_rate
+from transforms.mechanisms.dpi.budgets import (
+    ExponentialRBA,
+    RangesRBA,
+    SequentialRBA,
+    learning_rate,
+)
 from transforms.mechanisms.dpi.exponential import exponential_draw
 
 U = 10**12
@@ -80,7 +85,7 @@ def paper(params, histograms, rng):
         if exhausted:
             out.append(None)
             continue
-        index, units = rba.next()
+        _, units = rba.next()
         charge = sum(_per_draw_units(params, rate_a[i], sq) * r for i in range(len(queries)))
         if sq < len(queries):
             charge += _per_draw_units(params, rate_q, 1) * sq
@@ -124,7 +129,7 @@ def sound(params, histograms, rng):
         if exhausted:
             out.append(None)
             continue
-        index, units = rba.next()
+        _, units = rba.next()
         if units == 0:
             exhausted = True
             out.append(None)

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
-from transforms.mechanisms.dpi.exponential import (l1_numerators_of_matrix, 
+from transforms.mechanisms.dpi.exponential import (
     SENSITIVITY,
     exponential_draw,
     l1_numerators,
+    l1_numerators_of_matrix,
     select_synopses,
 )
 from transforms.mechanisms.dpi.pool import SynopsisPool

@@ -265,13 +265,13 @@ class _DPI(Mechanism):
 
     def __init__(self, params: DPIParams):
         super().__init__(params)
-        if isinstance(params.default_requirement, LifetimeRequirement):
-            self.validate_requirements(LifetimeRequirements.uniform(params.default_requirement, 1))
         self.cumulative = np.zeros(params.bins, np.int64)
         self.epoch, self.total_units, self.exhausted = 1, 0, False
         self.outputs = np.zeros((len(params.queries), params.bins), np.int64)  # counts of each query's release
         self._matrix: np.ndarray | None = None
         self._new_epoch()
+        if isinstance(params.default_requirement, LifetimeRequirement):
+            self.validate_requirements(LifetimeRequirements.uniform(params.default_requirement, 1))
 
     # -- what a variant provides -------------------------------------------------------------------------------
     def _new_epoch(self) -> None:
@@ -287,12 +287,16 @@ class _DPI(Mechanism):
 
     # -- shared pieces -------------------------------------------------------------------------------------------
     def validate_requirements(self, requirements: LifetimeRequirements, users: np.ndarray | None = None) -> None:
-        short = requirements.epsilon_units < self.params.epsilon_units
+        """A lifetime budget must cover the most anyone can be charged by the end of this epoch: ``epsilon`` in
+        the first, everything charged so far plus what the epoch has left after a restart."""
+        need = self.total_units + self.params.epsilon_units - self.spent_units
+        short = requirements.epsilon_units < need
         if short.any():
             i = int(np.argmax(short))
             who = "a user" if users is None else f"user {int(users[i])}"
             raise ValueError(f"{who} has a lifetime budget of {to_epsilon(int(requirements.epsilon_units[i]))}, "
-                             f"below {self.name}'s epsilon={self.params.epsilon}; run it with the smallest E_i")
+                             f"below the {to_epsilon(need)} {self.name} may charge by the end of this epoch "
+                             f"(epsilon={self.params.epsilon}); run it with the smallest E_i")
 
     def counts(self, j) -> np.ndarray:
         """Pool candidates' counts (rows), from the cache when the pool fits in ``pool_cache_mb``."""

@@ -249,7 +249,7 @@ def test_the_ledger_checks_charges_from_the_draws_evidence():
 
 def test_a_lifetime_budget_that_an_epoch_would_exceed_is_refused():
     mechanism = make_mechanism("dpi-sound", bins=3, epsilon=2.0, pool_size=20, draws=2)
-    with pytest.raises(ValueError, match="user 4 has a lifetime budget of 1.0, below dpi-sound's epsilon=2.0"):
+    with pytest.raises(ValueError, match="user 4 has a lifetime budget of 1.0, below the 2.0 dpi-sound may charge"):
         mechanism.step(SlotBatch.of([3, 4], [0, 1], LifetimeRequirements.of([2.0, 1.0])),
                        insecure_seeded_randomness(0))
     with pytest.raises(ValueError, match="takes LifetimeRequirements"):
@@ -287,6 +287,19 @@ def test_restart_stop_skips_forever_and_epoch_restarts_while_every_budget_covers
             assert release.figures["exhausted"] == 1.0 and total + 1.0 > 2.5  # another epoch could overspend
     if name == "dpi-sound":
         assert restarted[-1].kind is ReleaseKind.SKIPPED  # power: the stop after the epochs was reached
+
+
+def test_after_a_restart_a_new_budget_must_cover_what_was_charged_and_the_epoch_left():
+    batches, _ = stream(users=12, bins=3, slots=6, seed=8, budget=5.0)
+    mechanism = make_mechanism("dpi-sound", bins=3, epsilon=1.0, pool_size=20, draws=2, rba="ranges", ranges="1:3",
+                               restart="epoch")
+    releases = run(mechanism, batches, 1)
+    assert releases[-1].figures["epoch"] == 3
+    need = mechanism.total_units + mechanism.params.epsilon_units - mechanism.spent_units
+    assert U < need < 3 * U
+    with pytest.raises(ValueError, match="user 20 has a lifetime budget of 1.0, below"):
+        mechanism.step(SlotBatch.of([20], [0], LifetimeRequirements.of([1.0])), insecure_seeded_randomness(0))
+    mechanism.step(SlotBatch.of([20], [0], LifetimeRequirements.of([need / U])), insecure_seeded_randomness(0))
 
 
 # ---- State, pool cache, parameters ----------------------------------------------------------------------------

@@ -350,6 +350,7 @@ class _DPI(Mechanism):
                 self._new_epoch()
             else:
                 self.exhausted = True
+        self.rba.rng = None  # the slot's generator is not part of the state
         rows = self.population.table.rows
         if ran is None:
             nothing = same_for_every_row(rows, 0)
@@ -376,6 +377,10 @@ class _DPI(Mechanism):
         return {"eps_claimed": to_epsilon(self.claimed_units), "eps_sound_upper": to_epsilon(self.spent_units)}
 
     # -- state ---------------------------------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """Pickled without the pool's cache (rebuilt on first use from the public seed)."""
+        return {**self.__dict__, "_matrix": None}
+
     def extra_state(self) -> dict[str, np.ndarray]:
         state = {"cumulative": self.cumulative, "outputs": self.outputs,
                  "counters": np.array([self.epoch, self.total_units, int(self.exhausted), self.claimed_units,

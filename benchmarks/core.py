@@ -18,9 +18,9 @@ Every user reports every slot (the papers' setting, so batches are
 ``SlotBatch.of(range(n), ...)``) and about 10% of them move to another bin
 per slot; users follow the papers' ten requirement types around
 ``(E, w) = (0.6, window)``, and the dynamic mechanisms get per-type forward
-requirements redrawn every slot; DPI's users all declare the lifetime budget ``E``
-(its defaults: pool N = 2,000, r = 20 draws, the accumulative query).  Noise comes from the secure generator, as
-in production.  Data generation is outside the timed region;
+requirements redrawn every slot; DPI's users all declare the lifetime budget
+``E`` (its defaults: pool N = 2,000, r = 20 draws, the accumulative query).
+Noise comes from the secure generator, as in production.  Data generation is outside the timed region;
 ``peak_memory_bytes`` is the child process's maximum resident set size
 (interpreter and numpy included).
 

@@ -17,6 +17,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import reference_dpi
 
 from transforms.mechanisms import (
@@ -212,6 +214,37 @@ def test_no_prefix_ever_exceeds_the_lifetime_budget(name, rba):
     assert releases[-1].figures["eps_charged_total"] == pytest.approx(spent[-1] / U)
     assert ledger.window_sum(0, 1, 60) == spent[-1]
     assert all(abs(r.values.sum() - 1) < 1e-12 for r in releases)
+
+
+@settings(max_examples=15, deadline=None)
+@given(name=st.sampled_from(["dpi", "dpi-sound"]), rba=st.sampled_from(["ranges", "exponential", "sequential"]),
+       restart=st.sampled_from(["stop", "epoch"]), seed=st.integers(0, 2**16), epsilon=st.sampled_from([0.3, 1.0]),
+       extra=st.lists(st.sampled_from([0.0, 0.4, 1.5]), min_size=3, max_size=3))
+def test_no_user_ever_exceeds_their_lifetime_budget_with_joiners_and_restarts(name, rba, restart, seed, epsilon,
+                                                                                extra):
+    """Users with different lifetime budgets (ε plus 0, 0.4 or 1.5), three of them joining late, redeclaring
+    nothing; short RBA ranges so that epochs end: the ledger finds no prefix over any user's budget."""
+    gen = np.random.default_rng(seed)
+    mechanism = make_mechanism(name, bins=3, epsilon=epsilon, pool_size=12, draws=3, rba=rba, ranges="1:4,30:32",
+                               restart=restart, queries="acc,inst")
+    ledger, rng = PrivacyLedger(1), insecure_seeded_randomness(seed)
+    budgets = [epsilon + e for e in extra]
+    users = [0, 1, 2]
+    for t in range(30):
+        batch = SlotBatch.of(users, gen.integers(0, 3, len(users)), LifetimeRequirements.of(budgets) if t == 0
+                             else None)
+        if t == 10:  # joiners, refused when their budget is below what the epoch may still charge them
+            joiners = SlotBatch.of([3, 4, 5], gen.integers(0, 3, 3), LifetimeRequirements.of(budgets))
+            need = mechanism.total_units + mechanism.params.epsilon_units - mechanism.spent_units
+            if min(joiners.requirements.epsilon_units) >= need:
+                batch, users = joiners, users + [3, 4, 5]
+            else:
+                with pytest.raises(ValueError, match="below"):
+                    mechanism.step(joiners, rng)
+        release = mechanism.step(batch, rng)
+        ledger.record(release.slot, release.charges)
+    assert ledger.ok, [str(v) for v in ledger.violations[:3]]
+    assert release.figures["eps_charged_total"] <= max(budgets)
 
 
 def test_the_papers_variant_stops_when_its_sound_figure_would_overspend():

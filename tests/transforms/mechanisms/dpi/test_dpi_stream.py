@@ -17,9 +17,9 @@ import pickle
 
 import numpy as np
 import pytest
+import reference_dpi
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import reference_dpi
 
 from transforms.mechanisms import (
     FixedRequirements,

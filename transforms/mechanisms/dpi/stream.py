@@ -40,15 +40,16 @@ twice, the epoch never spends more than ``epsilon``.
 out nothing (the ranges' queues are empty, or the series' budgets have
 fallen below one unit) or, for ``dpi``, when the next sound charge does not
 fit.  ``restart="stop"`` then repeats the last release (``skipped``, charged
-0, no data read) forever; ``restart="epoch"`` starts a new epoch (fresh
+0, nothing computed from the data) forever; ``restart="epoch"`` starts a new epoch (fresh
 weights, RBA and budget; the cumulative histogram is kept) **only if every
 registered user's lifetime budget covers everything spent so far plus a
 whole new ``epsilon``**, else it stops.  Releases label their epoch.
 
 **Counts view.**  The release's ``values`` is the distribution (sums to 1);
 its ``histogram`` is the sum of the drawn synopses' integer counts (scale
-``r·n_units``, public), not a count of users: the number of users is not
-released (spec §1.4).
+``r·n_units``, public), not a count of users: the mechanism releases no
+number of users (spec §1.4; the pipeline's release records do carry the
+number of registered users, as for every mechanism).
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ import json
 import sys
 import time
 
-from pipelines.audit import SCENARIOS, AuditConfig, AuditResult, ScenarioResult, audit, load_broken_variants
-from transforms.mechanisms import MECHANISMS
+from pipelines.audit import (AUDITED_FAMILIES, SCENARIOS, AuditConfig, AuditResult, ScenarioResult, audit,
+                             load_broken_variants)
+from transforms.mechanisms import MECHANISMS, Family
 
 METHOD = """\
 ## Method
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     variants = load_broken_variants().VARIANTS
-    plan = [(name, cls, None) for name, cls in MECHANISMS.items()]
+    plan = [(name, cls, None) for name, cls in MECHANISMS.items() if Family.of(cls) in AUDITED_FAMILIES]
     plan += [(v.default, v.classes[v.default], name) for name, v in variants.items()]
     start = time.perf_counter()
     results = []

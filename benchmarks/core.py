@@ -18,8 +18,9 @@ Every user reports every slot (the papers' setting, so batches are
 ``SlotBatch.of(range(n), ...)``) and about 10% of them move to another bin
 per slot; users follow the papers' ten requirement types around
 ``(E, w) = (0.6, window)``, and the dynamic mechanisms get per-type forward
-requirements redrawn every slot.  Noise comes from the secure generator, as
-in production.  Data generation is outside the timed region;
+requirements redrawn every slot; DPI's users all declare the lifetime budget
+``E`` (its defaults: pool N = 2,000, r = 20 draws, the accumulative query).
+Noise comes from the secure generator, as in production.  Data generation is outside the timed region;
 ``peak_memory_bytes`` is the child process's maximum resident set size
 (interpreter and numpy included).
 
@@ -38,7 +39,8 @@ import sys
 
 import numpy as np
 
-from transforms.mechanisms import MECHANISMS, Estimate, Family, SlotBatch, TrustModel, obs, sampling
+from transforms.mechanisms import (MECHANISMS, Estimate, Family, LifetimeRequirements, SlotBatch, TrustModel, obs,
+                                   sampling)
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.registry import mechanism_for_setup
@@ -77,6 +79,8 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     dynamic = Family.of(name) is Family.DYNAMIC
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
+    if Family.of(name) is Family.LIFETIME:  # DPI: everyone's lifetime budget is the set-up's E
+        fixed = LifetimeRequirements.of(np.full(users, epsilon))
     values = gen.integers(0, bins, users)
     rng = secure_randomness()
     if "pool" in without:

@@ -413,7 +413,8 @@ class StreamEngine:
             "epsilon": units_to_decimal_string(release.epsilon_units),
             "predicted_error": float(error) if math.isfinite(error) else None,
             "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
-            "estimate": release.estimate.tolist(), "trust": release.trust.value})
+            "estimate": release.estimate.tolist(), "trust": release.trust.value,
+            "figures": {name: float(value) for name, value in release.figures.items()}})
         if self.config.evaluate:
             yield EvaluationRow(self.stream, slot, [int(x) for x in release.histogram],
                                 [int(x) for x in self.engine.exact_histogram_for_evaluation()])

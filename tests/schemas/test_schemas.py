@@ -17,7 +17,7 @@ SAMPLES = {
     "release": {"stream": "taxi", "slot": 42, "slot_start": 1700000000.0, "slot_end": 1700000060.0,
                 "mechanism": "PBD", "mechanism_slot": 1, "histogram": [0, 5, 2], "kind": "fresh",
                 "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7, "statistic": "counts",
-                "estimate": [0.0, 5.0, 2.0], "trust": "central"},
+                "estimate": [0.0, 5.0, 2.0], "trust": "central", "figures": {}},
     "ledger_entry": {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25",
                      "parts": {"dissimilarity": "0.05", "publication": "0.2"}, "least": "0.2"},
     "user_usage": {"stream": "taxi", "user": "u1", "slots": 10, "max_window_usage_ratio": 0.9, "violations": 0},
@@ -93,6 +93,7 @@ def test_release_arrow_types():
         "histogram": (pa.list_(pa.int64()), False), "kind": (pa.string(), False), "epsilon": (pa.string(), False),
         "predicted_error": (pa.float64(), True), "registered_users": (pa.int64(), False),
         "statistic": (pa.string(), False), "estimate": (pa.list_(pa.float64()), False), "trust": (pa.string(), False),
+        "figures": (pa.map_(pa.string(), pa.float64()), False),
     }
     assert {field.name: (field.type, field.nullable) for field in schema} == expected
 
@@ -109,7 +110,8 @@ def test_event_and_requirement_times_are_text_in_arrow():
     assert [field.nullable for field in dead_letter] == [True, True, False, False, False]
 
 
-@pytest.mark.parametrize("name, added", [("release", {"statistic": "counts", "estimate": [], "trust": "central"}),
+@pytest.mark.parametrize("name, added", [("release", {"statistic": "counts", "estimate": [], "trust": "central",
+                                                     "figures": {}}),
                                          ("ledger_entry", {"least": "", "parts": {}})])
 def test_records_written_before_the_schema_evolved_still_read(name, added):
     """Fields added later have defaults: an old writer's records read with the new schema."""

@@ -21,7 +21,8 @@ import functools
 import io
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import ClassVar
@@ -62,6 +63,8 @@ class Release:
     estimates: Estimate = Estimate.COUNTS
     trust: TrustModel = TrustModel.CENTRAL
     values: np.ndarray | None = None  # the float64 estimate, when it is not the counts themselves
+    figures: Mapping[str, float] = field(default_factory=dict)
+    """Named scalars a mechanism reports beside its estimate (DPI: ``eps_claimed``, ``eps_sound_upper``, ...)."""
 
     @property
     def epsilon(self) -> float:
@@ -236,6 +239,8 @@ class Mechanism(abc.ABC):
                 default = FixedRequirements.uniform(default, 1)
             elif isinstance(default, DynamicRequirement) and self.requirement_kind is DynamicRequirements:
                 default = DynamicRequirements.uniform(default, 1)
+            elif isinstance(default, LifetimeRequirement) and self.requirement_kind is LifetimeRequirements:
+                default = LifetimeRequirements.uniform(default, 1)
             else:
                 raise ValueError(f"default_requirement must be a "
                                  f"{self.requirement_kind.__name__[:-1]} for {self.name}")

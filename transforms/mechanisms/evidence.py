@@ -13,7 +13,9 @@ From the evidence alone the ledger derives each user's least charge: a
 statistic with discrete Laplace noise of scale ``b`` and L1 sensitivity
 ``Δ`` is ``Δ/b``-DP, and a report that enters it with probability ``p`` (an
 exact coin, ``p = threshold / 2**32``) costs ``ln(1 + p·(e^{Δ/b} - 1))``
-(amplification by subsampling); a :class:`LocalReport` (a randomized
+(amplification by subsampling); :class:`Draws` of a selection whose law
+bounds its own log-ratio (DPI's exponential-mechanism draws) cost their
+stated units each; a :class:`LocalReport` (a randomized
 response a user sent, local DP) costs ``ln(keep/other)``, the log of its
 largest ratio of output probabilities, whatever the collector does with it;
 statistics of one slot add up.  The value is
@@ -84,6 +86,25 @@ class LocalReport(NamedTuple):
         return np.where(np.asarray(self.thresholds) > 0, _ratio_units(self.keep, self.other), 0).astype(np.int64)
 
 
+class Draws(NamedTuple):
+    """Draws of an ``epsilon``-DP selection each member of a group entered (e.g. the exponential mechanism).
+
+    Each of the ``draws`` draws is ``units_per_draw``-DP (in budget units, exact: the mechanism's law is
+    known exactly, or ``units_per_draw`` bounds its log-ratio from above); a member of group ``g`` entered
+    them all when ``thresholds[g] > 0`` (``CERTAIN``), none when it is 0.  Draws compose: the least charge
+    is ``draws * units_per_draw``.
+    """
+
+    name: str
+    units_per_draw: int
+    draws: int
+    thresholds: np.ndarray
+
+    def least_units(self) -> np.ndarray:
+        """Least charge of a member of each group, in budget units."""
+        return np.where(np.asarray(self.thresholds) > 0, self.units_per_draw * self.draws, 0).astype(np.int64)
+
+
 @functools.lru_cache(maxsize=4096)
 def _ratio_units(keep: int, other: int) -> int:
     if not 0 < other <= keep:
@@ -95,7 +116,7 @@ class Evidence(NamedTuple):
     """Every statistic of a slot, and the group of each user index (negative: in none)."""
 
     groups: np.ndarray
-    statistics: tuple[Statistic | LocalReport, ...] = ()
+    statistics: tuple[Statistic | LocalReport | Draws, ...] = ()
 
     def least_units_per_group(self) -> np.ndarray:
         """Least charge of a member of each group, in budget units (summed over the statistics)."""

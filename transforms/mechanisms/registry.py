@@ -17,6 +17,7 @@ from enum import Enum
 
 from transforms.mechanisms.adaptive import Adaptive, DynamicAdaptive
 from transforms.mechanisms.base import HomogeneousParams, Mechanism, MechanismParams
+from transforms.mechanisms.dpi.stream import DPI
 from transforms.mechanisms.dynamic import DYNAMIC
 from transforms.mechanisms.homogeneous import HOMOGENEOUS
 from transforms.mechanisms.ldp.budget_division import BUDGET_DIVISION
@@ -25,11 +26,11 @@ from transforms.mechanisms.ldp.mean import MEAN_METHODS
 from transforms.mechanisms.ldp.personalized import PLBU
 from transforms.mechanisms.ldp.population_division import POPULATION_DIVISION
 from transforms.mechanisms.personalized import PERSONALIZED
-from transforms.mechanisms.requirements import DynamicRequirements, Requirements
+from transforms.mechanisms.requirements import DynamicRequirements, LifetimeRequirements, Requirements
 
 MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive,
                                           DynamicAdaptive.name: DynamicAdaptive, **BUDGET_DIVISION,
-                                          **POPULATION_DIVISION, PLBU.name: PLBU, **EXTENSIONS, **MEAN_METHODS}
+                                          **POPULATION_DIVISION, PLBU.name: PLBU, **EXTENSIONS, **MEAN_METHODS, **DPI}
 """Every registered mechanism by its lower-case name."""
 
 
@@ -39,12 +40,15 @@ class Family(str, Enum):
     FIXED = "fixed"              # a personal (w_i, E_i) per user: PBD, PBA, adaptive
     DYNAMIC = "dynamic"          # (w_B, E_B, w_F, E_F) declared at any slot: DPBD, DPBA
     HOMOGENEOUS = "homogeneous"  # one (E, w) for everyone, every declaration within it: BD, BA, Uniform, Sample
+    LIFETIME = "lifetime"        # one lifetime budget E per user, never replenished: DPI
 
     @classmethod
     def of(cls, mechanism: str | type[Mechanism]) -> "Family":
         mechanism = mechanism_class(mechanism) if isinstance(mechanism, str) else mechanism
         if mechanism.requirement_kind is DynamicRequirements:
             return cls.DYNAMIC
+        if mechanism.requirement_kind is LifetimeRequirements:
+            return cls.LIFETIME
         return cls.HOMOGENEOUS if issubclass(mechanism.params_type, HomogeneousParams) else cls.FIXED
 
 

@@ -12,11 +12,12 @@ from transforms.mechanisms.requirements import LifetimeRequirements
 
 FIXED = FixedRequirements.of([3, 8, 5], [1.0, 0.5, 2.0])
 DYNAMIC = DynamicRequirements.of([2, 9, 4], [1.0, 3.0, 2.0], [6, 3, 4], [0.5, 1.0, 2.0])
+LIFETIME = LifetimeRequirements.of([1.0, 0.5, 2.0])
 
 
 @pytest.mark.parametrize("name", list(MECHANISMS))
 def test_a_mechanism_built_from_requirements_accepts_every_one_of_them(name):
-    requirements = DYNAMIC if Family.of(name) is Family.DYNAMIC else FIXED
+    requirements = {Family.DYNAMIC: DYNAMIC, Family.LIFETIME: LIFETIME}.get(Family.of(name), FIXED)
     if MECHANISMS[name].estimates is Estimate.MEAN:  # one mean of real values in a declared interval
         mechanism = mechanism_for_requirements(name, requirements, bins=1, low=0.0, high=1.0)
         batch = SlotBatch.of([0, 1, 2], [0.0, 1.0, 0.25], requirements)
@@ -29,6 +30,8 @@ def test_a_mechanism_built_from_requirements_accepts_every_one_of_them(name):
         assert (params.epsilon, params.window) == (0.5, 8)  # (min E_i, max w_i)
     if Family.of(name) is Family.DYNAMIC:
         assert params.max_window == 9  # the longest backward or forward window
+    if Family.of(name) is Family.LIFETIME:
+        assert params.epsilon == 0.5  # the smallest lifetime budget
 
 
 def test_a_lifetime_budget_builds_no_windowed_mechanism():

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
+
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_fraction, to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
 
@@ -260,6 +262,16 @@ class ExponentialRBA:
     def next(self) -> tuple[int, int]:
         return self.next_for(self.draw_target())
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The indices handed out and the spent total (the "next free" links are a cache, rebuilt on use)."""
+        return {"used": np.array(sorted(self._free.used), np.int64), "spent_units": np.array(self.spent_units)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self._free = _FreeIndices()
+        for i in np.asarray(state["used"]).tolist():
+            self._free.take(int(i))
+        self.spent_units = int(state["spent_units"])
+
 
 DEFAULT_RANGES = ((1, 10_000), (10_000, 20_000), (20_000, 30_000))
 """The authors' code's queues of series indices ``[start, stop)`` (spec §2.5, I-13)."""
@@ -296,15 +308,30 @@ class RangesRBA:
         self.spent_units += units
         return index, units
 
+    def state(self) -> dict[str, np.ndarray]:
+        """Each queue's next index and the spent total."""
+        return {"next": np.array(self._next, np.int64), "spent_units": np.array(self.spent_units)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self._next = [int(i) for i in np.asarray(state["next"]).tolist()]
+        self.spent_units = int(state["spent_units"])
+
 
 class SequentialRBA:
     """The naive order the paper argues against: slot ``t`` gets index ``t``."""
 
-    def __init__(self, series: BudgetSeries):
+    def __init__(self, series: BudgetSeries, rng: Randomness | None = None):
         self.series, self.spent_units, self._index = series, 0, 0
+        self.rng = rng  # unused: the order is fixed (kept so every RBA is built and driven alike)
 
     def next(self) -> tuple[int, int]:
         self._index += 1
         units = self.series.slot_units(self._index)
         self.spent_units += units
         return self._index, units
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"index": np.array(self._index), "spent_units": np.array(self.spent_units)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self._index, self.spent_units = int(state["index"]), int(state["spent_units"])

@@ -53,12 +53,15 @@ from transforms.mechanisms.population.cells import CellBuilder
 from transforms.mechanisms.population.cohorts import CohortPolicy, Memberships
 from transforms.mechanisms.population.dynamic_cohorts import DynamicCohorts
 from transforms.mechanisms.population.fixed_cohorts import FixedCohorts
+from transforms.mechanisms.population.lifetime_cohorts import LifetimeCohorts
 from transforms.mechanisms.population.registry import UserRegistry
 from transforms.mechanisms.population.table import UNREGISTERED, WAITING, CohortTable, Column, read_only_copy
-from transforms.mechanisms.requirements import DynamicRequirements, FixedRequirements, Requirements
+from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
+                                                Requirements)
 from transforms.mechanisms.sampling import Cells
 
-POLICIES: dict[type, type[CohortPolicy]] = {FixedRequirements: FixedCohorts, DynamicRequirements: DynamicCohorts}
+POLICIES: dict[type, type[CohortPolicy]] = {FixedRequirements: FixedCohorts, DynamicRequirements: DynamicCohorts,
+                                             LifetimeRequirements: LifetimeCohorts}
 """The cohort policy of each requirement kind."""
 
 

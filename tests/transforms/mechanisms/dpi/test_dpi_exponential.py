@@ -23,6 +23,7 @@ from transforms.mechanisms.dpi.exponential import (
     SENSITIVITY,
     exponential_draw,
     l1_numerators,
+    l1_numerators_of_matrix,
     select_synopses,
 )
 from transforms.mechanisms.dpi.pool import SynopsisPool
@@ -74,6 +75,16 @@ def test_distances_match_fractions_including_huge_counts(counts, seed, huge):
     for j, n in enumerate(numerators):
         exact = sum(abs(a - Fraction(int(c), 97)) for a, c in zip(y, pool.counts(j)))
         assert Fraction(n, denominator) == exact
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=2, max_size=8), st.integers(0, 2**31), st.booleans(),
+       st.integers(1, 40))
+def test_the_matrix_form_gives_the_same_integers(counts, seed, huge, chunk):
+    h = np.array(counts, dtype=np.int64) * (10**12 if huge else 1)
+    pool = SynopsisPool(k=h.size, size=37, seed=seed, n_units=97)
+    matrix = pool.counts_of(range(37)).astype(np.uint16)
+    assert l1_numerators_of_matrix(h, matrix, 97, chunk) == l1_numerators(h, iter(matrix), 97)
 
 
 def test_bad_inputs_fail_clearly():

@@ -26,6 +26,7 @@ from pipelines.evaluation.sweeps import (DATASETS, DEFAULT_DATASETS, DEFAULT_DRI
 from pipelines.evaluation_data import (DEFAULT_DATA_DIR, INPUT_FORMATS, REAL_SOURCES, DataUnavailable, EventSource,
                                        EventStream, build_stream)
 from transforms.mechanisms import MECHANISMS, TrustModel
+from transforms.mechanisms.registry import Family
 from transforms.mechanisms.scenarios import SCENARIOS
 from transforms.parse import FieldMapping
 
@@ -40,9 +41,11 @@ REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present
                   "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
 
 
-CENTRAL_MECHANISMS = tuple(name for name, cls in MECHANISMS.items() if cls.trust is TrustModel.CENTRAL)
-"""What this evaluation runs (spec pwsm.md): the trusted-collector mechanisms; the local-DP methods have their own
-suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`)."""
+CENTRAL_MECHANISMS = tuple(name for name, cls in MECHANISMS.items()
+                           if cls.trust is TrustModel.CENTRAL and Family.of(cls) is not Family.LIFETIME)
+"""What this evaluation runs (spec pwsm.md): the trusted-collector w-event mechanisms; the local-DP methods have
+their own suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`), DPI under a lifetime budget its own
+benchmark (``benchmarks.dpi_eval``)."""
 
 
 class ArgumentError(Exception):

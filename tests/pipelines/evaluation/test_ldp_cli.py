@@ -11,6 +11,7 @@ from pipelines.evaluation.ldp import LdpTask
 from pipelines.evaluation.ldp_claims import check_claims
 from pipelines.evaluation.ldp_cli import check_methods
 from transforms.mechanisms import MECHANISMS, TrustModel
+from transforms.mechanisms.registry import Family
 
 TINY = ["--suite", "ldp-ids", "--experiments", "epsilon,table2", "--datasets", "sin,lns,taxi", "--methods",
         "lbu,lsp,lpu,lpd,lba", "--users", "400", "--slots", "40", "--repeats", "2", "--table2-users", "400",
@@ -82,8 +83,9 @@ def test_unknown_suite_is_refused(capsys):
 
 def test_the_central_suite_runs_central_mechanisms_only():
     mechanisms = cli.parse_args([]).mechanisms
-    assert mechanisms == [n for n, c in MECHANISMS.items() if c.trust is TrustModel.CENTRAL]
-    assert "lbu" not in mechanisms and "bd" in mechanisms
+    assert mechanisms == [n for n, c in MECHANISMS.items()
+                          if c.trust is TrustModel.CENTRAL and Family.of(c) is not Family.LIFETIME]
+    assert "lbu" not in mechanisms and "dpi" not in mechanisms and "bd" in mechanisms
     with pytest.raises(cli.ArgumentError, match="unknown mechanism 'lpd'"):
         cli.parse_args(["--mechanisms", "lpd"])
 

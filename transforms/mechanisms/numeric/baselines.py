@@ -79,6 +79,16 @@ def _report(wave: SquareWave, values: np.ndarray, draws: np.ndarray) -> np.ndarr
     return wave.value_of(wave.cells_from_draws(wave.grid_index(values, clip=True), draws))
 
 
+def absorption_shares(state: AbsorptionState, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per user at their next slot: whether it is nullified (absorbed by the last publication:
+    ``slot - last <= e2_last/e1 - 1``) and the shares ``min(absorbed, w)`` a publication would use (1 at the
+    first slot)."""
+    first = state.last_slot < 0
+    nullified = ~first & (state.slot - state.last_slot <= state.shares - 1)
+    absorbed = state.slot - (state.last_slot + state.shares - 1)
+    return nullified, np.where(first, 1, np.clip(absorbed, 1, window))
+
+
 def absorption_step(params: AbsorptionParams, state: AbsorptionState, values, rng: Randomness
                     ) -> tuple[np.ndarray, np.ndarray, AbsorptionState]:
     """One slot of BA-SW for every user of ``state``: the released values, each user's charge (units) and the
@@ -89,9 +99,7 @@ def absorption_step(params: AbsorptionParams, state: AbsorptionState, values, rn
     first = state.last_slot < 0
     dissimilarity_wave = params.wave(1)
     dissimilarity = np.abs(_report(dissimilarity_wave, np.abs(state.published - x), dis_draws))
-    nullified = ~first & (state.slot - state.last_slot <= state.shares - 1)
-    absorbed = state.slot - (state.last_slot + state.shares - 1)
-    shares = np.where(first, 1, np.clip(absorbed, 1, params.window))
+    nullified, shares = absorption_shares(state, params.window)
     publish = first.copy()
     charges = np.where(first, 0, dissimilarity_wave.realised_units).astype(np.int64)
     released = state.published.copy()

@@ -90,30 +90,36 @@ def absorption_shares(state: AbsorptionState, window: int) -> tuple[np.ndarray, 
 
 
 def absorption_step(params: AbsorptionParams, state: AbsorptionState, values, rng: Randomness
-                    ) -> tuple[np.ndarray, np.ndarray, AbsorptionState]:
-    """One slot of BA-SW for every user of ``state``: the released values, each user's charge (units) and the
-    new state."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AbsorptionState]:
+    """One slot of BA-SW for every user of ``state``: the released values, whether each user sent a
+    dissimilarity report (at ``e1``), the shares of the publication each sent (0: none) and the new state."""
     x = np.asarray(values, np.float64)
     draws = rng.uint32(4 * x.size).view(np.uint64)
     dis_draws, pub_draws = draws[:x.size], draws[x.size:]
     first = state.last_slot < 0
-    dissimilarity_wave = params.wave(1)
-    dissimilarity = np.abs(_report(dissimilarity_wave, np.abs(state.published - x), dis_draws))
+    dissimilarity = np.abs(_report(params.wave(1), np.abs(state.published - x), dis_draws))
     nullified, shares = absorption_shares(state, params.window)
-    publish = first.copy()
-    charges = np.where(first, 0, dissimilarity_wave.realised_units).astype(np.int64)
+    published = np.zeros(x.size, np.int64)
     released = state.published.copy()
     for k in np.unique(shares[~nullified]):
         wave = params.wave(int(k))
-        candidates = ~nullified & (shares == k)
-        publish |= candidates & ~first & (dissimilarity > float(wave.b))
-        chosen = candidates & publish
+        chosen = ~nullified & (shares == k) & (first | (dissimilarity > float(wave.b)))
         if chosen.any():
             released[chosen] = _report(wave, x[chosen], pub_draws[chosen])
-            charges[chosen] += wave.realised_units
+            published[chosen] = k
+    publish = published > 0
     new = AbsorptionState(released, np.where(publish, state.slot, state.last_slot),
-                          np.where(publish, shares, state.shares), state.slot + 1)
-    return released, charges, new
+                          np.where(publish, published, state.shares), state.slot + 1)
+    return released, ~first, published, new
+
+
+def absorption_charges(params: AbsorptionParams, sent: np.ndarray, published: np.ndarray) -> np.ndarray:
+    """Each user's charge for a slot (units): the dissimilarity wave's realised epsilon if they sent one, plus
+    the publication wave's."""
+    charges = np.where(sent, params.wave(1).realised_units, 0).astype(np.int64)
+    for k in np.unique(published[published > 0]):
+        charges[published == k] += params.wave(int(k)).realised_units
+    return charges
 
 
 def ba_sw(params: AbsorptionParams, values, rng: Randomness | None = None,
@@ -126,7 +132,8 @@ def ba_sw(params: AbsorptionParams, values, rng: Randomness | None = None,
     released = np.empty_like(x)
     charges = np.empty(x.shape, np.int64)
     for t in range(x.shape[1]):
-        released[:, t], charges[:, t], state = absorption_step(params, state, x[:, t], rng)
+        released[:, t], sent, published, state = absorption_step(params, state, x[:, t], rng)
+        charges[:, t] = absorption_charges(params, sent, published)
     first = np.broadcast_to(np.arange(x.shape[1]), x.shape).copy()
     return Perturbed(released, charges, first, state, True)
 

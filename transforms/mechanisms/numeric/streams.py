@@ -31,6 +31,7 @@ would keep in its state cells.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -100,6 +101,12 @@ class NumericParams(LocalParams):
         return (ClippedInterval if self.out_of_range == "clip" else Interval)(self.low, self.high)
 
 
+@functools.lru_cache(maxsize=256)
+def _worst_variance(wave: SquareWave) -> float:
+    """The variance of ``wave``'s report of 1 (the largest over inputs), as a float."""
+    return float(moments_at_one(wave.b, wave.p, wave.q)[1])
+
+
 class NumericStream(HomogeneousLocalMechanism):
     """Base of the registered numeric streams: holders' grid values in, each user's algorithm, reports out."""
 
@@ -152,7 +159,7 @@ class NumericStream(HomogeneousLocalMechanism):
         """The worst-case variance of the slot's average in squared domain units (``SW(1)``'s, per report)."""
         if not reporters:
             return math.inf
-        worst = max(float(moments_at_one(wave.b, wave.p, wave.q)[1]) for _, wave, _ in reports)
+        worst = max(_worst_variance(wave) for _, wave, _ in reports)
         return worst * self.params.domain.width ** 2 / reporters
 
     def counted(self, batch: SlotBatch) -> SlotBatch:
@@ -185,8 +192,14 @@ class NumericStream(HomogeneousLocalMechanism):
         group_of = np.where(groups == UNREGISTERED, UNREGISTERED, _CHARGED_NOTHING).astype(np.int64)
         if reporters.size and (group_of[reporters] == UNREGISTERED).any():
             raise ValueError(f"{self.name}: an unregistered user reported")
-        sent = np.stack([mask for _, _, mask in reports], axis=1) if reports else np.zeros((reporters.size, 0), bool)
-        patterns, inverse = np.unique(sent, axis=0, return_inverse=True)
+        keys = np.zeros(reporters.size, np.int64)  # the reports each reporter sent, one bit per report
+        for column, (_, _, mask) in enumerate(reports):
+            keys |= mask.astype(np.int64) << column
+        if keys.size and keys.min() == keys.max():  # the usual slot: every reporter sent the same reports
+            distinct, inverse = keys[:1], np.zeros(keys.size, np.int64)
+        else:
+            distinct, inverse = np.unique(keys, return_inverse=True)
+        patterns = (distinct[:, None] >> np.arange(len(reports))) & 1 == 1
         group_of[reporters] = inverse.reshape(-1)
         statistics, parts = [], {DISSIMILARITY: np.zeros(len(patterns), np.int64),
                                  PUBLICATION: np.zeros(len(patterns), np.int64)}

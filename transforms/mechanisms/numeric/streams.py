@@ -49,10 +49,10 @@ from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism,
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams, absorption_step,
                                                      topl_step)
-from transforms.mechanisms.numeric.perturbation import Client, ClientState, PerturbationParams
+from transforms.mechanisms.numeric.perturbation import (Client, ClientState, PerturbationParams, capp_bounds,
+                                                        snapped_delta)
 from transforms.mechanisms.numeric.sampling import choose_samples, samples_per_window
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one
-from transforms.mechanisms.numeric.perturbation import capp_bounds, snapped_delta
 from transforms.mechanisms.population import UNREGISTERED
 
 _CHARGED_NOTHING = -2

@@ -32,7 +32,10 @@ Numeric values: :class:`SquareWave` is the discretised Square Wave of
 ``transforms/mechanisms/numeric/square_wave.py`` with the same integers (``B``,
 ``P``, ``Q`` and the realised eps, certified here with the same Taylor bounds); its
 report is an output cell, drawn with one 64-bit integer.  It is a randomizer only:
-requests for numeric streams are not defined yet.
+requests for numeric streams are not defined yet.  :class:`HybridMechanism` is the
+LDP-IDS mean randomizer (``transforms/mechanisms/ldp/mean.py``, the same certified
+integers): a request with ``oracle`` ``sr`` or ``hm`` names the public interval
+``[low, high]`` and grid, and the device reports ``[branch, value]``.
 
 Requests and reports are plain dicts (JSON): see ``schemas/request.avsc`` and
 ``schemas/report.avsc``.
@@ -43,6 +46,7 @@ from __future__ import annotations
 import bisect
 import decimal
 import functools
+import hashlib
 import json
 import math
 import secrets
@@ -70,8 +74,9 @@ class RequestRefused(ValueError):
 # ------------------------------------------------------------------ exact arithmetic
 
 
-def _exp_bounds(units: int, terms: int) -> tuple[Fraction, Fraction]:
-    """Rational ``lo <= e^(units/10^12) <= hi``: a Taylor partial sum and its geometric tail bound."""
+def _exp_bounds(units, terms: int) -> tuple[Fraction, Fraction]:
+    """Rational ``lo <= e^(units/10^12) <= hi`` (``units`` an int or a Fraction): a Taylor partial sum and its
+    geometric tail bound."""
     scale = UNITS_PER_EPSILON
     # sum_{k<=K} u^k / (scale^k k!) over the common denominator scale^K K!
     numerator = sum(units**k * scale ** (terms - k) * (_factorial(terms) // _factorial(k)) for k in range(terms + 1))
@@ -279,7 +284,13 @@ def square_wave_parameters(epsilon_units: int, grid_bits: int = 16) -> tuple[int
                 break
         terms *= 2
     half_band = max(1, rounded)
-    band = 2 * half_band
+    return (half_band, *band_probabilities(epsilon_units, grid_bits, half_band))
+
+
+@functools.cache
+def band_probabilities(epsilon_units: int, grid_bits: int, half_band: int) -> tuple[int, int]:
+    """``(P, Q)`` over ``2**64`` of a band of ``2B`` cells among ``m + 2B``: ``Q`` the least with ``P/Q <= e^eps``."""
+    steps, band = 1 << grid_bits, 2 * half_band
 
     def small_enough(q: int) -> bool:  # P/Q <= e^eps with P = (2**64 - m·q) / 2B
         return _exp_at_least(epsilon_units, Fraction(SquareWave.DENOMINATOR - steps * q, band * q))
@@ -297,7 +308,113 @@ def square_wave_parameters(epsilon_units: int, grid_bits: int = 16) -> tuple[int
     if remainder or p <= q:
         raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of the"
                          f" square wave with grid_bits={grid_bits}")
-    return half_band, p, q
+    return p, q
+
+
+def _certified_floor(function, epsilon_units: int, half: bool = False) -> int:
+    """``floor(function(x))`` for ``x = e^eps`` (or ``e^{eps/2}``) and ``function`` monotone in ``x``: more
+    Taylor terms until both ends of the bracket floor alike."""
+    units = Fraction(epsilon_units, 2) if half else epsilon_units
+    terms = 16 + 3 * epsilon_units // UNITS_PER_EPSILON
+    while True:
+        lower, upper = _exp_bounds(units, terms)
+        low, high = math.floor(function(lower)), math.floor(function(upper))
+        if low == high:
+            return low
+        terms *= 2
+
+
+HM_PIECEWISE_ABOVE_UNITS = 61 * UNITS_PER_EPSILON // 100
+"""The Hybrid Mechanism mixes in the Piecewise Mechanism only above eps = 0.61; at or below it, SR alone."""
+MEAN_ORACLES = ("sr", "hm")
+
+
+class HybridMechanism:
+    """The Hybrid Mechanism for a mean (LDP-IDS §5.13), discretised as ``transforms/mechanisms/ldp/mean.py``.
+
+    The value is clipped to ``[low, top]`` and rounded to the grid index ``i`` of ``t = 2i/m - 1``.  With
+    probability ``A/2**32`` (0 when eps <= 0.61) it is reported through PM, a square wave of half-band
+    ``B = round(m·e^{-eps/2}/2)`` cells (the report ``2j + 1 - m`` for the cell ``j``); otherwise through
+    stochastic rounding (SR), ``+1`` when a uniform 64-bit draw is below ``2**63 + G·(i - m/2)``, else ``-1``,
+    with ``G = floor(tanh(eps/2)·2**(64 - grid_bits))``.  Every integer is certified with the exact bounds
+    above, the same as the collector's; the realised eps is the larger of SR's and PM's ``ln(P/Q)``.
+    """
+
+    def __init__(self, epsilon_units: int, grid_bits: int = 16):
+        if type(epsilon_units) is not int or not 0 < epsilon_units <= MAX_LDP_EPSILON_UNITS:
+            raise ValueError(f"epsilon units must be an int in (0, {MAX_LDP_EPSILON_UNITS}], got {epsilon_units!r}")
+        if type(grid_bits) is not int or not 4 <= grid_bits <= 24:
+            raise ValueError(f"grid_bits must be an int in [4, 24], got {grid_bits!r}")
+        self.epsilon_units, self.grid_bits, self.steps = epsilon_units, grid_bits, 1 << grid_bits
+        scale = 1 << (64 - grid_bits)
+        self.sr_gain = _certified_floor(lambda x: (x - 1) / (x + 1) * scale, epsilon_units)
+        if self.sr_gain == 0:
+            raise ValueError(f"epsilon={units_to_decimal_string(epsilon_units)} is below the resolution of SR")
+        spread = self.sr_gain * self.steps // 2
+        pairs = [(1 << 63) + spread, (1 << 63) - spread]
+        self.mix, self.half_band = 0, 0
+        if epsilon_units > HM_PIECEWISE_ABOVE_UNITS:
+            self.mix = _certified_floor(lambda s: (1 << 32) - Fraction(1 << 32) / s, epsilon_units, half=True)
+            self.half_band = max(1, _certified_floor(lambda s: Fraction(self.steps) / (2 * s) + Fraction(1, 2),
+                                                     epsilon_units, half=True))
+            self.keep, self.other = band_probabilities(epsilon_units, grid_bits, self.half_band)
+            if pairs[0] * self.other < self.keep * pairs[1]:
+                pairs = [self.keep, self.other]
+        else:
+            self.keep = self.other = 0
+        self.realised_units = _log_ratio_units(*pairs)
+
+    @property
+    def oracle(self) -> str:
+        return "hm" if self.mix else "sr"
+
+    def grid_index(self, value: float, low: float, top: float) -> int:
+        """The grid index of ``value`` clipped to ``[low, top]`` (round half to even, as the collector's)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"value must be a finite number, got {value!r}")
+        unit = (min(max(float(value), float(low)), float(top)) - float(low)) / (float(top) - float(low))
+        return round(unit * self.steps)
+
+    def perturb(self, value: float, low: float, top: float, randbits=secrets.randbits) -> list[int]:
+        """One report: ``[0, ±1]`` through SR or ``[1, 2j + 1 - m]`` through PM's cell ``j``."""
+        index = self.grid_index(value, low, top)
+        uses_pm = bool(self.mix) and randbits(32) < self.mix
+        draw = randbits(64)
+        if not uses_pm:
+            return [0, 1 if draw < (1 << 63) + self.sr_gain * (index - self.steps // 2) else -1]
+        band_mass = 2 * self.half_band * self.keep
+        if draw < band_mass:
+            cell = index - self.half_band + draw // self.keep
+        else:
+            other = (draw - band_mass) // self.other
+            cell = other - self.half_band if other < index else other + self.half_band
+        return [1, 2 * cell + 1 - self.steps]
+
+
+def public_group(user: str, window: int) -> int:
+    """This user's group under LPU with public groups: it reports at the slots t with (t - 1) mod window == group."""
+    digest = hashlib.sha256(b"wevent-lpu-group\x00" + user.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % window
+
+
+@functools.cache
+def hybrid_mechanism(epsilon_units: int, grid_bits: int = 16) -> HybridMechanism:
+    """The (cached) Hybrid Mechanism of a budget and grid."""
+    return HybridMechanism(epsilon_units, grid_bits)
+
+
+def _check_mean_request(request: dict, units: int) -> None:
+    """A mean request names its domain ``[low, high]`` (high: the truncation θ where one is used), one value, and
+    the oracle the budget implies."""
+    low, high, grid_bits = request.get("low"), request.get("high"), request.get("grid_bits") or 16
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high)) \
+            or not low < high:
+        raise ValueError(f"a mean request needs finite low < high, got {low!r}, {high!r}")
+    if request["domain_size"] != 1:
+        raise ValueError(f"a mean request has domain_size 1, got {request['domain_size']!r}")
+    if hybrid_mechanism(units, grid_bits).oracle != request["oracle"]:
+        raise ValueError(f"at epsilon {request['epsilon']} the Hybrid Mechanism is "
+                         f"{hybrid_mechanism(units, grid_bits).oracle!r}, not {request['oracle']!r}")
 
 
 # ------------------------------------------------------------------ the client
@@ -306,7 +423,8 @@ def square_wave_parameters(epsilon_units: int, grid_bits: int = 16) -> tuple[int
 class WEventClient:
     """One user's device: answers requests while every window of ``window`` slots spends at most ``budget``.
 
-    ``value_of(slot)`` returns the user's value (an int in ``[0, d)``) at a slot.  Slots may be answered out of
+    ``value_of(slot)`` returns the user's value at a slot: an int in ``[0, d)`` for frequencies, a number for a
+    mean request (clipped to the request's interval).  Slots may be answered out of
     order within one window: a request for a slot ``window`` or more before the latest answered one is refused
     as ``stale``, and the spent budget is kept for the slots a window of an acceptable request can contain
     (the last ``2·window - 1``).  :meth:`state` / :meth:`from_state` persist the
@@ -343,14 +461,23 @@ class WEventClient:
             raise RequestRefused("duplicate", f"slot {slot} was already answered for {request['method']}")
         if self._slots and slot <= self._slots[-1] - self.window:
             raise RequestRefused("stale", f"slot {slot} is older than the retained window")
-        charge = realised_epsilon_units(oracle, units, d)
+        if oracle in MEAN_ORACLES:
+            hybrid = hybrid_mechanism(units, request.get("grid_bits") or 16)
+            charge = hybrid.realised_units
+
+            def report_of(value):
+                return hybrid.perturb(value, request["low"], request["high"], self._randbits)
+        else:
+            charge = realised_epsilon_units(oracle, units, d)
+
+            def report_of(value):
+                return perturb(oracle, value, units, d, self._randbits)
         spent = self.window_spent(slot)
         if spent + charge > self.budget_units:
             raise RequestRefused("budget", f"a window containing slot {slot} has spent "
                                  f"{units_to_decimal_string(spent)} of {units_to_decimal_string(self.budget_units)};"
                                  f" this request needs {units_to_decimal_string(charge)}")
-        value = self._value_of(slot)
-        payload = perturb(oracle, value, units, d, self._randbits)
+        payload = report_of(self._value_of(slot))
         if slot not in self._spent:
             bisect.insort(self._slots, slot)
         self._spent[slot] = self._spent.get(slot, 0) + charge
@@ -382,6 +509,9 @@ class WEventClient:
             raise RequestRefused("invalid", f"slot must be an int >= 0, got {slot!r}")
         try:
             units = epsilon_units_from_string(request["epsilon"])
+            if request.get("oracle") in MEAN_ORACLES:
+                _check_mean_request(request, units)
+                return slot, request["oracle"], units, d
             _check_oracle_arguments(request.get("oracle") or "grr", units, d)
             oracle = request.get("oracle") or choose_oracle(units, d)
         except ValueError as error:

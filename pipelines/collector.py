@@ -37,7 +37,7 @@ import numpy as np
 from pipelines import cli
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.ldp.client import client_slot
+from transforms.mechanisms.ldp.client import assign_public_groups, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import FixedRequirement
 
@@ -145,6 +145,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         mechanism = make_mechanism(name, **params)
         if not hasattr(mechanism, "start_slot"):
             raise cli.ConfigError(f"{name} is not a local-DP method: client devices need one")
+        assign_public_groups(mechanism, ids)
         for directory in (args.requests, args.reports, args.output):
             os.makedirs(directory, exist_ok=True)
     except (cli.ConfigError, ValueError) as error:
@@ -159,7 +160,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     with open(os.path.join(args.output, "releases.jsonl"), "w") as releases, \
             open(os.path.join(args.output, "dead_letters.jsonl"), "w") as dead:
         for slot in range(1, args.slots + 1):
-            batch = SlotBatch.of(range(len(ids)), np.full(len(ids), -1), requirements) if slot == 1 \
+            batch = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)), requirements) if slot == 1 \
                 else SlotBatch.empty()
             release, rejected = client_slot(mechanism, batch, rng, args.stream, slot, ids, index_of, exchange)
             ledger.record(release.slot, release.charges)

@@ -1,6 +1,6 @@
 """Recorded client reports released slot by slot: the Beam-free core of ``pipelines.client_replay``.
 
-Methods whose schedule is public (``asks_on_schedule``: LBU, LSP, PLBU) ask
+Methods whose schedule is public (``asks_on_schedule``: LBU, LSP, PLBU, LPU with public groups) ask
 the same users whatever the data, so the reports their devices sent can be
 replayed: for every slot from the first to the last report of a stream, the
 method's rounds are answered with the slot's reports that match each round
@@ -21,7 +21,7 @@ import numpy as np
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import (REPORT_FIELDS, ReportRejected, RoundRequest, answer_round,
-                                              compact_report, report_record)
+                                              assign_public_groups, compact_report, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 
 
@@ -74,9 +74,10 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
     rng = secure_randomness() if config.insecure_seed is None else insecure_seeded_randomness(config.insecure_seed)
     ids = list(config.user_ids)
     index_of = {user: i for i, user in enumerate(ids)}
-    registrations = SlotBatch.of(range(len(ids)), np.full(len(ids), -1),
+    registrations = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)),
                                  FixedRequirements(np.array(config.windows, np.int64),
                                                    np.array(config.epsilon_units, np.int64)))
+    assign_public_groups(mechanism, ids)
     ledger = PrivacyLedger(max(config.windows))
     first = min(by_slot)
     for slot in range(first, max(by_slot) + 1):

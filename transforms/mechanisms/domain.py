@@ -39,6 +39,10 @@ class Categorical:
             raise ValueError(f"values must be bins in [0, {self.bins}) or NO_VALUE (-1)")
         return False
 
+    def no_values(self, count: int) -> np.ndarray:
+        """``count`` rows that only declare (NO_VALUE): what client devices' registrations carry."""
+        return np.full(count, NO_VALUE, np.int64)
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -70,6 +74,10 @@ class Interval:
         if present.size and (present.min() < self.low or present.max() > self.high):
             raise ValueError(f"values must lie in [{self.low}, {self.high}]")
         return not missing.any()
+
+    def no_values(self, count: int) -> np.ndarray:
+        """``count`` rows that only declare (NaN)."""
+        return np.full(count, np.nan)
 
 
 Domain = Union[Categorical, Interval]

@@ -26,15 +26,20 @@ def uniform_subset(candidates: np.ndarray, k: int, rng: Randomness) -> np.ndarra
     ``k``-subsets.  Above half the candidates the complement is drawn instead, so each step keeps more than
     half its draws.
     """
+    return np.sort(uniform_split(candidates, k, rng)[0])
+
+
+def uniform_split(candidates: np.ndarray, k: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
+    """``(chosen, rest)``: a uniformly random ``k``-subset of ``candidates`` (as :func:`uniform_subset`) and the
+    others, each in the candidates' order (ascending candidates give ascending parts, with no sort)."""
     candidates = np.asarray(candidates, np.int64)
     size = candidates.size
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if k >= size:
-        return np.sort(candidates)
-    if 2 * k > size:
-        return np.sort(candidates[~_chosen_mask(size, size - k, rng)])
-    return np.sort(candidates[_chosen_mask(size, k, rng)])
+        return candidates, candidates[:0]
+    mask = ~_chosen_mask(size, size - k, rng) if 2 * k > size else _chosen_mask(size, k, rng)
+    return candidates[mask], candidates[~mask]
 
 
 def _chosen_mask(size: int, k: int, rng: Randomness) -> np.ndarray:

@@ -18,14 +18,16 @@ outside the domain, or when it is a second report of the user in the round.
 Rejected reports are never counted and never charged; the caller routes them
 to the dead letters.
 
-Methods whose schedule is public (LBU, LSP, LPU, PLBU) ask the same users
-whatever the data, so their devices may report without reading the
-requests; the requests are still published (LPU's groups are drawn when
-users register).
+Methods whose schedule is public (LBU, LSP, PLBU, and LPU with
+``grouping="public"``) ask the same users whatever the data, so their devices
+may report without reading the requests; the requests are still published.
+A public LPU group is :func:`public_group` of the user's id, which the device
+module computes the same way (``wevent_client.public_group``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -39,7 +41,25 @@ from transforms.mechanisms.charges import DISSIMILARITY
 from transforms.mechanisms.ldp.stream import Reports, SlotRounds
 
 SUB_MECHANISM = {DISSIMILARITY: "m1"}
+MEAN_ORACLES = ("sr", "hm")
+"""The Hybrid Mechanism's oracle names (``transforms.mechanisms.ldp.mean``): SR alone, or SR and PM."""
 """How a request names the part a report pays for: ``m1`` for the dissimilarity M_{t,1}, ``m2`` otherwise."""
+
+
+def public_group(user_id: str, window: int) -> int:
+    """The public LPU group of ``user_id`` among ``window`` groups: the first 8 bytes of a SHA-256 of the id, mod w.
+
+    Data-independent and computable on the device; the same function as ``wevent_client.public_group``.
+    """
+    digest = hashlib.sha256(b"wevent-lpu-group\x00" + user_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % window
+
+
+def assign_public_groups(mechanism, user_ids: Sequence[str]) -> None:
+    """Give the users their public groups when ``mechanism`` takes them (LPU with ``grouping="public"``)."""
+    if hasattr(mechanism, "assign_groups") and mechanism.asks_on_schedule:
+        window = mechanism.params.window
+        mechanism.assign_groups(np.arange(len(user_ids)), [public_group(user, window) for user in user_ids])
 
 
 class ReportRejected(ValueError):
@@ -102,11 +122,27 @@ class RoundRequest:
         oracle = self.request.oracle
         common = {"request_id": self.request_id, "stream": self.stream, "slot": self.slot, "method": self.method,
                   "epsilon": self.epsilon, "domain_size": oracle.d, "oracle": oracle.kind}
+        if oracle.kind in MEAN_ORACLES:  # a mean: the device maps its value with the public domain and grid
+            common.update(low=float(oracle.low), high=float(oracle.top), grid_bits=oracle.mechanism.grid_bits)
         return [{**common, "user": user_ids[int(u)]} for u in self.request.users]
+
+    @cached_property
+    def _expected_fields(self) -> tuple:
+        """What a report echoes at ``REPORT_FIELDS[3:9]`` (slot, method, oracle, epsilon, realised, d) as sent."""
+        oracle = self.request.oracle
+        return self.slot, self.method, oracle.kind, self.epsilon, self._realised, oracle.d
 
     def check(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
         """The user index and the value or bits of an acceptable report (:func:`compact_report` form);
         ReportRejected otherwise."""
+        if report[3:9] == self._expected_fields and report[1] == self.stream \
+                and report[0] in (None, self.request_id) and isinstance(report[2], str):  # the usual report
+            index = index_of.get(report[2])
+            if index is not None and index in self._asked:
+                return index, _payload(report[9], self.request.oracle)
+        return self._check_field_by_field(report, index_of)
+
+    def _check_field_by_field(self, report: tuple, index_of: Mapping[str, int]) -> tuple[int, list[int]]:
         request_id, stream, user, slot, method, oracle_kind, epsilon, realised, d, payload = report
         oracle = self.request.oracle
         if stream != self.stream:
@@ -128,7 +164,7 @@ class RoundRequest:
             raise ReportRejected(f"report through {oracle_kind!r} over {d!r} values, not {oracle.kind} over {oracle.d}")
         if realised != self._realised and (not isinstance(realised, str) or _units(realised) != oracle.realised_units):
             raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's {self._realised}")
-        return index, _payload(payload, oracle.kind, oracle.d)
+        return index, _payload(payload, oracle)
 
 
 def _units(text: str) -> int | None:
@@ -140,14 +176,36 @@ def _units(text: str) -> int | None:
     return int(value) if value.denominator == 1 else None
 
 
-def _payload(payload, kind: str, d: int) -> list[int]:
+def _payload(payload, oracle) -> list[int]:
+    if oracle.kind == "grr" and type(payload) is list and len(payload) == 1 and type(payload[0]) is int \
+            and 0 <= payload[0] < oracle.d:  # the usual GRR report
+        return payload
     if not isinstance(payload, (list, tuple)) or not all(type(v) is int for v in payload):
         raise ReportRejected("malformed report: the payload must be a list of integers")
+    kind, d = oracle.kind, oracle.d
+    if kind in MEAN_ORACLES:
+        return _mean_payload(payload, oracle.mechanism)
     if kind == "grr":
         if len(payload) != 1 or not 0 <= payload[0] < d:
             raise ReportRejected(f"report outside the domain: GRR sends one value in [0, {d})")
     elif len(payload) != d or not set(payload) <= {0, 1}:
         raise ReportRejected(f"report outside the domain: OUE sends {d} bits")
+    return payload
+
+
+def _mean_payload(payload, hybrid) -> list[int]:
+    """``[0, ±1]`` (SR) or, for HM, ``[1, 2j + 1 - m]`` with the PM cell ``j`` in ``[-B, m + B)``."""
+    if len(payload) != 2 or payload[0] not in (0, 1):
+        raise ReportRejected("report outside the domain: a mean report is [branch, value] with branch 0 or 1")
+    branch, value = payload
+    if branch == 0 and value not in (-1, 1):
+        raise ReportRejected("report outside the domain: stochastic rounding sends -1 or 1")
+    if branch == 1:
+        pm = hybrid.piecewise
+        if pm is None:
+            raise ReportRejected("report outside the domain: at this epsilon the Hybrid Mechanism is SR alone")
+        if value % 2 == pm.steps % 2 or not -pm.steps - 2 * pm.half_band < value < pm.steps + 2 * pm.half_band:
+            raise ReportRejected("report outside the domain: no Piecewise Mechanism cell")
     return payload
 
 
@@ -169,7 +227,9 @@ def answer_round(slot: SlotRounds, round_request: RoundRequest, reports: Sequenc
             continue
         seen.add(index)
         payloads.append(payload)
-    if oracle.kind == "grr":
+    if oracle.kind in MEAN_ORACLES:  # the sums of SR's and PM's reports (HybridMechanism.sums)
+        counts = np.array([sum(v for b, v in payloads if b == 0), sum(v for b, v in payloads if b == 1)], np.int64)
+    elif oracle.kind == "grr":
         counts = np.bincount(np.array([p[0] for p in payloads], np.int64), minlength=oracle.d)
     else:
         counts = np.array(payloads, np.int64).reshape(-1, oracle.d).sum(axis=0)

@@ -67,8 +67,11 @@ counts the values clipped at the last slot (computed from raw values: not
 private, for evaluation only).
 
 Simulation is user by user (``simulation="users"``; an exact aggregate of PM's
-cell sums is not cheap).  Client devices are refused: the device module
-``wevent_client.py`` runs the frequency oracles only.
+cell sums is not cheap).  Client devices run the same integers
+(``wevent_client.HybridMechanism``, a test asserts they agree): a mean
+request carries the public ``[low, top]`` and grid, a report is
+``[branch, value]`` (``[0, ±1]`` SR, ``[1, 2j + 1 - m]`` PM), and the
+collector sums them as :meth:`HybridMechanism.sums` does.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ from transforms.mechanisms.domain import NO_VALUE, Estimate, Interval
 from transforms.mechanisms.ldp.budget_division import LBA, LBD, LBU, LSP
 from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS
 from transforms.mechanisms.ldp.population_division import LPA, LPD, LPU
-from transforms.mechanisms.ldp.stream import Holders, LocalParams, Reports, SlotRounds
+from transforms.mechanisms.ldp.stream import Holders, LocalParams, Reports
 from transforms.mechanisms.noise import Randomness, secure_randomness
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, GRID_BITS_RANGE, SquareWave
 
@@ -445,19 +448,11 @@ class MeanEstimation:
     params_type = MeanParams
     params: MeanParams
     estimates = Estimate.MEAN
-    asks_on_schedule = False  # no device runs HM yet: recorded client reports cannot be replayed
 
     def __init__(self, params: MeanParams):
         super().__init__(params)
         self.last_clipped = 0  # values clipped at the last slot (raw data: not private, evaluation only)
         self._true_mean = math.nan
-
-    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False) -> SlotRounds:
-        """The slot with simulated users; client devices are refused (the device module has no HM yet)."""
-        if clients:
-            raise ValueError(f"{self.name}: client devices report frequencies only; mean estimation runs with "
-                             "simulated users")
-        return super().start_slot(batch, rng)
 
     def counted(self, batch: SlotBatch) -> SlotBatch:
         """Each value as its grid index (NaN: NO_VALUE), after clipping to ``[low, top]``."""

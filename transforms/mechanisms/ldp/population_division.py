@@ -9,6 +9,12 @@ Samples are exactly uniform among the available users (``choose``).
 
 * **LPU**: users are split once into ``w`` groups of (nearly) equal size, in
   a uniformly random order as they register; group ``(t-1) mod w`` reports.
+  With ``grouping="public"`` a user's group is instead the public hash
+  :func:`~transforms.mechanisms.ldp.client.public_group` of their id, which a
+  device computes itself: who reports when is then public, so recorded reports
+  can be replayed (groups are balanced in expectation, not exactly: a
+  deviation from the paper's equal split, chosen for devices that report on
+  schedule without a request).
 * **LPD** (Algorithm 2): ``n1 = floor(βn/w)`` available users estimate the
   dissimilarity; a publication takes half of what the last ``w-1``
   publications left of ``P = floor((1-β)n)`` users, when ``dis > V(ε, n_pp)``
@@ -29,23 +35,42 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
+from dataclasses import dataclass
 
 import numpy as np
 
 from transforms.mechanisms.base import ReleaseKind
 from transforms.mechanisms.charges import DISSIMILARITY
-from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_subset
+from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_split
 from transforms.mechanisms.ldp.stream import (Answer, Holders, HomogeneousLocalMechanism, LocalDecision, LocalParams,
                                               Reports, Rounds)
 from transforms.mechanisms.noise import Randomness
+
+
+GROUPINGS = ("random", "public")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LPUParams(LocalParams):
+    """LPU's parameters: ``grouping`` is ``"random"`` (the paper: drawn at registration) or ``"public"``
+    (the hash of each user's id, known to their device; assigned with :meth:`LPU.assign_groups`)."""
+
+    grouping: str = "random"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
 
 
 class LPU(HomogeneousLocalMechanism):
     """LDP Population Uniform (§5.5): group ``(t-1) mod w`` of ``w`` disjoint groups reports with ``ε``."""
 
     name = "lpu"
+    params_type = LPUParams
+    params: LPUParams
 
-    def __init__(self, params: LocalParams):
+    def __init__(self, params: LPUParams):
         super().__init__(params)
         self.group_of_user = np.full(0, -1, np.int64)
         self.grouped = 0  # users given a group so far: the next ones continue the round
@@ -56,12 +81,32 @@ class LPU(HomogeneousLocalMechanism):
         users = holders.users[self.group_of_user[holders.users] == group]
         return (yield from self.publication_round(users, self.params.epsilon_units))
 
-    def _group_new_users(self, capacity: int, rng: Randomness) -> None:
-        """Give every newly registered user the next group of the round, the newcomers in a random order."""
+    @property
+    def asks_on_schedule(self) -> bool:  # type: ignore[override]
+        """With public groups who reports when follows from the users' ids alone."""
+        return getattr(self.params, "grouping", "random") == "public"  # lpu-mean's parameters have no grouping
+
+    def assign_groups(self, users, groups) -> None:
+        """Give user indices ``users`` the public ``groups`` (``grouping="public"``), before their first slot."""
+        if not self.asks_on_schedule:
+            raise ValueError("groups are assigned only with grouping='public'; random groups are drawn here")
+        users, groups = np.asarray(users, np.int64), np.asarray(groups, np.int64)
+        if users.shape != groups.shape or (groups.size and (groups.min() < 0 or groups.max() >= self.params.window)):
+            raise ValueError(f"one group in [0, {self.params.window}) per user is needed")
+        self._grow(int(users.max()) + 1 if users.size else 0)
+        self.group_of_user[users] = groups
+
+    def _grow(self, capacity: int) -> None:
         if self.group_of_user.size < capacity:
             self.group_of_user = np.concatenate([self.group_of_user,
                                                  np.full(capacity - self.group_of_user.size, -1, np.int64)])
-        new = np.flatnonzero((self.population.cohort_of[:capacity] != -1) & (self.group_of_user == -1))
+
+    def _group_new_users(self, capacity: int, rng: Randomness) -> None:
+        """Give every newly registered user the next group of the round, the newcomers in a random order."""
+        self._grow(capacity)
+        new = np.flatnonzero((self.population.cohort_of[:capacity] != -1) & (self.group_of_user[:capacity] == -1))
+        if new.size and self.asks_on_schedule:
+            raise ValueError(f"{new.size} registered users have no public group (LPU.assign_groups from their ids)")
         if new.size:
             order = uniform_permutation(new.size, rng)
             self.group_of_user[new[order]] = (self.grouped + np.arange(new.size)) % self.params.window
@@ -90,17 +135,15 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         last = self.last_report[:holders.capacity]
         recycled = self.slot - self.params.window  # reported at this slot or before: back in the pool
         free = last <= recycled if recycled >= 0 else last == 0
-        holder = np.zeros(holders.capacity, bool)
-        holder[holders.users] = True
-        return np.flatnonzero(free & holder)
+        if holders.users.size == holders.capacity:  # every index holds a value (users ascending: all of them)
+            return np.flatnonzero(free)
+        return holders.users[free[holders.users]]
 
     def sample(self, pool: np.ndarray, count: int, rng: Randomness) -> tuple[np.ndarray, np.ndarray]:
         """``count`` users drawn uniformly from ``pool`` (all of it if smaller), and the rest of the pool."""
-        chosen = uniform_subset(pool, count, rng)
+        chosen, rest = uniform_split(pool, count, rng)  # the pool is ascending: so are both parts
         self.last_report[chosen] = self.slot
-        rest = np.ones(pool.size, bool)
-        rest[np.searchsorted(pool, chosen)] = False
-        return chosen, pool[rest]
+        return chosen, rest
 
     def dissimilarity_round(self, holders: Holders, rng: Randomness, users: int | None = None
                             ) -> Generator[Reports, Answer, tuple]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_subset
+from transforms.mechanisms.ldp.choose import uniform_permutation, uniform_split, uniform_subset
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 FALSE_FAILURE = 1e-6
@@ -66,3 +66,12 @@ def test_edges_and_bad_input():
     assert sorted(uniform_permutation(1000, rng).tolist()) == list(range(1000))
     with pytest.raises(ValueError, match="k must be"):
         uniform_subset(np.arange(3), -1, rng)
+
+
+@pytest.mark.parametrize("k", [0, 3, 6, 7, 12, 20])
+def test_a_split_is_the_subset_and_its_complement_in_the_candidates_order(k):
+    candidates = np.array([2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377])
+    chosen, rest = uniform_split(candidates, k, insecure_seeded_randomness(k))
+    assert chosen.tolist() == uniform_subset(candidates, k, insecure_seeded_randomness(k)).tolist()
+    assert sorted(chosen.tolist() + rest.tolist()) == candidates.tolist() and chosen.size == min(k, 12)
+    assert (np.diff(chosen) > 0).all() and (np.diff(rest) > 0).all()  # ascending, with no sort

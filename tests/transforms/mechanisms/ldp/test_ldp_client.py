@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import wevent_client
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, TrustModel, make_mechanism
 from transforms.mechanisms.domain import NO_VALUE
-from transforms.mechanisms.ldp.client import ReportRejected, RoundRequest, answer_round, client_slot, compact_report
+from transforms.mechanisms.ldp.client import (ReportRejected, RoundRequest, answer_round, assign_public_groups,
+                                              client_slot, compact_report, public_group)
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 METHODS = ["lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa", "plbu", "lp-dsatw", "lb-dsatw", "lp-rescuedp", "lb-rescuedp"]
@@ -30,12 +33,13 @@ def fleet(users: int, window: int, budget: str, seed: int):
     return ids, devices, value_of
 
 
-def run(method: str, users=300, slots=30, window=5, budget="1", drop=0.0, seed=3):
+def run(method: str, users=300, slots=30, window=5, budget="1", drop=0.0, seed=3, **extra):
     """Run ``method`` with devices answering (a share ``drop`` never answers); the ledger checks every window."""
     ids, devices, value_of = fleet(users, window, budget, seed)
     index_of = {user: i for i, user in enumerate(ids)}
     params = {"bins": 2} if method == "plbu" else {"bins": 2, "epsilon": float(budget), "window": window}
-    mechanism = make_mechanism(method, **params)
+    mechanism = make_mechanism(method, **params, **extra)
+    assign_public_groups(mechanism, ids)
     ledger = PrivacyLedger(window)
     rng, lost = insecure_seeded_randomness(seed), np.random.default_rng(seed + 2)
     refusals, releases, truth = [], [], []
@@ -127,3 +131,32 @@ def test_client_slots_refuse_values():
     batch = SlotBatch.of(range(2), [0, 1], FixedRequirements.of([2, 2], [1.0, 1.0]))
     with pytest.raises(ValueError, match="no values"):
         mechanism.start_slot(batch, insecure_seeded_randomness(1), clients=True)
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(1, 500))
+def test_the_device_and_the_collector_compute_the_same_public_group(user, window):
+    assert wevent_client.public_group(user, window) == public_group(user, window)
+
+
+def test_lpu_with_public_groups_asks_each_device_at_its_own_turn():
+    """Every report comes from the user whose public group's turn it is, once every w slots; nothing overspends."""
+    window, users = 5, 300
+    releases, ledger, refusals, _ = run("lpu", users=users, window=window, grouping="public")
+    assert refusals == [] and ledger.ok and 0 < ledger.max_usage_ratio <= 1
+    ids = fleet(users, window, "1", 3)[0]
+    groups = np.array([public_group(user, window) for user in ids])
+    for release in releases:
+        reporters = np.flatnonzero(release.charges.units)
+        assert reporters.size and set(groups[reporters]) == {(release.slot - 1) % window}
+    assert np.bincount(groups, minlength=window).min() > 0.5 * users / window  # balanced in expectation
+
+
+def test_public_groups_must_be_assigned_before_a_user_reports():
+    mechanism = make_mechanism("lpu", bins=2, epsilon=1.0, window=3, grouping="public")
+    batch = SlotBatch.of(range(4), np.full(4, NO_VALUE), FixedRequirements.of(np.full(4, 3), np.full(4, 1.0)))
+    with pytest.raises(ValueError, match="no public group"):
+        mechanism.start_slot(batch, insecure_seeded_randomness(1), clients=True)
+    with pytest.raises(ValueError, match="only with grouping='public'"):
+        make_mechanism("lpu", bins=2, epsilon=1.0, window=3).assign_groups([0], [1])
+    with pytest.raises(ValueError, match="grouping must be one of"):
+        make_mechanism("lpu", bins=2, epsilon=1.0, window=3, grouping="hashed")

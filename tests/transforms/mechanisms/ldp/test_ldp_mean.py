@@ -7,18 +7,22 @@ Eq. (10) is rejected by the same test).
 from __future__ import annotations
 
 import math
+import random
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy import stats
 
+import wevent_client
+
 from mechanism_helpers import run_with_ledger
 from streams import StreamSpec
 from tests.transforms.mechanisms.ldp.ldp_grid import exp_taylor
-from transforms.mechanisms import (MECHANISMS, Estimate, FixedRequirements, ReleaseKind, SlotBatch, TrustModel,
-                                   make_mechanism)
+from transforms.mechanisms import (MECHANISMS, Estimate, FixedRequirements, PrivacyLedger, ReleaseKind, SlotBatch,
+                                   TrustModel, make_mechanism)
 from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.ldp.client import RoundRequest, answer_round, client_slot, compact_report
 from transforms.mechanisms.certified import log_ratio_units
 from transforms.mechanisms.ldp.mean import (MEAN_METHODS, MIX_DENOMINATOR, HybridMechanism, MeanParams,
                                             hm_variance)
@@ -329,12 +333,122 @@ def test_empty_slots_declarations_only_and_carried_values():
         assert releases[3].values[0] == releases[2].values[0] or carry_forward
 
 
-def test_client_devices_are_refused_in_one_line():
-    mechanism = make_mechanism("lbu-mean", epsilon=1.0, window=2, low=0.0, high=1.0)
-    assert not mechanism.asks_on_schedule  # the client replay refuses it before it starts
-    with pytest.raises(ValueError, match="simulated users"):
-        mechanism.start_slot(SlotBatch.of([0], [np.nan], FixedRequirements.of([2], [1.0])),
-                             insecure_seeded_randomness(0), clients=True)
+EVALUATED_EPSILONS = ["0.1", "0.5", "0.61", "0.62", "1", "2", "3", "4", "8", "20"]
+
+
+@pytest.mark.parametrize("epsilon", EVALUATED_EPSILONS)
+@pytest.mark.parametrize("grid_bits", [8, 16, 24])
+def test_the_device_computes_the_collectors_integers(epsilon, grid_bits):
+    """G, A, B, P, Q and the realised epsilon of the device's HM are the collector's, integer for integer."""
+    hm, device = HybridMechanism(to_units(epsilon), grid_bits), wevent_client.HybridMechanism(to_units(epsilon),
+                                                                                             grid_bits)
+    pm = hm.piecewise
+    assert (device.sr_gain, device.mix, device.realised_units, device.oracle) == (hm.sr_gain, hm.mix,
+                                                                                hm.realised_units, hm.kind)
+    assert (device.half_band, device.keep, device.other) == ((pm.half_band, pm.keep, pm.other) if pm else (0, 0, 0))
+
+
+@pytest.mark.parametrize("epsilon", ["0.5", "1", "4"])
+def test_the_device_maps_draws_to_reports_as_the_collector_does(epsilon):
+    """Fed the same uniform draws, the device's report is the collector's: its law is the certified one."""
+    hm = HybridMechanism(to_units(epsilon))
+    device = wevent_client.HybridMechanism(to_units(epsilon))
+    gen = np.random.default_rng(7)
+    indices = gen.integers(0, hm.steps + 1, 3000)
+    branch_draws = gen.integers(0, 2**32, 3000, dtype=np.uint64)
+    draws = gen.integers(0, 2**64, 3000, dtype=np.uint64)
+    uses_pm = (branch_draws < hm.mix) if hm.mix else np.zeros(3000, bool)
+    assert 0 < uses_pm.sum() < 3000 or not hm.mix
+    for i, b, u, pm in zip(indices, branch_draws, draws, uses_pm):
+        script = iter([int(b), int(u)] if hm.mix else [int(u)])
+        report = device.perturb(float(i) / hm.steps, 0.0, 1.0, randbits=lambda k: next(script))
+        if pm:
+            cell = hm.piecewise.cells_from_draws(np.array([i]), np.array([u], np.uint64))[0]
+            assert report == [1, 2 * int(cell) + 1 - hm.steps]
+        else:
+            assert report == [0, 1 if int(u) < 2**63 + hm.sr_gain * (int(i) - hm.steps // 2) else -1]
+
+
+def _devices(users: int, window: int, budget: str, truth, seed: int):
+    ids = [f"phone-{i:04d}" for i in range(users)]
+    secret = random.Random(seed)
+    return ids, {ids[u]: wevent_client.WEventClient(ids[u], window, budget, lambda slot, u=u: truth(u, slot),
+                                                    randbits=secret.getrandbits) for u in range(users)}
+
+
+@pytest.mark.parametrize("name", ["lbu-mean", "lsp-mean", "lbd-mean", "lpd-mean", "lpa-mean"])
+def test_client_devices_report_means_within_their_budgets(name):
+    """Devices answer every mean request, the collector's ledger finds no overspend, releases are labelled
+    local_client, and fresh estimates track the devices' mean.
+
+    A fresh estimate's error is the randomizers' (variance at most the release's predicted error V, the
+    worst-case Var*; a sum of at least 100 bounded independent reports, so beyond 6 sd with probability about
+    2e-9) plus the reporters' sample (values in [0, 11], sd at most 3: beyond 6·3/sqrt(100) = 1.8 with about
+    2e-9); over at most 40 fresh releases a false failure has probability below 1e-7."""
+    users, window, budget = 1200, 4, "4"
+    base = np.random.default_rng(3).uniform(0, 10, users)
+
+    def truth(u, slot):
+        return float(base[u] + math.sin(slot))
+
+    ids, devices = _devices(users, window, budget, truth, seed=4)
+    index_of = {user: i for i, user in enumerate(ids)}
+    mechanism = make_mechanism(name, epsilon=4.0, window=window, low=0.0, high=12.0)
+    ledger, rng, refusals = PrivacyLedger(window), insecure_seeded_randomness(5), []
+
+    def exchange(round_request, requests):
+        reports = []
+        for request in requests:
+            try:
+                reports.append(devices[request["user"]].respond(request))
+            except wevent_client.RequestRefused as refused:
+                refusals.append(refused.code)
+        return reports
+
+    registrations = FixedRequirements.of(np.full(users, window), np.full(users, 4.0))
+    fresh = 0
+    for t in range(1, 9):
+        batch = SlotBatch.of(range(users), np.full(users, np.nan), registrations if t == 1 else None)
+        release, rejected = client_slot(mechanism, batch, rng, "s", t, ids, index_of, exchange)
+        assert rejected == [] and release.trust is TrustModel.LOCAL_CLIENT
+        ledger.record(release.slot, release.charges)
+        if release.kind is ReleaseKind.FRESH:
+            fresh += 1
+            error = abs(release.estimate[0] - np.mean([truth(u, t) for u in range(users)]))
+            assert error < 6 * math.sqrt(release.predicted_error) + 1.8
+    ledger.close()
+    assert refusals == [] and ledger.ok and 0 < ledger.max_usage_ratio <= 1 and fresh
+
+
+def test_mean_reports_outside_the_domain_are_rejected_with_their_reason():
+    mechanism = make_mechanism("lbu-mean", epsilon=4.0, window=1, low=0.0, high=1.0)
+    rounds = mechanism.start_slot(SlotBatch.of([0, 1, 2, 3], np.full(4, np.nan),
+                                                FixedRequirements.of(np.full(4, 1), np.full(4, 4.0))),
+                                  insecure_seeded_randomness(0), clients=True)
+    request = RoundRequest("s", 1, 0, mechanism.name, rounds.request)
+    records = request.records(["a", "b", "c", "d"])
+    assert {records[0][k] for k in ("low", "high", "grid_bits", "oracle")} >= {0.0, 1.0, 16, "hm"}
+    good = wevent_client.WEventClient("a", 1, "4", lambda slot: 0.5).respond(records[0])
+    steps = 1 << 16
+    bad = [dict(good, user="b", report=[0, 3]), dict(good, user="c", report=[1, steps + 2 * steps]),
+           dict(good, user="d", report=[2, 1])]
+    rejected = answer_round(rounds, request, [compact_report(r) for r in [good] + bad], {u: i for i, u in
+                                                                                          enumerate("abcd")})
+    assert [reason for _, reason in rejected] == [
+        "report outside the domain: stochastic rounding sends -1 or 1",
+        "report outside the domain: no Piecewise Mechanism cell",
+        "report outside the domain: a mean report is [branch, value] with branch 0 or 1"]
+    assert rounds.release.kind is ReleaseKind.FRESH and list(rounds.release.charges.users) == [0, 1, 2, 3]
+
+
+def test_a_device_refuses_a_malformed_mean_request():
+    device = wevent_client.WEventClient("a", 2, "1", lambda slot: 0.5)
+    request = {"stream": "s", "user": "a", "slot": 1, "method": "lbu-mean/m2", "epsilon": "0.5", "domain_size": 1,
+               "oracle": "sr", "low": 0.0, "high": 1.0}
+    for change, reason in [({"low": 2.0}, "low < high"), ({"oracle": "hm"}, "is 'sr'"), ({"domain_size": 3}, "size 1")]:
+        with pytest.raises(wevent_client.RequestRefused, match=reason):
+            device.respond({**request, **change})
+    assert device.respond(request)["report"][0] == 0
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -151,7 +151,7 @@ class ToplParams:
         _positive_int("window (w)", self.window)
         if to_units(self.epsilon) // self.window < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over window={self.window}")
-        self.piecewise  # validates
+        _ = self.piecewise  # builds PM: refuses a budget below its resolution
 
     @cached_property
     def piecewise(self) -> PiecewiseMechanism:

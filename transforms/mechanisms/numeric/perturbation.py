@@ -102,14 +102,6 @@ class ClientState(NamedTuple):
     deviations: np.ndarray  # (users, cells) float64, exact dyadic rationals
     age: np.ndarray         # (users,) int64
 
-    @property
-    def users(self) -> int:
-        return self.age.size
-
-    def take(self, rows) -> ClientState:
-        """The state of some users (rows), copied."""
-        return ClientState(self.deviations[rows].copy(), self.age[rows].copy())
-
     def accumulated(self) -> np.ndarray:
         """``D`` per user: the sum of the remembered deviations (exact, so the order does not matter)."""
         return self.deviations.sum(axis=1)
@@ -246,7 +238,7 @@ class PerturbationParams:
             raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {self.bound_mode!r}")
         if self.report_units < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over {self.divisor} reports")
-        self.client  # builds the square wave and CAPP's bounds: refuses what they refuse
+        _ = self.client  # builds the square wave and CAPP's bounds: refuses what they refuse
 
     @cached_property
     def epsilon_units(self) -> int:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
+from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
 from transforms.mechanisms.numeric.perturbation import (BOUND_MODES, Client, capp_bounds, snapped_delta,
                                                         worst_window_units)
@@ -185,11 +185,4 @@ def pp_sampling(params: SamplingParams, queries, rng: Randomness | None = None) 
     charges, first = np.broadcast_to(charges, x.shape).copy(), np.broadcast_to(first, x.shape).copy()
     private = bool(worst_window_units(charges[:1], first[:1], params.window)[0] <= params.epsilon_units)
     return Sampled(reports, reports[:, segment_of], charges, first, length // samples, private)
-
-
-def per_sample_epsilon(params: SamplingParams, length: int) -> float:
-    """The nominal budget of one sample for a ``length``-slot query (for reports and docs)."""
-    samples = params.samples_for(length)
-    divisor = sample_divisor(length, samples, params.window, params.accounting, params.sample_memory)
-    return (params.epsilon_units // divisor) / UNITS_PER_EPSILON
 

@@ -42,7 +42,7 @@ import numpy as np
 from transforms.mechanisms.base import Release, ReleaseKind
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION, GroupCharges
-from transforms.mechanisms.domain import NO_VALUE, Estimate, Interval, TrustModel
+from transforms.mechanisms.domain import NO_VALUE, Estimate, Interval
 from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
 from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval
 from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism, LocalParams, SlotRounds

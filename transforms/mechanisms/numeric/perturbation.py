@@ -95,25 +95,23 @@ def capp_bounds(delta: float, bound_mode: str = "ref") -> tuple[float, float, fl
 class ClientState(NamedTuple):
     """Every user's client state, one row per user (plain arrays: a Beam state cell holds one row).
 
-    ``deviations[u]``: the remembered deviations, a ring of ``h`` cells (cell ``age % h`` is the oldest) or,
-    for unbounded memory, one cell holding their running sum; ``age[u]``: slots since the last reset.
+    ``deviations[u]``: the remembered deviations, a ring of ``h`` cells (cell ``age % h`` is the oldest; no
+    cells for SW-direct or unbounded memory); ``accumulated[u]``: ``D``, their sum (every deviation since the
+    last reset for unbounded memory), kept exactly; ``age[u]``: the user's slots so far.
     """
 
-    deviations: np.ndarray  # (users, cells) float64, exact dyadic rationals
-    age: np.ndarray         # (users,) int64
-
-    def accumulated(self) -> np.ndarray:
-        """``D`` per user: the sum of the remembered deviations (exact, so the order does not matter)."""
-        return self.deviations.sum(axis=1)
+    deviations: np.ndarray   # (users, h) float64, exact dyadic rationals
+    accumulated: np.ndarray  # (users,) float64, exact
+    age: np.ndarray          # (users,) int64
 
 
 @dataclass(frozen=True)
 class Client:
     """One client algorithm at one per-report budget, resolved: what every user runs at each of their slots.
 
-    ``memory`` is the number of deviation cells (0 SW-direct, 1 IPP, ``h`` APP/CAPP), ``accumulate`` keeps one
-    cell summing every deviation (the paper's unbounded memory), ``reset`` restarts the state every so many
-    steps, ``bounds`` are CAPP's ``(l, u, l_in, u_in)`` (``(0, 1, 0, 1)`` otherwise).
+    ``memory`` is the ring of remembered deviations (0 SW-direct, 1 IPP, ``h`` APP/CAPP), ``accumulate``
+    remembers every deviation instead (the paper's unbounded memory; no ring), ``reset`` restarts the state
+    every so many steps, ``bounds`` are CAPP's ``(l, u, l_in, u_in)`` (``(0, 1, 0, 1)`` otherwise).
     """
 
     sw: SquareWave
@@ -123,8 +121,8 @@ class Client:
     bounds: tuple[float, float, float, float] = (0.0, 1.0, 0.0, 1.0)
 
     def __post_init__(self):
-        if self.memory < 0 or (self.accumulate and self.memory != 1):
-            raise ValueError("memory must be >= 0 cells (one accumulating cell for unbounded memory)")
+        if self.memory < 0 or (self.accumulate and self.memory):
+            raise ValueError("memory must be >= 0 cells (none for unbounded memory, which accumulates)")
         if self.reset is not None and self.reset < 1:
             raise ValueError(f"reset must be a positive number of slots, got {self.reset!r}")
 
@@ -134,31 +132,43 @@ class Client:
         return self.sw.realised_units
 
     def initial_state(self, users: int) -> ClientState:
-        return ClientState(np.zeros((users, self.memory)), np.zeros(users, np.int64))
+        return ClientState(np.zeros((users, self.memory)), np.zeros(users), np.zeros(users, np.int64))
 
     def on_grid(self, values) -> np.ndarray:
         """Values in ``[0, 1]`` rounded to the square wave's grid (refused outside, or when not finite)."""
         return self.sw.grid_index(values) / float(self.sw.steps)
 
-    def step(self, state: ClientState, values, rng: Randomness) -> tuple[np.ndarray, ClientState]:
+    def step(self, state: ClientState, values, rng: Randomness, in_place: bool = False
+             ) -> tuple[np.ndarray, ClientState]:
         """Every user of ``state`` reports one value (``values[u]`` in ``[0, 1]``); returns the reports and the
-        new state (the old one is not changed).  One 64-bit draw per user, in user order."""
+        new state (``in_place``: ``state``'s arrays updated, else copies).  One 64-bit draw per user, in order.
+
+        ``x^I = x + D``; CAPP maps it by ``(x^I - l_in)/(u_in - l_in)`` and its report by ``l + (u - l)·v``
+        (for the others both maps are the identity, exactly); the square wave clips its input to ``[0, 1]``.
+        """
         x = self.on_grid(values)
         if x.shape != state.age.shape:
             raise ValueError(f"one value per user: {state.age.size} users, values of shape {x.shape}")
-        deviations = state.deviations.copy()
-        if self.reset is not None:
-            deviations[state.age % self.reset == 0] = 0.0
+        deviations, accumulated, age = state if in_place else (array.copy() for array in state)
+        remembers = self.accumulate or self.memory > 0
+        if self.reset is not None and remembers:
+            restart = age % self.reset == 0
+            deviations[restart] = 0.0
+            accumulated[restart] = 0.0
         low, high, low_in, high_in = self.bounds
-        shifted = x + deviations.sum(axis=1) if self.memory else x
-        z = np.clip((shifted - low_in) / (high_in - low_in), 0.0, 1.0)
-        reports = low + (high - low) * self.sw.perturb(z, rng, clip=True)
-        if self.memory:
-            if self.accumulate:
-                deviations[:, 0] += x - reports
-            else:
-                deviations[np.arange(x.size), state.age % self.memory] = x - reports
-        return reports, ClientState(deviations, state.age + 1)
+        shifted = x + accumulated if remembers else x
+        scaled = (low, high, low_in, high_in) != (0.0, 1.0, 0.0, 1.0)
+        v = self.sw.perturb((shifted - low_in) / (high_in - low_in) if scaled else shifted, rng, clip=True)
+        reports = low + (high - low) * v if scaled else v
+        if self.accumulate:
+            accumulated += x - reports
+        elif self.memory:
+            rows, oldest = np.arange(x.size), age % self.memory
+            deviation = x - reports
+            accumulated += deviation - deviations[rows, oldest]  # exact: every term is a dyadic rational
+            deviations[rows, oldest] = deviation
+        age += 1
+        return reports, ClientState(deviations, accumulated, age)
 
     def run(self, values, rng: Randomness, state: ClientState | None = None) -> tuple[np.ndarray, ClientState]:
         """Reports for a block of streams ``values`` (users × slots), from ``state`` (fresh by default)."""
@@ -249,7 +259,7 @@ class PerturbationParams:
         """Deviation cells a client keeps."""
         if self.method in ("sw", "ipp"):
             return {"sw": 0, "ipp": 1}[self.method]
-        return 1 if self.unbounded else (self.window if self.memory is None else self.memory)
+        return 0 if self.unbounded else (self.window if self.memory is None else self.memory)
 
     @property
     def effective_memory(self) -> int | None:

@@ -143,7 +143,7 @@ class SamplingParams:
         bounds = (0.0, 1.0, 0.0, 1.0)
         if self.base == "capp":
             bounds = capp_bounds(snapped_delta(units, self.grid_bits, self.delta), self.bound_mode)
-        return Client(sw, 1 if memory is None else memory, memory is None, None, bounds)
+        return Client(sw, 0 if memory is None else memory, memory is None, None, bounds)
 
 
 class Sampled(NamedTuple):

@@ -180,6 +180,19 @@ class NumericStream(HomogeneousLocalMechanism):
             else math.nan
         return holders
 
+    def step_clients(self, users: np.ndarray, x: np.ndarray, rng: Randomness) -> np.ndarray:
+        """``self.client``'s step for ``users`` (ascending) on their state rows, written back; the reports."""
+        columns = [self.user_state[name] for name in ClientState._fields]
+        if users.size == columns[-1].size:  # every user index: the rows themselves, updated in place
+            state = ClientState(*columns)
+        else:
+            state = ClientState(*(column[users] for column in columns))
+        reports, state = self.client.step(state, x, rng, in_place=True)
+        if users.size != columns[-1].size:
+            for column, rows in zip(columns, state):
+                column[users] = rows
+        return reports
+
     def _grow(self, capacity: int) -> None:
         have = next(iter(self.user_state.values())).shape[0] if self.user_state else capacity
         if capacity > have:
@@ -234,7 +247,7 @@ class ClientStream(NumericStream):
     """SW-direct / IPP / APP / CAPP: every holder reports every slot through their client (strict budget)."""
 
     method: ClassVar[str]
-    state_columns = ("deviations", "age")
+    state_columns = ClientState._fields
 
     @cached_property
     def client(self) -> Client:
@@ -249,17 +262,14 @@ class ClientStream(NumericStream):
         return tuple(self.client.initial_state(users))
 
     def run_users(self, users, x, rng):
-        state = ClientState(self.user_state["deviations"][users], self.user_state["age"][users])
-        reports, state = self.client.step(state, x, rng)
-        self.user_state["deviations"][users], self.user_state["age"][users] = state
-        return users, reports, [(PUBLICATION, self.client.sw, np.ones(users.size, bool))]
+        return users, self.step_clients(users, x, rng), [(PUBLICATION, self.client.sw, np.ones(users.size, bool))]
 
 
 class SampledStream(NumericStream):
     """PP-S / APP-S / CAPP-S / Sampling on a stream: each user's mean over a segment, reported at its end."""
 
     base: ClassVar[str]
-    state_columns = ("deviations", "age", "segment_sum", "segment_count")
+    state_columns = (*ClientState._fields, "segment_sum", "segment_count")
 
     @cached_property
     def segment(self) -> int:
@@ -304,9 +314,7 @@ class SampledStream(NumericStream):
             return np.zeros(0, np.int64), np.zeros(0), []
         reporters = np.flatnonzero((cells["segment_count"] > 0) & (self.population.cohort_of >= 0))
         means = cells["segment_sum"][reporters] / cells["segment_count"][reporters]
-        state = ClientState(cells["deviations"][reporters], cells["age"][reporters])
-        reports, state = self.client.step(state, np.clip(means, 0.0, 1.0), rng)
-        cells["deviations"][reporters], cells["age"][reporters] = state
+        reports = self.step_clients(reporters, np.clip(means, 0.0, 1.0), rng)
         cells["segment_sum"][:], cells["segment_count"][:] = 0.0, 0
         return reporters, reports, [(PUBLICATION, self.client.sw, np.ones(reporters.size, bool))]
 

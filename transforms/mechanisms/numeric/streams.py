@@ -107,6 +107,10 @@ def _worst_variance(wave: SquareWave) -> float:
     return float(moments_at_one(wave.b, wave.p, wave.q)[1])
 
 
+METHOD_OPTIONS = {"memory": None, "reset": None, "bound_mode": "ref", "delta": None, "segment": None}
+"""The options of :class:`NumericParams` that only some methods take, with their defaults."""
+
+
 class NumericStream(HomogeneousLocalMechanism):
     """Base of the registered numeric streams: holders' grid values in, each user's algorithm, reports out."""
 
@@ -115,8 +119,14 @@ class NumericStream(HomogeneousLocalMechanism):
     estimates = Estimate.MEAN
     asks_on_schedule = False
     state_columns: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[frozenset[str]] = frozenset()
+    """The method options (of :data:`METHOD_OPTIONS`) this method takes; the others must keep their defaults."""
 
     def __init__(self, params: NumericParams):
+        given = sorted(name for name, default in METHOD_OPTIONS.items()
+                       if name not in self.options and getattr(params, name) != default)
+        if given:
+            raise ValueError(f"{self.name} does not take {', '.join(given)}")
         super().__init__(params)
         self.last_clipped = 0  # values clipped at the last slot (raw data: not private, evaluation only)
         self._true_mean = math.nan
@@ -248,6 +258,7 @@ class ClientStream(NumericStream):
 
     method: ClassVar[str]
     state_columns = ClientState._fields
+    options = frozenset({"memory", "reset", "bound_mode", "delta"})
 
     @cached_property
     def client(self) -> Client:
@@ -270,6 +281,7 @@ class SampledStream(NumericStream):
 
     base: ClassVar[str]
     state_columns = (*ClientState._fields, "segment_sum", "segment_count")
+    options = frozenset({"memory", "reset", "bound_mode", "delta", "segment"})
 
     @cached_property
     def segment(self) -> int:

@@ -11,9 +11,10 @@ from mechanism_helpers import run_with_ledger
 from streams import StreamSpec
 from transforms.mechanisms import (MECHANISMS, Estimate, FixedRequirements, ReleaseKind, SlotBatch, TrustModel,
                                    make_mechanism)
+from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.numeric.baselines import AbsorptionParams, ba_sw
-from transforms.mechanisms.numeric.perturbation import PerturbationParams, perturb_streams
+from transforms.mechanisms.numeric.perturbation import PerturbationParams, perturb_streams, worst_window_units
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 
 NAMES = ["sw-direct", "ipp", "app", "capp", "pp-s", "app-s", "capp-s", "sampling", "ba-sw", "topl"]
@@ -109,8 +110,11 @@ def test_state_saved_by_bytes_continues_identically():
     ("capp", dict(low=1.0, high=1.0), "LOW below HIGH"),
     ("app", dict(low=None), "low and high"),
     ("app", dict(bins=4), "one bin"),
-    ("app", dict(segment=0), "segment"),
+    ("app-s", dict(segment=0), "segment"),
     ("app", dict(out_of_range="wrap"), "out_of_range"),
+    ("app", dict(segment=3), "does not take segment"),
+    ("ba-sw", dict(memory=2, reset=4), "does not take memory, reset"),
+    ("topl", dict(bound_mode="paper_literal"), "does not take bound_mode"),
 ])
 def test_bad_configurations_fail_in_one_line(name, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -122,3 +126,28 @@ def test_client_devices_are_refused():
     with pytest.raises(ValueError, match="simulated users only"):
         mechanism.start_slot(SlotBatch.of([0], [np.nan], FixedRequirements.of([4], [1.0])),
                              insecure_seeded_randomness(0), clients=True)
+
+
+@pytest.mark.parametrize("name, memory_slots", [
+    ("sw-direct", lambda m: 0), ("ipp", lambda m: 1), ("app", lambda m: m.client.memory),
+    ("capp", lambda m: m.client.memory), ("pp-s", lambda m: m.segment), ("sampling", lambda m: 0),
+    ("app-s", lambda m: m.client.memory * m.segment), ("capp-s", lambda m: m.client.memory * m.segment),
+    ("ba-sw", lambda m: 0), ("topl", lambda m: 0)])
+def test_every_window_of_the_charges_covers_the_memory(name, memory_slots):
+    """The ledger checks w-slot sums of the charges; a report also depends on the values its memory carries
+    (``h`` slots back, or ``h`` segments of ``L`` slots).  With the strict budgets even the longer spans stay
+    within epsilon: the exact check of ``worst_window_units`` on the charges the releases carry."""
+    x = np.random.default_rng(3).random((6, 48))
+    window, epsilon = 6, 1.0
+    segment = 4 if name.endswith("-s") or name == "sampling" else None  # L = 4 does not divide w = 6
+    mechanism = make_mechanism(name, epsilon=epsilon, window=window, low=0.0, high=1.0, segment=segment)
+    releases, ledger = run_with_ledger(mechanism, dense_batches(x, 0.0, 1.0, window, epsilon), max_window=window)
+    charges = np.stack([r.charges.units for r in releases], axis=1)  # (users, slots)
+    segment = getattr(mechanism, "segment", 1)
+    slot = np.arange(x.shape[1])
+    first = np.where(charges > 0, slot - (segment - 1) - memory_slots(mechanism), slot)  # segment start - memory
+    worst = worst_window_units(charges, np.broadcast_to(np.maximum(first, 0), charges.shape), window)
+    assert ledger.ok and (charges > 0).any()
+    assert worst.max() <= to_units(epsilon)
+    # power: were every report to depend on every earlier value (trap T1), the same check fails
+    assert worst_window_units(charges, np.zeros_like(charges), window).max() > to_units(epsilon)

@@ -56,6 +56,8 @@ from transforms.mechanisms.numeric.square_wave import (DEFAULT_GRID_BITS, Square
 METHODS = ("sw", "ipp", "app", "capp")
 BUDGETS = ("strict", "paper")
 BOUND_MODES = ("ref", "consistent_shrink", "paper_literal")
+FIXED_MEMORY = {"sw": 0, "ipp": 1}
+"""The deviations SW-direct and IPP remember (APP and CAPP: a parameter)."""
 
 
 # ------------------------------------------------------------------ CAPP's clip parameter (spec §3.4)
@@ -227,7 +229,7 @@ class PerturbationParams:
             raise ValueError(f"budget must be one of {BUDGETS}, got {self.budget!r}")
         if self.reset is not None:
             _positive_int("reset", self.reset)
-        fixed = {"sw": 0, "ipp": 1}.get(self.method)
+        fixed = FIXED_MEMORY.get(self.method)
         if fixed is not None and (self.unbounded or self.memory not in (None, fixed)):
             raise ValueError(f"{self.method} remembers {fixed} deviation(s): memory and unbounded do not apply")
         if fixed is None and self.memory is not None:
@@ -257,8 +259,8 @@ class PerturbationParams:
     @property
     def memory_cells(self) -> int:
         """Deviation cells a client keeps."""
-        if self.method in ("sw", "ipp"):
-            return {"sw": 0, "ipp": 1}[self.method]
+        if self.method in FIXED_MEMORY:
+            return FIXED_MEMORY[self.method]
         return 0 if self.unbounded else (self.window if self.memory is None else self.memory)
 
     @property

@@ -44,7 +44,7 @@ from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION, GroupCharges
 from transforms.mechanisms.domain import NO_VALUE, Estimate, Interval
 from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
-from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval
+from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval, PiecewiseMechanism
 from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism, LocalParams, SlotRounds
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams, absorption_step,
@@ -130,8 +130,7 @@ class NumericStream(HomogeneousLocalMechanism):
         super().__init__(params)
         self.last_clipped = 0  # values clipped at the last slot (raw data: not private, evaluation only)
         self._true_mean = math.nan
-        self.user_state: dict[str, np.ndarray] = {name: self.initial_rows(0)[i]
-                                                   for i, name in enumerate(self.state_columns)}
+        self.user_state: dict[str, np.ndarray] = dict(zip(self.state_columns, self.initial_rows(0)))
 
     # -- what subclasses provide -------------------------------------------------------------------------------
     def initial_rows(self, users: int) -> tuple[np.ndarray, ...]:
@@ -228,7 +227,8 @@ class NumericStream(HomogeneousLocalMechanism):
                                  PUBLICATION: np.zeros(len(patterns), np.int64)}
         for column, (part, wave, _) in enumerate(reports):
             members = patterns[:, column]
-            statistics.append(LocalReport(f"{part}:sw", wave.keep, wave.other,
+            kind = "pm" if isinstance(wave, PiecewiseMechanism) else "sw"
+            statistics.append(LocalReport(f"{part}:{kind}", wave.keep, wave.other,
                                           np.where(members, CERTAIN, 0).astype(np.uint64)))
             parts[part] += np.where(members, wave.realised_units, 0)
         group_of.flags.writeable = False

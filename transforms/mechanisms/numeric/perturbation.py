@@ -291,11 +291,16 @@ class PerturbationParams:
 
     @cached_property
     def client(self) -> Client:
-        sw = SquareWave.create(self.report_units, self.grid_bits)
-        bounds = (0.0, 1.0, 0.0, 1.0)
-        if self.method == "capp":
-            bounds = capp_bounds(snapped_delta(self.report_units, self.grid_bits, self.delta), self.bound_mode)
-        return Client(sw, self.memory_cells, self.unbounded, self.reset, bounds)
+        return build_client(self.report_units, self.grid_bits, self.memory_cells, self.unbounded, self.reset,
+                            self.method == "capp", self.bound_mode, self.delta)
+
+
+def build_client(units: int, grid_bits: int, memory: int, accumulate: bool = False, reset: int | None = None,
+                 capp: bool = False, bound_mode: str = "ref", delta: float | None = None) -> Client:
+    """A client whose square wave spends ``units`` per report (CAPP's bounds when ``capp``; module doc)."""
+    sw = SquareWave.create(units, grid_bits)
+    bounds = capp_bounds(snapped_delta(units, grid_bits, delta), bound_mode) if capp else (0.0, 1.0, 0.0, 1.0)
+    return Client(sw, memory, accumulate, reset, bounds)
 
 
 def snapped_delta(report_units: int, grid_bits: int, delta: float | None = None) -> float:

@@ -34,9 +34,8 @@ import numpy as np
 
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
-from transforms.mechanisms.numeric.perturbation import (BOUND_MODES, Client, capp_bounds, snapped_delta,
-                                                        worst_window_units)
-from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one, sw_parameters
+from transforms.mechanisms.numeric.perturbation import BOUND_MODES, Client, build_client, worst_window_units
+from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, moments_at_one, sw_parameters
 
 BASES = ("none", "ipp", "app", "capp")
 ACCOUNTINGS = ("strict", "paper")
@@ -138,12 +137,9 @@ class SamplingParams:
         units = self.epsilon_units // divisor
         if units < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over {divisor} samples")
-        sw = SquareWave.create(units, self.grid_bits)
         memory = self.sample_memory
-        bounds = (0.0, 1.0, 0.0, 1.0)
-        if self.base == "capp":
-            bounds = capp_bounds(snapped_delta(units, self.grid_bits, self.delta), self.bound_mode)
-        return Client(sw, 0 if memory is None else memory, memory is None, None, bounds)
+        return build_client(units, self.grid_bits, memory or 0, memory is None, None, self.base == "capp",
+                            self.bound_mode, self.delta)
 
 
 class Sampled(NamedTuple):

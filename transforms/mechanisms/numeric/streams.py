@@ -49,8 +49,7 @@ from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism,
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams, absorption_step,
                                                      topl_step)
-from transforms.mechanisms.numeric.perturbation import (Client, ClientState, PerturbationParams, capp_bounds,
-                                                        snapped_delta)
+from transforms.mechanisms.numeric.perturbation import Client, ClientState, PerturbationParams, build_client
 from transforms.mechanisms.numeric.sampling import choose_samples, samples_per_window
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one
 from transforms.mechanisms.population import UNREGISTERED
@@ -307,10 +306,7 @@ class SampledStream(NumericStream):
         units = p.epsilon_units // (touched + memory)
         if units < 1:
             raise ValueError(f"epsilon={p.epsilon!r} is too small to split over {touched + memory} samples")
-        sw = SquareWave.create(units, p.grid_bits)
-        bounds = capp_bounds(snapped_delta(units, p.grid_bits, p.delta), p.bound_mode) if self.base == "capp" \
-            else (0.0, 1.0, 0.0, 1.0)
-        return Client(sw, memory, False, p.reset, bounds)
+        return build_client(units, p.grid_bits, memory, False, p.reset, self.base == "capp", p.bound_mode, p.delta)
 
     def largest_report_units(self) -> int:
         return self.client.sw.epsilon_units

@@ -43,8 +43,8 @@ class AbsorptionState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class AbsorptionParams:
-    """BA-SW with window budget ``epsilon`` per ``window`` slots."""
+class _WindowBudget:
+    """A window budget ``epsilon`` per ``window`` slots, split over :meth:`shares` reports of a window."""
 
     epsilon: float
     window: int
@@ -53,18 +53,37 @@ class AbsorptionParams:
     def __post_init__(self):
         to_units(self.epsilon, "epsilon")
         _positive_int("window (w)", self.window)
-        if self.share_units < 1:
-            raise ValueError(f"epsilon={self.epsilon!r} is too small to split over 2·window={2 * self.window}")
-        self.wave(1)
+        if self.epsilon_units // self.shares() < 1:
+            raise ValueError(f"epsilon={self.epsilon!r} is too small to split over {self.shares()} reports")
+        self.randomizer()  # builds it: refuses a budget below its resolution
 
     @cached_property
     def epsilon_units(self) -> int:
         return to_units(self.epsilon, "epsilon")
 
+    def shares(self) -> int:
+        """How many reports of one window share the budget."""
+        raise NotImplementedError
+
+    def randomizer(self):
+        """The randomizer of one share (built to validate the budget)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AbsorptionParams(_WindowBudget):
+    """BA-SW with window budget ``epsilon`` per ``window`` slots."""
+
+    def shares(self) -> int:
+        return 2 * self.window
+
+    def randomizer(self) -> SquareWave:
+        return self.wave(1)
+
     @property
     def share_units(self) -> int:
         """``e1 = ε/(2w)``, in budget units (rounded down)."""
-        return self.epsilon_units // (2 * self.window)
+        return self.epsilon_units // self.shares()
 
     def wave(self, shares: int) -> SquareWave:
         """The square wave at ``shares · e1``."""
@@ -139,23 +158,18 @@ def ba_sw(params: AbsorptionParams, values, rng: Randomness | None = None,
 
 
 @dataclass(frozen=True)
-class ToplParams:
+class ToplParams(_WindowBudget):
     """ToPL(PM): the Piecewise Mechanism at ``ε/w`` per slot."""
 
-    epsilon: float
-    window: int
-    grid_bits: int = DEFAULT_GRID_BITS
+    def shares(self) -> int:
+        return self.window
 
-    def __post_init__(self):
-        to_units(self.epsilon, "epsilon")
-        _positive_int("window (w)", self.window)
-        if to_units(self.epsilon) // self.window < 1:
-            raise ValueError(f"epsilon={self.epsilon!r} is too small to split over window={self.window}")
-        _ = self.piecewise  # builds PM: refuses a budget below its resolution
+    def randomizer(self) -> PiecewiseMechanism:
+        return self.piecewise
 
     @cached_property
     def piecewise(self) -> PiecewiseMechanism:
-        return PiecewiseMechanism.create(to_units(self.epsilon) // self.window, self.grid_bits)
+        return PiecewiseMechanism.create(self.epsilon_units // self.shares(), self.grid_bits)
 
 
 def topl_step(params: ToplParams, values, rng: Randomness) -> np.ndarray:

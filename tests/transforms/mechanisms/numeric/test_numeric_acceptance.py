@@ -23,7 +23,10 @@ from transforms.mechanisms.numeric.baselines import AbsorptionParams, ToplParams
 from transforms.mechanisms.numeric.perturbation import PerturbationParams, perturb_queries
 from transforms.mechanisms.numeric.server import cosine_distances, mse, sma, subsequence_means
 
-VOLUME = Path("/work/shared/data/uci_numeric_streams/volume.csv")
+_REPOSITORY = Path(__file__).resolve().parents[4]
+_DATA = [_REPOSITORY.parent / "shared" / "data" / "uci_numeric_streams",  # ../shared/data, as the other tests
+         Path("/work/shared/data/uci_numeric_streams")]  # where it is when the repository is a worktree
+VOLUME = next((folder for folder in _DATA if folder.exists()), _DATA[0]) / "volume.csv"
 WINDOW, REPEATS = 10, 400
 
 # epsilon: method -> ((REF MSE, spec MSE), (REF cosd, spec cosd)); BA-SW at the true w: the spec's only

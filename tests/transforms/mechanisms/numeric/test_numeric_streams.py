@@ -151,3 +151,16 @@ def test_every_window_of_the_charges_covers_the_memory(name, memory_slots):
     assert worst.max() <= to_units(epsilon)
     # power: were every report to depend on every earlier value (trap T1), the same check fails
     assert worst_window_units(charges, np.zeros_like(charges), window).max() > to_units(epsilon)
+
+
+@pytest.mark.parametrize("name", ["pp-s", "app-s", "capp-s", "sampling"])
+def test_sampled_streams_run_their_client_on_the_segment_means(name):
+    """Dense users, segments of 3 slots: each fresh release is the average of the client's reports of the users'
+    segment means (values on the grid, so the means are what the client sees), from the same seeded draws."""
+    x = np.rint(np.random.default_rng(6).random((20, 12)) * 65536) / 65536
+    mechanism = make_mechanism(name, epsilon=2.0, window=6, low=0.0, high=1.0, segment=3)
+    releases, ledger = run_with_ledger(mechanism, dense_batches(x, 0.0, 1.0, 6, 2.0), seed=8, max_window=6)
+    means = x.reshape(20, 4, 3).mean(axis=2)
+    reports, _ = mechanism.client.run(means, insecure_seeded_randomness(8))
+    fresh = [r.values[0] for r in releases if r.kind is ReleaseKind.FRESH]
+    assert np.allclose(fresh, reports.mean(axis=0), rtol=0, atol=1e-12) and ledger.ok

@@ -13,6 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 
+def grid_streams(users: int, slots: int, seed: int) -> np.ndarray:
+    """Streams on the 16-bit grid: a random walk clipped to [0, 1] (values near both ends occur)."""
+    generator = np.random.default_rng(seed)
+    walk = np.clip(0.5 + np.cumsum(generator.normal(0, 0.2, (users, slots)), axis=1), 0, 1)
+    return np.rint(walk * 65536) / 65536
+
+
 def sw_report(sw, value: float, draw: int) -> float:
     """One discretised SW report of ``value`` (clipped to [0, 1]) for the 64-bit ``draw``."""
     m, half = sw.steps, sw.half_band

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.transforms.mechanisms.numeric.numeric_reference import client_reference
+from tests.transforms.mechanisms.numeric.numeric_reference import client_reference, grid_streams
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.numeric.perturbation import (METHODS, Client, PerturbationParams, capp_bounds, capp_delta,
@@ -118,13 +118,6 @@ CONFIGS = [
     dict(method="app", unbounded=True, reset=7), dict(method="ipp", reset=4),
     dict(method="capp", unbounded=True, reset=5, budget="paper"),
 ]
-
-
-def grid_streams(users: int, slots: int, seed: int) -> np.ndarray:
-    """Streams on the 16-bit grid: a random walk clipped to [0, 1] (values near both ends occur)."""
-    generator = np.random.default_rng(seed)
-    walk = np.clip(0.5 + np.cumsum(generator.normal(0, 0.2, (users, slots)), axis=1), 0, 1)
-    return np.rint(walk * 65536) / 65536
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))

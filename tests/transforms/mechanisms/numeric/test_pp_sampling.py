@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.transforms.mechanisms.numeric.numeric_reference import absorption_reference, sampling_reference
-from tests.transforms.mechanisms.numeric.test_perturbation import grid_streams
+from tests.transforms.mechanisms.numeric.numeric_reference import (absorption_reference, grid_streams,
+                                                                    sampling_reference)
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams,

@@ -43,6 +43,7 @@ from transforms.mechanisms import (MECHANISMS, Estimate, Family, LifetimeRequire
                                    sampling)
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.mechanisms.registry import mechanism_for_setup
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
 
@@ -75,13 +76,18 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     grid = tuple(w for w in WINDOW_GRID if w <= window) or (window,)
     setup = PaperSetup(users=users, epsilon=epsilon, window=window, window_grid=grid)
     local = MECHANISMS[name].trust is not TrustModel.CENTRAL
-    mechanism = mechanism_for_setup(name, setup, bins, **({"simulation": simulation} if local else {}))
+    numeric = name in NUMERIC_STREAMS
+    if numeric:  # seed 003's numeric streams: one mean of real values in [0, 1], every user's client simulated
+        mechanism = mechanism_for_setup(name, setup, 1, low=0.0, high=1.0)
+    else:
+        mechanism = mechanism_for_setup(name, setup, bins, **({"simulation": simulation} if local else {}))
     dynamic = Family.of(name) is Family.DYNAMIC
     declarations = setup.dynamic_declarations(gen, slots + 1) if dynamic else None
     fixed = None if dynamic else setup.fixed(gen)
     if Family.of(name) is Family.LIFETIME:  # DPI: everyone's lifetime budget is the set-up's E
         fixed = LifetimeRequirements.of(np.full(users, epsilon))
-    values = gen.integers(0, bins, users)
+    draw = (lambda size: gen.random(size)) if numeric else (lambda size: gen.integers(0, bins, size))
+    values = draw(users)
     rng = secure_randomness()
     if "pool" in without:
         rng._noise_pool = None
@@ -89,7 +95,7 @@ def measure(name: str, users: int, slots: int, bins: int, window: int, seed: int
     engine = Engine(mechanism, rng)
     for t in range(slots + 1):
         movers = gen.random(users) < 0.1
-        values[movers] = gen.integers(0, bins, int(movers.sum()))
+        values[movers] = draw(int(movers.sum()))
         requirements = next(declarations) if dynamic else (fixed if t == 0 else None)
         batch = SlotBatch.of(every_user, values.copy(), requirements)
         engine.step(batch)
@@ -119,10 +125,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--without", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.names = [n.strip().lower() for n in args.mechanisms.split(",") if n.strip()]
-    unknown = [n for n in args.names if n not in binned]
+    numeric = list(NUMERIC_STREAMS)  # real values in [0, 1]
+    unknown = [n for n in args.names if n not in binned + numeric]
     if unknown:
-        parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(binned)} (these streams are bins: the "
-                     "mean-estimating methods take real values)")
+        parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(binned + numeric)} (these streams are "
+                     "bins, or real values for the numeric streams: the other mean-estimating methods take neither)")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     args.without = tuple(t for t in args.without.split(",") if t)

@@ -25,12 +25,14 @@ from transforms.mechanisms.ldp.extensions import EXTENSIONS
 from transforms.mechanisms.ldp.mean import MEAN_METHODS
 from transforms.mechanisms.ldp.personalized import PLBU
 from transforms.mechanisms.ldp.population_division import POPULATION_DIVISION
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.mechanisms.personalized import PERSONALIZED
 from transforms.mechanisms.requirements import DynamicRequirements, LifetimeRequirements, Requirements
 
 MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAMIC, Adaptive.name: Adaptive,
                                           DynamicAdaptive.name: DynamicAdaptive, **BUDGET_DIVISION,
-                                          **POPULATION_DIVISION, PLBU.name: PLBU, **EXTENSIONS, **MEAN_METHODS, **DPI}
+                                          **POPULATION_DIVISION, PLBU.name: PLBU, **EXTENSIONS, **MEAN_METHODS,
+                                          **NUMERIC_STREAMS, **DPI}
 """Every registered mechanism by its lower-case name."""
 
 

@@ -522,6 +522,8 @@ def busiest_slot_users(records: Iterable, parse, slot_seconds: float, origin: fl
 
 def predict_fresh(config, transform, logger) -> None:
     """Before a replay: say how many users a fresh slot needs; warn when the input's first slots have fewer."""
+    if getattr(config, "numeric", None) is not None:  # a numeric stream releases every slot with reports
+        return
     needed = fresh_threshold(transform.config.build(), config.policy,
                              [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
     if needed is None:

@@ -42,6 +42,8 @@ from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS)
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
+from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid, clipped_count
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
@@ -81,6 +83,7 @@ class ReplayConfig:
     requirements_csv: tuple = ()
     csv_header: tuple = ()
     max_rejected_fraction: float = 0.5
+    numeric: NumericDomain | None = None  # --domain: numeric events for the numeric mechanisms (numeric_events)
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -102,11 +105,14 @@ def build_config(argv=None) -> ReplayConfig:
     cli.check_output(args.output)
     if args.input_format == "checkins":
         cli.needs_value(args, "--poi", "check-ins name POIs; their coordinates come from the POI file")
+    numeric = numeric_domain(args)
     try:
-        binner = binner_from_spec(args.binning)
+        binner = binner_from_spec(args.binning) if numeric is None else None
     except ValueError as error:
         raise ConfigError(f"--binning: {error}") from None
-    name, params = cli.mechanism_params(args, binner.bins, sensitivity=args.sensitivity)
+    bins = 1 if numeric is not None else binner.bins
+    name, params = cli.mechanism_params(args, bins, sensitivity=args.sensitivity,
+                                        **(numeric.mechanism_params() if numeric is not None else {}))
     levels, shares = cli.parse_levels(args.levels or "", args.level_ratios)
     default = cli.parse_requirement(args.requirement) if args.requirement else None
     cli.check_requirement_source(args, "--requirements-file")
@@ -116,8 +122,11 @@ def build_config(argv=None) -> ReplayConfig:
         raise ConfigError("--plot draws the true counts: it needs --evaluate (whose outputs are not private)")
     fields = cli.parse_fields(args.field)
     file_format = {"jsonl": "jsonl", "csv": "csv"}.get(args.input_format, "record")
-    to_bin = None if args.binning.startswith("int:") and args.input_format in ("jsonl", "csv", "avro", "parquet") \
-        else binner
+    if numeric is not None:
+        to_bin, bins = ValueToGrid(numeric, fields.value), numeric.steps + 1  # a value's grid index (numeric_events)
+    else:
+        to_bin = None if args.binning.startswith("int:") and args.input_format in ("jsonl", "csv", "avro", "parquet") \
+            else binner
     inputs = _inputs(args.input)
     requirements_files = _inputs(args.requirements_file) if args.requirements_file else ()
     names = (fields.user, fields.time, fields.value)
@@ -126,9 +135,9 @@ def build_config(argv=None) -> ReplayConfig:
     req_columns = cli.csv_columns("--requirements-file", None, requirements_files, (fields.user, fields.time)) \
         if req_format == "csv" else None
     try:
-        parse = ParseConfig(bins=binner.bins, file_format=file_format, fields=fields, to_bin=to_bin,
+        parse = ParseConfig(bins=bins, file_format=file_format, fields=fields, to_bin=to_bin,
                             csv_columns=columns)
-        requirements_parse = ParseConfig(bins=binner.bins, file_format="record" if req_columns else "jsonl",
+        requirements_parse = ParseConfig(bins=bins, file_format="record" if req_columns else "jsonl",
                                          fields=fields) if requirements_files else None
         config = ReplayConfig(
             inputs=inputs, input_format=args.input_format, output=args.output, mechanism=name,
@@ -142,7 +151,7 @@ def build_config(argv=None) -> ReplayConfig:
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
             requirements_parse=requirements_parse, requirements_csv=req_columns or (),
             csv_header=columns or (),
-            max_rejected_fraction=args.max_rejected_fraction)
+            max_rejected_fraction=args.max_rejected_fraction, numeric=numeric)
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:
         raise
@@ -157,6 +166,30 @@ def build_config(argv=None) -> ReplayConfig:
     return config
 
 
+def numeric_domain(args) -> NumericDomain | None:
+    """``--domain``/``--out-of-range`` as a NumericDomain (None for the histogram mechanisms); one-line errors."""
+    numeric = args.mechanism.lower() in NUMERIC_STREAMS
+    if args.domain is None:
+        if numeric:
+            raise ConfigError(f"{args.mechanism} reads numeric values: give --domain LOW,HIGH")
+        if args.binning is None:
+            raise ConfigError("--binning is required (or --domain LOW,HIGH for a numeric mechanism)")
+        if args.out_of_range != "dead-letter":
+            raise ConfigError("--out-of-range applies to numeric values: it needs --domain")
+        return None
+    if not numeric:
+        raise ConfigError(f"--domain is for the numeric mechanisms ({', '.join(NUMERIC_STREAMS)}), "
+                          f"not {args.mechanism}")
+    if args.binning is not None:
+        raise ConfigError("give --binning (histogram mechanisms) or --domain (numeric ones), not both")
+    if any(item.partition("=")[0].strip() in ("low", "high", "grid_bits", "out_of_range") for item in args.param):
+        raise ConfigError("the numeric interval comes from --domain and --out-of-range, not --param")
+    try:
+        return NumericDomain.parse(args.domain, args.out_of_range)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = cli.job_parser("python -m pipelines.replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
@@ -164,7 +197,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--poi", help="check-ins: POI coordinates file (poi<TAB>lat<TAB>lon)")
     p.add_argument("--csv-columns", help="CSV column names, comma-separated (default: the file's header row)")
     p.add_argument("--field", action="append", default=[], help="field mapping, e.g. user=taxi_id (repeatable)")
-    p.add_argument("--binning", required=True, help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive")
+    p.add_argument("--binning", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive "
+                   "(the histogram mechanisms)")
+    p.add_argument("--domain", metavar="LOW,HIGH", help="numeric mechanisms (sw-direct, ipp, app, capp, ...): each "
+                   "event's value is a number in [LOW, HIGH]")
+    p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
+                   help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
     p.add_argument("--allowed-lateness", type=float, default=0.0)
@@ -204,13 +242,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def histogram(config: ReplayConfig) -> PrivateStreamHistogram:
-    return PrivateStreamHistogram(config.mechanism, config.slot_seconds, config.parse.bins,
+    return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
                                   policy=config.policy, insecure_seed=config.insecure_seed,
                                   ledger_detail=config.ledger_detail, bounded=True, evaluate=config.evaluate,
                                   release_range=config.release_range, resume_from=config.resume_from,
-                                  checkpoint_every=config.checkpoint_every if config.checkpoint_dir else None)
+                                  checkpoint_every=config.checkpoint_every if config.checkpoint_dir else None,
+                                  numeric=config.numeric)
 
 
 def read_raw(pipeline, config: ReplayConfig, label: str, patterns: tuple, input_format: str):
@@ -333,6 +372,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
               **range_report(release_range),
               "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)),
               "mechanism": config.mechanism, "wall_seconds": seconds}
+    if config.numeric is not None:
+        report["clipped"] = clipped_count(result)  # used values clipped into --domain (already in records_used)
     if config.evaluate:
         report["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
     _write_json(os.path.join(config.output, "report.json"), report)

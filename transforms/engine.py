@@ -40,7 +40,7 @@ from transforms.mechanisms.declared import DeclaredRequirements, kind_name
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.records import KEY_SEPARATOR, Contribution, dead_letter
+from transforms.records import KEY_SEPARATOR, NO_VALUE, Contribution, dead_letter
 from transforms.release_range import ReleaseRange
 from transforms.slot_columns import SlotColumns
 from transforms.slotting import SlotClock
@@ -394,7 +394,7 @@ class StreamEngine:
         users = firing.dense_index(codes[accepted])
         used = int(columns.raw_counts[start:end][accepted].sum())
         order = np.argsort(users, kind="stable")
-        batch = SlotBatch(users[order], columns.values[start:end][accepted][order],
+        batch = SlotBatch(users[order], self._values(columns.values[start:end][accepted][order]),
                           self.translator.columns(firing.rows[in_force[accepted][order] + 1]) if users.size else None)
         release = self.engine.step(batch)
         yield RecordsUsed(used)
@@ -432,6 +432,12 @@ class StreamEngine:
         self.pending_charges.append((charges.users, np.column_stack(
             [np.full(charges.users.size, slot, np.int64), least_charges_of_registered(charges),
              *(charges.part_units(part) for part in charges.parts), self._declared_in_force(charges.users)])))
+
+    def _values(self, values: np.ndarray) -> np.ndarray:
+        """The rows' integer values in the mechanism's domain type: an interval's are float64, NaN for none."""
+        if self.mechanism.params.domain.dtype is np.int64:
+            return values
+        return np.where(values == NO_VALUE, np.nan, values.astype(np.float64))
 
     def _declared_in_force(self, users: np.ndarray) -> np.ndarray:
         """Each user's declared requirement in force; the last slot's rows again while nothing changed."""

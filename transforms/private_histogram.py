@@ -15,7 +15,9 @@
 ``release_range=(start, end)`` (epoch seconds) fixes the released slots: every slot meeting
 ``[start, end)`` and no other (``transforms.release_range``); without it they follow the data.
 
-Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).
+Input: a PCollection of ``transforms.records.Event`` (see ``transforms.parse``).  With
+``numeric=NumericDomain(low, high)`` (the numeric mean mechanisms, seed 003) each event's value is its grid
+index on ``[low, high]`` (``transforms.numeric_events``) and the releases are in the interval's units.
 Bounded or streaming is read from the pipeline's ``--streaming`` option.
 
 ``policy`` is required: it says whose requirements apply (a default for
@@ -36,7 +38,9 @@ from transforms.coders import ValueCoder
 from transforms.declarations import RequirementPolicy
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
 from transforms.engine import ChargeChunk, ReleaseConfig
-from transforms.records import Event
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
+from transforms.numeric_events import NumericDomain
+from transforms.records import Event, ReleaseRecord
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, release_stage
 from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
@@ -78,8 +82,16 @@ class PrivateStreamHistogram(beam.PTransform):
                  insecure_seed: int | None = None, ledger_detail: bool = False, ledger_flush_slots: int = 100,
                  ledger_max_window: int = 1000, bounded: bool | None = None, evaluate: bool = False,
                  resume_from: str | None = None, checkpoint_every: int | None = None,
-                 release_range: tuple[float, float] | None = None):
+                 release_range: tuple[float, float] | None = None, numeric: NumericDomain | None = None):
         super().__init__()
+        if numeric is not None:  # events carry grid indices; the mechanism runs in grid units (numeric_events)
+            if not isinstance(numeric, NumericDomain):
+                raise ValueError(f"numeric must be a NumericDomain, got {type(numeric).__name__}")
+            if mechanism.lower() not in NUMERIC_STREAMS:
+                raise ValueError(f"--domain is for the numeric mechanisms ({', '.join(NUMERIC_STREAMS)}), "
+                                 f"not {mechanism}")
+            mechanism_params = {**(mechanism_params or {}), **numeric.mechanism_params()}
+        self.numeric = numeric
         if policy is None:
             raise ValueError("PrivateStreamHistogram needs policy=RequirementPolicy(default=..., levels=...): without "
                              "one every event that declares no requirement is refused (pass RequirementPolicy() "
@@ -122,9 +134,14 @@ class PrivateStreamHistogram(beam.PTransform):
                       typing.Tuple[str, ChargeChunk])
                   | "PrivacyLedger" >> beam.ParDo(ledger(self.ledger_max_window, self.ledger_detail))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
+        releases = released.releases
+        if self.numeric is not None:
+            releases = releases | "InDomainUnits" >> beam.Map(
+                lambda record, domain: ReleaseRecord(domain.in_domain_units(record)), self.numeric
+            ).with_output_types(ReleaseRecord)
         dead_letters = (closed[LATE], released[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         accounting = (closed[ACCOUNTING], released[ACCOUNTING]) | "Accounting" >> beam.Flatten()
-        outputs = {"releases": released.releases, "dead_letters": dead_letters, "usage": ledger.usage,
+        outputs = {"releases": releases, "dead_letters": dead_letters, "usage": ledger.usage,
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting,
                    "evaluation": released[EVALUATION], "checkpoints": released[CHECKPOINTS]}
         if bounded:  # an unbounded input has no end to total up to

@@ -27,6 +27,7 @@ from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encod
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
+from transforms.numeric_records import ClientRow, NumericReport
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord
 
 
@@ -138,6 +139,25 @@ class ChargeChunkCoder(_NamedTupleCoder):
         return chunk._replace(parts=tuple(chunk.parts))
 
 
+class ClientRowCoder(_NamedTupleCoder):
+    """``transforms.numeric_records.ClientRow``: a user's numeric client state (float64 ring, float, int), the
+    per-user client stage's ``client`` cell."""
+
+    named = ClientRow
+
+    def encode(self, value) -> bytes:
+        deviations = value[0]
+        if not isinstance(deviations, np.ndarray) or deviations.dtype != np.float64 or deviations.ndim != 1:
+            raise TypeError(f"a ClientRow's deviations must be a 1-d float64 array, got {deviations!r}")
+        return super().encode((deviations, float(value[1]), int(value[2])))
+
+
+class NumericReportCoder(_NamedTupleCoder):
+    """``transforms.numeric_records.NumericReport``: stream, slot, report, units."""
+
+    named = NumericReport
+
+
 class ContributionsCoder(_VersionedCoder):
     """A list of contribution tuples, by columns (what the per-user stage sends and the release stage's bag holds).
 
@@ -230,7 +250,7 @@ class DeadLetterCoder(_AvroRecordCoder):
 
 CODERS = {Event: EventCoder, Contribution: ContributionCoder, EvaluationRow: EvaluationRowCoder,
           CheckpointSaved: CheckpointSavedCoder, ChargeChunk: ChargeChunkCoder, ReleaseRecord: ReleaseRecordCoder,
-          DeadLetterRecord: DeadLetterCoder}
+          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder, NumericReport: NumericReportCoder}
 """Each registered type and its coder."""
 
 

@@ -180,6 +180,47 @@ class CloseUserSlots(_HeldPerBundle):
         return outputs
 
 
+def hold_event(stage, element, events_state, last_closed_state, next_close_state, close):
+    """Streaming: hold one keyed event until its slot closes (arming the timer), or dead-letter it as late.
+
+    ``stage`` has ``clock`` and the ``late`` counter (:class:`UserSlotState` and stages that extend its cells)."""
+    (stream, user), event = element
+    report = compact(event)
+    slot = stage.clock.slot_of(report[0])
+    last_closed = last_closed_state.read()
+    if last_closed is not None and slot <= last_closed:
+        stage.late.inc()
+        yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
+        yield beam.pvalue.TaggedOutput(LATE, dead_letter(
+            f"late: slot {slot} closed (allowed lateness {stage.clock.allowed_lateness:g}s)",
+            report[3], "user_slot_state", stream, user))
+        return
+    events_state.add(report)
+    pending = next_close_state.read()
+    if pending is None or slot < pending:
+        next_close_state.write(slot)
+        close.set(Timestamp(micros=stage.clock.close_micros(slot)))
+
+
+def take_due(stage, fired, events_state, next_close_state, close) -> list:
+    """The held events of the slots closed at ``fired`` (taken out); re-arms the timer for the others."""
+    reports = list(events_state.read())
+    events_state.clear()
+    due, later = [], []
+    slot_of, close_micros = stage.clock.slot_of, stage.clock.close_micros
+    for report in reports:
+        (due if close_micros(slot_of(report[0])) <= fired.micros else later).append(report)
+    for report in later:
+        events_state.add(report)
+    if later:
+        earliest = min(slot_of(r[0]) for r in later)
+        next_close_state.write(earliest)
+        close.set(Timestamp(micros=close_micros(earliest)))
+    else:
+        next_close_state.clear()
+    return due
+
+
 class UserSlotState(beam.DoFn):
     """Streaming: closes each user's slots as event time passes: dedupes, applies lateness and the requirement in
     force."""
@@ -196,45 +237,16 @@ class UserSlotState(beam.DoFn):
         self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
 
     def process(self, element, events_state=beam.DoFn.StateParam(EVENTS),
-                requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        (stream, user), event = element
-        report = compact(event)
-        slot = self.clock.slot_of(report[0])
-        last_closed = last_closed_state.read()
-        if last_closed is not None and slot <= last_closed:
-            self.late.inc()
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
-            yield beam.pvalue.TaggedOutput(LATE, dead_letter(
-                f"late: slot {slot} closed (allowed lateness {self.clock.allowed_lateness:g}s)",
-                report[3], "user_slot_state", stream, user))
-            return
-        events_state.add(report)
-        pending = next_close_state.read()
-        if pending is None or slot < pending:
-            next_close_state.write(slot)
-            close.set(Timestamp(micros=self.clock.close_micros(slot)))
+        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
 
     @on_timer(CLOSE)
     def on_close(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
                  events_state=beam.DoFn.StateParam(EVENTS), requirement_state=beam.DoFn.StateParam(REQUIREMENT),
                  last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
                  next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        reports = list(events_state.read())
-        events_state.clear()
-        due, later = [], []
-        slot_of, close_micros = self.clock.slot_of, self.clock.close_micros
-        for report in reports:
-            (due if close_micros(slot_of(report[0])) <= fired.micros else later).append(report)
-        for report in later:
-            events_state.add(report)
-        if later:
-            earliest = min(slot_of(r[0]) for r in later)
-            next_close_state.write(earliest)
-            close.set(Timestamp(micros=close_micros(earliest)))
-        else:
-            next_close_state.clear()
+        due = take_due(self, fired, events_state, next_close_state, close)
         if due:
             yield from self._close(key, due, requirement_state, last_closed_state)
 

@@ -1,0 +1,199 @@
+"""The numeric client stage: each user's client in the per-user stage, batch (FnApiRunner) and streaming
+(BundleBasedDirectRunner + TestStream) against the core's ``Client.step`` run user by user."""
+
+from __future__ import annotations
+
+import random
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing import test_stream
+from apache_beam.transforms.window import TimestampedValue
+
+from tests.transforms.beam_helpers import SLOT, batch_pipeline, streaming_pipeline, streaming_source
+from transforms.coders import ClientRowCoder, NumericReportCoder
+from transforms.declarations import RequirementPolicy
+from transforms.mechanisms import FixedRequirement, make_mechanism
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.numeric.perturbation import worst_window_units
+from transforms.numeric_clients import (ClientStageConfig, PrivateNumericClients, UserClientState, fresh_row,
+                                        report_randomness, step_user)
+from transforms.numeric_events import NumericDomain
+from transforms.numeric_records import ClientRow, NumericReport
+from transforms.records import Event
+from transforms.slotting import SlotClock
+
+SEED = 11
+DOMAIN = NumericDomain(-2.0, 6.0)
+EPSILON, WINDOW = 2.0, 4
+POLICY = RequirementPolicy(default=FixedRequirement(WINDOW, EPSILON))
+
+
+def make_numeric_events(users: int = 7, slots: int = 9, seed: int = 3) -> list[Event]:
+    """Each user reports in most slots (grid indices of values in DOMAIN); user 0 declares a window the
+    mechanism refuses (dead letters), one duplicate per user 1."""
+    rnd = random.Random(seed)
+    events = []
+    for u in range(users):
+        for s in range(slots):
+            if rnd.random() < 0.8 or s == 0:
+                value = DOMAIN.grid_index(rnd.uniform(DOMAIN.low, DOMAIN.high))
+                declaration = ("fixed", WINDOW + 3, "2.0") if u == 0 and s == 0 else None
+                events.append(Event("s", f"user{u}", s * SLOT + rnd.uniform(0, SLOT - 1), value, declaration,
+                                    f"s|{u}|{s}"))
+    events.append(Event("s", "user1", 0.5, 17, None, "s|1|0|dup"))  # a second report in slot 0 (the earlier one)
+    return events
+
+
+def expected(events: list[Event], mechanism: str, params: dict) -> dict:
+    """slot -> (reporters, mean in the domain's units): the core's Client.step per user, same generators."""
+    client = make_mechanism(mechanism, bins=1, **params, **DOMAIN.mechanism_params()).client
+    by_user: dict = {}
+    for e in sorted(events, key=lambda e: (e.time, e.raw)):
+        by_user.setdefault(e.user, {})[int(e.time // SLOT)] = e.value  # the latest event of a slot wins
+    reports: dict = {}
+    for user, slots in by_user.items():
+        if user == "user0":  # refused declaration: no report
+            continue
+        row = fresh_row(client)
+        for slot in sorted(slots):
+            report, row = step_user(client, row, slots[slot] / DOMAIN.steps,
+                                    report_randomness(SEED, "s", user, slot))
+            reports.setdefault(slot, []).append(report)
+    return {slot: (len(r), DOMAIN.low + DOMAIN.width * float(np.mean(r))) for slot, r in reports.items()}
+
+
+def run(pipeline, source, mechanism: str, params: dict, lateness: float = 0.0) -> dict:
+    """The stage's outputs, collected in this process (both runners run in it)."""
+    _RESULTS.clear()
+    with pipeline as p:
+        events = source(p)
+        out = events | PrivateNumericClients(mechanism, SLOT, DOMAIN, mechanism_params=params, policy=POLICY,
+                                             insecure_seed=SEED, allowed_lateness=lateness)
+        for name in ("releases", "dead_letters", "usage", "violations", "accounting"):
+            _RESULTS[name] = []
+            out[name] | f"Keep{name}" >> beam.Map(_keep, name)
+    return dict(_RESULTS)
+
+
+_RESULTS: dict = {}
+
+
+def _keep(value, name: str) -> None:
+    """A top-level function (pickled by reference): both runners run in this process."""
+    _RESULTS[name].append(value)
+
+
+def released(results: dict) -> dict:
+    return {r["slot"]: (r["registered_users"], r["estimate"][0]) for r in results["releases"]}
+
+
+def totals(results: dict) -> dict:
+    out: dict = {}
+    for name, n in results["accounting"]:
+        out[name] = out.get(name, 0) + n
+    return out
+
+
+@pytest.mark.parametrize("mechanism, params", [
+    ("capp", {"epsilon": EPSILON, "window": WINDOW}),
+    ("app", {"epsilon": EPSILON, "window": WINDOW, "memory": 2}),
+    ("ipp", {"epsilon": EPSILON, "window": WINDOW}),
+    ("sw-direct", {"epsilon": EPSILON, "window": WINDOW}),
+])
+def test_batch_stage_releases_the_core_clients_means(mechanism, params):
+    events = make_numeric_events()
+    results = run(batch_pipeline(), lambda p: p | beam.Create(events), mechanism, params)
+    want = expected(events, mechanism, params)
+    assert released(results) == want  # exact: same client code, same draws, exact sums
+    assert results["violations"] == []
+    assert all(u["violations"] == 0 and 0 < u["max_window_usage_ratio"] <= 1 for u in results["usage"])
+    assert {u["user"] for u in results["usage"]} == {f"user{u}" for u in range(1, 7)}
+    refused = [d for d in results["dead_letters"] if d["user"] == "user0"]
+    assert refused and all(d["reason"].startswith("requirement refused") for d in refused)
+    counts = totals(results)
+    assert counts.get("duplicates") == 1 and counts.get("dead_letters") == len(refused)
+    assert counts["records_used"] + counts["duplicates"] + counts["dead_letters"] == len(events)
+    units = make_mechanism(mechanism, bins=1, **params, **DOMAIN.mechanism_params()).client.report_units
+    assert {r["epsilon"] for r in results["releases"]} == {units_to_decimal_string(units)}
+    assert {r["trust"] for r in results["releases"]} == {"local_simulated"}
+
+
+def test_streaming_stage_equals_batch_and_dead_letters_late_events():
+    params = {"epsilon": EPSILON, "window": WINDOW}
+    events = make_numeric_events()
+    batch = run(batch_pipeline(), lambda p: p | beam.Create(events), "capp", params)
+    lateness = 20.0
+    streaming = run(streaming_pipeline(), lambda p: streaming_source(p, events, lateness, seed=5), "capp", params,
+                    lateness)
+    assert released(streaming) == released(batch) == expected(events, "capp", params)
+    assert streaming["violations"] == []
+    assert totals(streaming) == totals(batch)
+
+    late = Event("s", "user2", 1.0, 5, None, "s|late")
+
+    def source(p):
+        stream = (test_stream.TestStream().add_elements([TimestampedValue(e, e.time) for e in events if e.time < SLOT])
+                  .advance_watermark_to(3 * SLOT)
+                  .add_elements([TimestampedValue(late, late.time)])
+                  .add_elements([TimestampedValue(e, e.time) for e in events if e.time >= SLOT])
+                  .advance_watermark_to_infinity())
+        return p | stream
+
+    results = run(streaming_pipeline(), source, "capp", params)
+    reasons = [d["reason"] for d in results["dead_letters"] if d["record"] == "s|late"]
+    assert len(reasons) == 1 and reasons[0].startswith("late: slot 0 closed")
+    assert totals(results)["late"] == 1
+
+
+def test_client_cell_round_trips_exactly_and_never_pickles():
+    coder = ClientRowCoder()
+    row = ClientRow(np.array([0.125, -0.5 + 2 ** -30, 0.0]), 0.25 - 2 ** -40, 17)
+    back = coder.decode(coder.encode(row))
+    assert np.array_equal(back.deviations, row.deviations) and back.accumulated == row.accumulated
+    assert back.age == 17 and back.deviations.dtype == np.float64
+    assert coder.encode(row)[0] == 1  # the layout version byte
+    with pytest.raises(TypeError):
+        coder.encode(ClientRow([0.1], 0.0, 0))  # a list is not the cell's array
+    assert UserClientState.CLIENT.coder == ClientRowCoder()
+    report = NumericReport("s", 3, 0.5 + 2 ** -17, 12)
+    assert NumericReportCoder().decode(NumericReportCoder().encode(report)) == report
+
+
+def test_client_state_continues_across_firings_like_one_run():
+    """A user's state cell carries the ring between slots: stepping slot by slot through rows equals Client.run."""
+    client = make_mechanism("capp", bins=1, epsilon=EPSILON, window=WINDOW, **DOMAIN.mechanism_params()).client
+    x = np.array([[0.1, 0.9, 0.4, 0.7, 0.2, 0.8]])
+    row, stepped = fresh_row(client), []
+    for t in range(x.shape[1]):
+        report, row = step_user(client, ClientRowCoder().decode(ClientRowCoder().encode(row)), x[0, t],
+                                report_randomness(SEED, "s", "u", t))
+        stepped.append(report)
+
+    class PerSlot:  # Client.run draws from one generator: hand it the per-slot ones in turn
+        def __init__(self):
+            self.t = 0
+
+        def uint32(self, size: int) -> np.ndarray:
+            self.t += 1
+            return report_randomness(SEED, "s", "u", self.t - 1).uint32(size)
+
+    reports, state = client.run(x, PerSlot())
+    assert stepped == reports[0].tolist()
+    assert row.age == 6 and row.accumulated == state.accumulated[0]
+    charges = np.full((1, 6), client.report_units, np.int64)
+    first = client.first_dependency(6)[None, :]
+    assert worst_window_units(charges, first, WINDOW)[0] <= make_mechanism(
+        "capp", bins=1, epsilon=EPSILON, window=WINDOW, **DOMAIN.mechanism_params()).params.epsilon_units
+
+
+def test_bad_stage_configuration_fails_at_construction():
+    with pytest.raises(ValueError, match="runs centrally"):
+        ClientStageConfig("pp-s", DOMAIN, {"epsilon": 1.0, "window": 4}, SlotClock(SLOT))
+    with pytest.raises(ValueError, match="LOW < HIGH"):
+        NumericDomain(1.0, 1.0)
+    with pytest.raises(ValueError, match="policy"):
+        PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4})
+    with pytest.raises(ValueError, match="too small"):
+        PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 3e-12, "window": 4}, policy=POLICY)

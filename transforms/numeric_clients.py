@@ -1,0 +1,336 @@
+"""The numeric client methods (SW-direct, IPP, APP, CAPP; seed 003) with each user's client in the per-user stage.
+
+    outputs = events | PrivateNumericClients("capp", slot_seconds=60, domain=NumericDomain(0.0, 100.0),
+                                             mechanism_params={"epsilon": 1.0, "window": 10},
+                                             policy=RequirementPolicy(default=FixedRequirement(10, 1.0)))
+
+Input: ``transforms.records.Event`` whose value is the grid index of a number in the domain
+(``transforms.numeric_events.ValueToGrid`` makes it).  Outputs as ``PrivateStreamHistogram``'s: ``releases``,
+``dead_letters``, ``usage``, ``violations``, ``ledger_entries``, ``accounting`` (and ``accounting_totals`` for
+bounded input).
+
+**Where the state is.**  Each user's client state (the deviation ring, ``D``, the age: ``ClientRow``) lives in
+that user's state cell ``client`` (``ClientRowCoder``, versioned, no pickle), beside the per-user stage's cells
+(``transforms.user_state.UserSlotState``, which this stage extends).  When a slot closes (the event-time timer)
+the user's contribution goes through ``Client.step`` of the registered mechanism (the same code as the
+Beam-free core) and only the perturbed report and its charge leave the stage.  Bounded input takes the
+GroupByKey path of the per-user stage: a key's events together, every slot closed at once, no state.
+
+**Release.**  A combine per ``(stream, slot)``: the exact sum of the reports (each a dyadic rational, summed as
+integers, so the order of the combine does not matter) and their count; the release is the paper's raw average
+in the domain's units (§4; SW-direct's is biased toward the middle, ``server.debiased`` has the unbiased one).
+A slot without reports is not released (which slots are released depends on the data, as without a release
+range in the histogram pipeline).  Trust ``local_simulated``: the clients run in the collector's pipeline on
+the users' values.
+
+**Charges.**  Every report costs its sender the square wave's realised epsilon (``client.report_units``, the
+strict ``ε/(w + h)`` split); each user's charges go to the per-user ledger with the requirement the user
+declared (or the operator's default), so every window is checked exactly.  A declaration the mechanism refuses
+turns the user's records into dead letters with the reason, as in the histogram pipeline.
+
+**Randomness.**  Secure by default.  With ``insecure_seed`` (tests and replays only, NOT private) each user's
+report at each slot draws from its own generator, seeded from ``(seed, stream, user, slot)``
+(:func:`report_randomness`): a keyed stage cannot reproduce one generator shared across users in user order,
+so the seeded reports equal the core's ``Client.step`` run on each user with these generators.
+
+Not here yet: checkpoints of the client cells (``--checkpoint-dir``), release ranges, the sampled methods
+(PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import typing
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
+
+from transforms.coders import ClientRowCoder, ValueCoder
+from transforms.declarations import DeclarationTranslator, RequirementPolicy
+from transforms.engine import ChargeChunk
+from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
+from transforms.mechanisms import make_mechanism
+from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
+from transforms.mechanisms.declared import kind_name
+from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
+from transforms.mechanisms.numeric.perturbation import Client, ClientState
+from transforms.mechanisms.numeric.square_wave import moments_at_one
+from transforms.numeric_events import NumericDomain
+from transforms.numeric_records import ClientRow, NumericReport
+from transforms.private_histogram import AccountingTotals
+from transforms.records import KEY_SEPARATOR, NO_VALUE, DeadLetterRecord, Event, ReleaseRecord, dead_letter
+from transforms.slotting import SlotClock, close_user_slots
+from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, Counted, GroupUserEvents, UserSlotState, hold_event,
+                                  take_due)
+
+CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
+"""The registered numeric methods whose client runs in the per-user stage."""
+CHARGES = "charges"
+DEAD_LETTERS = "dead_letters"
+PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
+_SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
+OUTPUT_TYPES = {"reports": NumericReport, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
+                LATE: DeadLetterRecord, ACCOUNTING: Counted}
+
+
+@dataclass(frozen=True)
+class ClientStageConfig:
+    """What the client stage needs; validated (and the registered mechanism built once) at construction."""
+
+    mechanism: str
+    domain: NumericDomain
+    params: dict
+    clock: SlotClock
+    policy: RequirementPolicy = field(default_factory=RequirementPolicy)
+    insecure_seed: int | None = None
+
+    def __post_init__(self):
+        if self.mechanism not in CLIENT_METHODS:
+            raise ValueError(f"the per-user client stage runs {', '.join(CLIENT_METHODS)}; {self.mechanism} runs "
+                             "centrally (PrivateStreamHistogram with numeric=...)")
+        if not isinstance(self.domain, NumericDomain):
+            raise ValueError(f"domain must be a NumericDomain, got {type(self.domain).__name__}")
+        if self.insecure_seed is not None and (not isinstance(self.insecure_seed, int) or self.insecure_seed < 0):
+            raise ValueError(f"insecure_seed must be a non-negative integer, got {self.insecure_seed!r}")
+        self.build()
+
+    def build(self):
+        """The registered mechanism (grid units): its client, requirement validation and parameters."""
+        return make_mechanism(self.mechanism, bins=1, **self.params, **self.domain.mechanism_params())
+
+
+def report_randomness(seed: int, stream: str, user: str, slot: int) -> Randomness:
+    """The seeded generator of one user's report at one slot (tests and replays only: NOT private)."""
+    text = KEY_SEPARATOR.join((str(seed), stream, user, str(slot))).encode("utf-8", "surrogatepass")
+    return insecure_seeded_randomness(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
+
+
+def fresh_row(client: Client) -> ClientRow:
+    return ClientRow(np.zeros(client.memory), 0.0, 0)
+
+
+def step_user(client: Client, row: ClientRow, x: float, rng: Randomness) -> tuple[float, ClientRow]:
+    """One report of one user (grid value ``x`` in ``[0, 1]``) through the core's ``Client.step``."""
+    state = ClientState(row.deviations.reshape(1, -1).copy(), np.array([row.accumulated]),
+                        np.array([row.age], np.int64))
+    reports, state = client.step(state, np.array([x]), rng, in_place=True)
+    return float(reports[0]), ClientRow(state.deviations[0].copy(), float(state.accumulated[0]), int(state.age[0]))
+
+
+class _UserClients:
+    """The Beam-free work of one key's closed slots: requirements, the client steps, charges, dead letters."""
+
+    def __init__(self, config: ClientStageConfig):
+        mechanism = config.build()
+        self.config, self.client = config, mechanism.client
+        self.translator = DeclarationTranslator(mechanism, config.policy)
+        self.kind = kind_name(mechanism.requirement_kind)
+        self.secure = secure_randomness() if config.insecure_seed is None else None
+
+    def close(self, stream: str, user: str, contributions: list, row: ClientRow | None, final: bool):
+        """Outputs for ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the new row."""
+        row = row or fresh_row(self.client)
+        steps, seed = self.client.sw.steps, self.config.insecure_seed
+        used, charges = 0, []
+        for slot, _, value, declared, raws in contributions:
+            requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
+            if requirement is None:
+                for raw in raws:
+                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
+                                                                             user))
+                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", len(raws)))
+                continue
+            used += len(raws)
+            if value == NO_VALUE:  # a declaration only: nothing to report
+                continue
+            rng = self.secure if seed is None else report_randomness(seed, stream, user, slot)
+            report, row = step_user(self.client, row, value / steps, rng)
+            units = self.client.report_units
+            yield NumericReport(stream, slot, report, units)
+            charges.append((slot, units, 0, units, *requirement))  # least = charge: the report's realised P/Q
+        if used:
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used))
+        if charges:
+            chunk = ChargeChunk(f"{stream}{KEY_SEPARATOR}{user}", np.array(charges, np.int64), self.kind, PARTS,
+                                final, final)
+            yield beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk))
+        self.last_row = row
+
+
+def _counted(outputs, counters: dict):
+    """Pass ``outputs`` on, adding the accounting records to Beam counters too."""
+    for output in outputs:
+        if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == ACCOUNTING:
+            counters[output.value[0]].inc(output.value[1])
+        yield output
+
+
+def _counters() -> dict:
+    return {name: Metrics.counter(NAMESPACE, name) for name in ("records_used", "dead_letters", "duplicates")}
+
+
+class CloseUserClients(beam.DoFn):
+    """Bounded input: every slot of a complete key closed at once and its client run from a fresh state."""
+
+    def __init__(self, config: ClientStageConfig):
+        self.config = config
+
+    def setup(self):
+        self.users = _UserClients(self.config)
+        self.counters = _counters()
+
+    def process(self, element):
+        (stream, user), lists = element
+        rows, duplicates, _ = close_user_slots(user, [r for held in lists for r in held], self.config.clock, None)
+        if duplicates:
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+            self.counters["duplicates"].inc(duplicates)
+        yield from _counted(self.users.close(stream, user, rows, None, final=True), self.counters)
+
+
+class UserClientState(beam.DoFn):
+    """Streaming: the per-user stage's cells (those of ``UserSlotState``, same names and coders) and the user's
+    client in the ``client`` cell, advanced when a slot closes (event-time timer)."""
+
+    EVENTS, REQUIREMENT = UserSlotState.EVENTS, UserSlotState.REQUIREMENT
+    LAST_CLOSED, NEXT_CLOSE = UserSlotState.LAST_CLOSED, UserSlotState.NEXT_CLOSE
+    CLIENT = ReadModifyWriteStateSpec("client", ClientRowCoder())
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+
+    def __init__(self, config: ClientStageConfig):
+        self.config, self.clock = config, config.clock
+        self.late = Metrics.counter(NAMESPACE, "late")
+
+    def setup(self):
+        self.users = _UserClients(self.config)
+        self.counters = _counters()
+
+    def process(self, element, events_state=beam.DoFn.StateParam(EVENTS),
+                last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
+                next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
+        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                 events_state=beam.DoFn.StateParam(EVENTS), requirement_state=beam.DoFn.StateParam(REQUIREMENT),
+                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
+                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
+                 client_state=beam.DoFn.StateParam(CLIENT)):
+        due = take_due(self, fired, events_state, next_close_state, close)
+        if not due:
+            return
+        stream, user = key
+        rows, duplicates, in_force = close_user_slots(user, due, self.clock, requirement_state.read())
+        requirement_state.write(in_force)
+        last_closed_state.write(max(self.clock.slot_of(r[0]) for r in due))
+        if duplicates:
+            self.counters["duplicates"].inc(duplicates)
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+        yield from _counted(self.users.close(stream, user, rows, client_state.read(), final=False), self.counters)
+        client_state.write(self.users.last_row)
+
+
+class ExactMean(beam.CombineFn):
+    """Reports -> ``(count, exact sum scaled by 2**64, units of one report)``: the same whatever the order."""
+
+    def create_accumulator(self):
+        return 0, 0, 0
+
+    def add_input(self, accumulator, report: NumericReport):
+        n, total, units = accumulator
+        scaled = report.report * _SCALE
+        if not scaled.is_integer():
+            raise ValueError(f"report {report.report!r} is not on the square wave's grid")
+        return n + 1, total + int(scaled), max(units, report.units)
+
+    def merge_accumulators(self, accumulators):
+        n = total = units = 0
+        for a, b, c in accumulators:
+            n, total, units = n + a, total + b, max(units, c)
+        return n, total, units
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+    def get_accumulator_coder(self):
+        return ValueCoder()
+
+
+def release_record(element, config: ClientStageConfig, variance: float) -> ReleaseRecord:
+    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units."""
+    (stream, slot), (n, total, units) = element
+    domain, clock = config.domain, config.clock
+    estimate = float(domain.low) + domain.width * (total / (n * _SCALE))  # int / int: correctly rounded
+    return ReleaseRecord({
+        "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
+        "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [int(round(estimate * n))],
+        "kind": "fresh", "epsilon": units_to_decimal_string(units),
+        "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
+        "estimate": [estimate], "trust": "local_simulated", "figures": {}})
+
+
+class PrivateNumericClients(beam.PTransform):
+    """Per-slot private means of numeric events, each user's client in the per-user stage (module doc)."""
+
+    def __init__(self, mechanism: str, slot_seconds: float, domain: NumericDomain, *,
+                 mechanism_params: dict | None = None, origin: float = 0.0, allowed_lateness: float = 0.0,
+                 policy: RequirementPolicy | None = None, insecure_seed: int | None = None,
+                 ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None):
+        super().__init__()
+        if not isinstance(policy, RequirementPolicy):
+            raise ValueError("PrivateNumericClients needs policy=RequirementPolicy(...) (RequirementPolicy() when "
+                             "every event declares its own)")
+        self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}),
+                                        SlotClock(slot_seconds, origin, allowed_lateness), policy, insecure_seed)
+        mechanism_built = self.config.build()
+        self.variance = float(moments_at_one(mechanism_built.client.sw.b, mechanism_built.client.sw.p,
+                                             mechanism_built.client.sw.q)[1])
+        self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
+        self.ledger_detail, self.bounded = ledger_detail, bounded
+
+    def expand(self, events):
+        bounded = self.bounded
+        if bounded is None:
+            bounded = not events.pipeline.options.view_as(StandardOptions).streaming
+        clock = self.config.clock
+        types = dict(OUTPUT_TYPES)
+        if bounded:
+            stage = beam.ParDo(CloseUserClients(self.config))
+        else:
+            events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
+            stage = beam.ParDo(UserClientState(self.config))
+        closed = (events
+                  | "GroupUserEvents" >> GroupUserEvents(bounded)
+                  | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
+                  .with_outputs(CHARGES, DEAD_LETTERS, LATE, ACCOUNTING, main="reports"))
+        reports = closed.reports
+        if not bounded:  # every report of a slot leaves at the same timer time: one window holds them all
+            reports = reports | "SlotWindows" >> beam.WindowInto(
+                FixedWindows(clock.slot_seconds, offset=(clock.origin + clock.allowed_lateness) % clock.slot_seconds))
+        sums = (reports
+                | "BySlot" >> beam.Map(lambda r: ((r.stream, r.slot), r)).with_output_types(
+                    typing.Tuple[typing.Tuple[str, int], NumericReport])
+                | "ExactMean" >> beam.CombinePerKey(ExactMean()))
+        if not bounded:
+            sums = sums | "Global" >> beam.WindowInto(GlobalWindows())
+        releases = sums | "Release" >> beam.Map(release_record, self.config, self.variance).with_output_types(
+            ReleaseRecord)
+        ledger_fn = CompleteChunkLedgerFn if bounded else UserLedgerFn
+        ledger = (closed[CHARGES]
+                  | "PrivacyLedger" >> beam.ParDo(ledger_fn(self.ledger_max_window, self.ledger_detail))
+                  .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
+        dead_letters = (closed[LATE], closed[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
+        accounting = closed[ACCOUNTING]
+        outputs = {"releases": releases, "dead_letters": dead_letters, "usage": ledger.usage,
+                   "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
+        if bounded:
+            outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(
+                AccountingTotals()).with_output_types(typing.Dict[str, int])
+        return outputs

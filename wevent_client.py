@@ -457,10 +457,7 @@ class WEventClient:
     def respond(self, request: dict) -> dict:
         """The report answering ``request``; raises :class:`RequestRefused` (with a ``code``) otherwise."""
         slot, oracle, units, d = self._parse(request)
-        if request["method"] in self._methods.get(slot, ()):
-            raise RequestRefused("duplicate", f"slot {slot} was already answered for {request['method']}")
-        if self._slots and slot <= self._slots[-1] - self.window:
-            raise RequestRefused("stale", f"slot {slot} is older than the retained window")
+        self._check_slot(slot, request["method"])
         if oracle in MEAN_ORACLES:
             hybrid = hybrid_mechanism(units, request.get("grid_bits") or 16)
             charge = hybrid.realised_units
@@ -472,16 +469,34 @@ class WEventClient:
 
             def report_of(value):
                 return perturb(oracle, value, units, d, self._randbits)
+        self._check_budget(slot, charge)
+        payload = report_of(self._value_of(slot))
+        self._record(slot, request["method"], charge)
+        return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,
+                "slot": slot, "method": request["method"], "oracle": oracle, "epsilon": request["epsilon"],
+                "realised_epsilon": units_to_decimal_string(charge), "domain_size": d, "report": payload}
+
+    def _check_slot(self, slot: int, method: str) -> None:
+        """Refuse a second answer of ``method`` at ``slot``, or a slot older than the retained window."""
+        if method in self._methods.get(slot, ()):
+            raise RequestRefused("duplicate", f"slot {slot} was already answered for {method}")
+        if self._slots and slot <= self._slots[-1] - self.window:
+            raise RequestRefused("stale", f"slot {slot} is older than the retained window")
+
+    def _check_budget(self, slot: int, charge: int) -> None:
+        """Refuse a charge that would take a window containing ``slot`` over the budget."""
         spent = self.window_spent(slot)
         if spent + charge > self.budget_units:
             raise RequestRefused("budget", f"a window containing slot {slot} has spent "
                                  f"{units_to_decimal_string(spent)} of {units_to_decimal_string(self.budget_units)};"
                                  f" this request needs {units_to_decimal_string(charge)}")
-        payload = report_of(self._value_of(slot))
+
+    def _record(self, slot: int, method: str, charge: int) -> None:
+        """Charge ``slot`` for an answer of ``method`` and forget what no later window can reach."""
         if slot not in self._spent:
             bisect.insort(self._slots, slot)
         self._spent[slot] = self._spent.get(slot, 0) + charge
-        self._methods.setdefault(slot, set()).add(request["method"])
+        self._methods.setdefault(slot, set()).add(method)
         # A later request is for a slot s > latest - window (else stale); its windows reach back to
         # s - window + 1 > latest - 2·window + 1, so older slots can go.
         horizon = self._slots[-1] - 2 * self.window + 1
@@ -489,9 +504,6 @@ class WEventClient:
             old = self._slots.pop(0)
             del self._spent[old]
             self._methods.pop(old, None)
-        return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,
-                "slot": slot, "method": request["method"], "oracle": oracle, "epsilon": request["epsilon"],
-                "realised_epsilon": units_to_decimal_string(charge), "domain_size": d, "report": payload}
 
     def _parse(self, request: dict) -> tuple[int, str, int, int]:
         if not isinstance(request, dict):
@@ -534,4 +546,132 @@ class WEventClient:
             client._slots.append(int(slot))
             client._spent[int(slot)] = epsilon_units_from_string(spent)
             client._methods[int(slot)] = set(methods[0]) if methods else set()
+        return client
+
+
+# ------------------------------------------------------------------ numeric streams (seed 003)
+
+
+NUMERIC_METHODS = {"sw-direct": 0, "ipp": 1, "app": None, "capp": None}
+"""The numeric client methods and their fixed deviation memory (None: ``memory``, default ``window``)."""
+
+
+def capp_delta(epsilon: float) -> float:
+    """CAPP's clip parameter ``δ = e_s - e_d`` at the per-report budget (the collector's formula, spec Eq. 11),
+    from the continuous Square Wave's ``(b, p, q)``: the same float operations as the collector's core."""
+    em1 = math.expm1(epsilon)
+    big = em1 + 1
+    b = 0.5 - epsilon / 3 if epsilon < 1e-4 else (epsilon * big - em1) / (2 * big * (em1 - epsilon))
+    p, q = big / (2 * b * big + 1), 1 / (2 * b * big + 1)
+    mean_at_one = q * (1 + 2 * b) / 2 + 2 * b * (p - q) * 1
+    variance = 2 * b**3 * p / 3 - b**2 * q**2 + b**2 * q - b * q**2 + b * q - q**2 / 4 + q / 3
+    return math.expm1(1 - mean_at_one) - math.sqrt(variance)
+
+
+class NumericClient:
+    """One user's numeric stream on the device: SW-direct, IPP, APP or CAPP (seed 003) under the strict budget.
+
+    The device remembers at most ``h`` of its own past deviations (a ring; SW-direct 0, IPP 1, APP/CAPP
+    ``memory``, default ``window``), so a report depends on the values of its last ``h + 1`` slots, and each
+    report spends ``budget/(window + h)`` (rounded down to budget units): a change within ``window`` slots moves
+    at most ``window + h`` reports, so every window stays within ``budget`` (trap T1: unbounded memory is not
+    offered here).  CAPP's output bounds ``[δ, 1 - δ]`` (input ``[min(δ,0), max(1-δ,1)]``, the reference
+    code's) use the public ``δ`` of :func:`capp_delta` on the grid.  The report is the Square Wave's output
+    cell (an integer; its value is :meth:`report_value`), drawn with one 64-bit integer; the same integers, draws
+    and exact dyadic arithmetic as the collector's ``Client.step``, so a recorded report stream can be checked
+    and replayed.  The schedule is public: the user reports at every slot they hold a value, in slot order.
+    The window budget is kept by a :class:`WEventClient` (its bookkeeping refuses what the budget cannot pay).
+    """
+
+    def __init__(self, user: str, method: str, window: int, budget: str, low: float, high: float, *,
+                 memory: int | None = None, grid_bits: int = 16, randbits=secrets.randbits):
+        if method not in NUMERIC_METHODS:
+            raise ValueError(f"method must be one of {tuple(NUMERIC_METHODS)}, got {method!r}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high)) \
+                or not low < high:
+            raise ValueError(f"a numeric stream needs finite low < high, got {low!r}, {high!r}")
+        fixed = NUMERIC_METHODS[method]
+        if fixed is not None and memory not in (None, fixed):
+            raise ValueError(f"{method} remembers {fixed} deviation(s): memory does not apply")
+        if memory is not None and (type(memory) is not int or memory < 1):
+            raise ValueError(f"memory must be an int >= 1, got {memory!r}")
+        self.budget = WEventClient(user, window, budget, None, randbits=randbits)
+        self.method, self.low, self.high = method, float(low), float(high)
+        self.memory = fixed if fixed is not None else (window if memory is None else memory)
+        self.report_units = self.budget.budget_units // (window + self.memory)
+        if self.report_units < 1:
+            raise ValueError(f"budget {budget} is too small to split over {window + self.memory} reports")
+        self.wave = SquareWave(self.report_units, grid_bits)
+        self.bounds = (0.0, 1.0, 0.0, 1.0)
+        if method == "capp":
+            steps = self.wave.steps
+            delta = round(capp_delta(self.report_units / UNITS_PER_EPSILON) * steps) / steps
+            if not delta < 0.5:
+                raise ValueError(f"CAPP's delta {delta} leaves no output interval")
+            self.bounds = (delta, 1 - delta, min(delta, 0.0), max(1 - delta, 1.0))
+        self._randbits = randbits
+        self.deviations = [0.0] * self.memory
+        self.accumulated = 0.0
+        self.age = 0
+        self.last_slot: int | None = None
+
+    def report_value(self, cell: int) -> float:
+        """A report cell's value in ``[0, 1]`` units of the interval (CAPP's mapped to its output bounds)."""
+        low, high, _, _ = self.bounds
+        v = self.wave.cell_value(cell)
+        return low + (high - low) * v if self.bounds != (0.0, 1.0, 0.0, 1.0) else v
+
+    def report(self, stream: str, slot: int, value: float, clip: bool = True) -> dict:
+        """This slot's report of ``value`` (a number in ``[low, high]``; clipped by default); raises
+        :class:`RequestRefused` for a slot not after the last one reported or a window the budget cannot pay."""
+        if type(slot) is not int or slot < 0:
+            raise RequestRefused("invalid", f"slot must be an int >= 0, got {slot!r}")
+        if self.last_slot is not None and slot <= self.last_slot:
+            raise RequestRefused("duplicate" if slot == self.last_slot else "stale",
+                                 f"slot {slot} is not after the last reported slot {self.last_slot}")
+        try:
+            index = self.wave.grid_index(value, self.low, self.high, clip)
+        except ValueError as error:
+            raise RequestRefused("invalid", str(error)) from None
+        self.budget._check_slot(slot, self.method)
+        self.budget._check_budget(slot, self.wave.realised_units)
+        x = index / self.wave.steps
+        low, high, low_in, high_in = self.bounds
+        shifted = x + self.accumulated if self.memory else x
+        scaled = self.bounds != (0.0, 1.0, 0.0, 1.0)
+        cell = self.wave.perturb((shifted - low_in) / (high_in - low_in) if scaled else shifted, clip=True,
+                                 randbits=self._randbits)
+        released = self.report_value(cell)
+        if self.memory:
+            oldest = self.age % self.memory
+            deviation = x - released
+            self.accumulated += deviation - self.deviations[oldest]  # exact: dyadic rationals
+            self.deviations[oldest] = deviation
+        self.age += 1
+        self.last_slot = slot
+        self.budget._record(slot, self.method, self.wave.realised_units)
+        return {"stream": stream, "user": self.budget.user, "slot": slot, "method": self.method, "oracle": "sw",
+                "epsilon": units_to_decimal_string(self.report_units),
+                "realised_epsilon": units_to_decimal_string(self.wave.realised_units), "domain_size": 1,
+                "report": [cell]}
+
+    def state(self) -> str:
+        """The client as JSON: the budget bookkeeping, the deviation ring and ``D`` (exact, as hex floats)."""
+        return json.dumps({"method": self.method, "low": self.low.hex(), "high": self.high.hex(),
+                           "memory": self.memory, "grid_bits": self.wave.steps.bit_length() - 1,
+                           "budget": json.loads(self.budget.state()), "age": self.age, "last_slot": self.last_slot,
+                           "deviations": [d.hex() for d in self.deviations], "accumulated": self.accumulated.hex()})
+
+    @classmethod
+    def from_state(cls, text: str, *, randbits=secrets.randbits) -> NumericClient:
+        """A client continuing the state saved by :meth:`state`."""
+        data = json.loads(text)
+        budget = data["budget"]
+        memory = data["memory"] if NUMERIC_METHODS[data["method"]] is None else None
+        client = cls(budget["user"], data["method"], budget["window"], budget["budget"], float.fromhex(data["low"]),
+                     float.fromhex(data["high"]), memory=memory, grid_bits=data["grid_bits"], randbits=randbits)
+        client.budget = WEventClient.from_state(json.dumps(budget), None, randbits=randbits)
+        client.deviations = [float.fromhex(d) for d in data["deviations"]]
+        client.accumulated = float.fromhex(data["accumulated"])
+        client.age, client.last_slot = data["age"], data["last_slot"]
         return client

@@ -1,0 +1,114 @@
+"""The device's numeric clients (wevent_client.NumericClient) against the collector's core ``Client.step``."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from wevent_client import NumericClient, RequestRefused, capp_delta
+from transforms.mechanisms import make_mechanism
+from transforms.mechanisms.budget import to_units
+from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.numeric.perturbation import capp_delta as core_capp_delta
+from transforms.mechanisms.numeric.perturbation import worst_window_units
+
+LOW, HIGH, WINDOW, BUDGET = -3.0, 9.0, 4, "2"
+
+
+def randbits_of(rng):
+    """The core's 64-bit draw (two uint32 read as one little-endian uint64) as ``randbits(64)``."""
+    def randbits(k: int) -> int:
+        assert k == 64
+        low, high = (int(v) for v in rng.uint32(2))
+        return low | high << 32
+    return randbits
+
+
+def values(n: int, seed: int) -> list[float]:
+    rnd = random.Random(seed)
+    return [rnd.uniform(LOW - 1, HIGH + 1) for _ in range(n)]  # some outside: both clip
+
+
+@pytest.mark.parametrize("method, memory", [("sw-direct", None), ("ipp", None), ("app", 2), ("app", None),
+                                            ("capp", None), ("capp", 3)])
+def test_device_reports_equal_the_cores_client_step(method, memory):
+    params = {"epsilon": 2.0, "window": WINDOW, "low": LOW, "high": HIGH, "out_of_range": "clip"}
+    if memory is not None:
+        params["memory"] = memory
+    mechanism = make_mechanism(method, bins=1, **params)
+    client = mechanism.client
+    state = client.initial_state(1)
+    core_rng, device_rng = insecure_seeded_randomness(5), insecure_seeded_randomness(5)
+    device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, memory=memory, randbits=randbits_of(device_rng))
+    assert device.report_units == client.sw.epsilon_units and device.wave.realised_units == client.report_units
+    assert (device.wave.half_band, device.wave.keep, device.wave.other) == (client.sw.half_band, client.sw.keep,
+                                                                            client.sw.other)
+    assert device.bounds == (client.bounds if method == "capp"
+                                                                            else (0.0, 1.0, 0.0, 1.0))
+    xs = values(40, 1)
+    for slot, v in enumerate(xs):
+        index = \
+            round((min(max(v, LOW), HIGH) - LOW) / (HIGH - LOW) * client.sw.steps)
+        reports, state = client.step(state, np.array([index / client.sw.steps]), core_rng)
+        report = device.report("s", slot, v)
+        assert device.report_value(report["report"][0]) == reports[0]  # bit for bit
+        assert device.accumulated == state.accumulated[0] and device.age == state.age[0]
+        assert report["realised_epsilon"] and report["domain_size"] == 1
+    assert device.deviations == state.deviations[0].tolist()
+
+
+def test_capp_delta_is_the_collectors_formula():
+    for epsilon in (0.01, 0.05, 0.1, 0.25, 0.4):
+        assert capp_delta(epsilon) == core_capp_delta(epsilon)
+
+
+def test_the_device_keeps_its_window_budget_and_refuses_replays():
+    device = NumericClient("u", "capp", WINDOW, BUDGET, LOW, HIGH, randbits=random.Random(3).getrandbits)
+    slots = [0, 1, 2, 3, 5, 6, 9, 10, 11, 12]
+    for slot in slots:
+        device.report("s", slot, 1.5)
+    charges = np.zeros((1, 13), np.int64)
+    charges[0, slots] = device.wave.realised_units
+    first = np.arange(13) - WINDOW  # a report depends on at most `memory = w` earlier reported slots
+    assert worst_window_units(charges, first[None, :], WINDOW)[0] <= to_units(2.0)
+    assert device.report_units * (2 * WINDOW) <= to_units(2.0)
+    with pytest.raises(RequestRefused) as refused:
+        device.report("s", 12, 1.0)
+    assert refused.value.code == "duplicate"
+    with pytest.raises(RequestRefused) as refused:
+        device.report("s", 4, 1.0)
+    assert refused.value.code == "stale"
+    with pytest.raises(RequestRefused) as refused:
+        device.report("s", 13, float("nan"))
+    assert refused.value.code == "invalid"
+
+
+def test_a_restarted_device_continues_exactly():
+    seeded = random.Random(8)
+    whole = NumericClient("u", "app", WINDOW, BUDGET, LOW, HIGH, memory=3, randbits=seeded.getrandbits)
+    xs = values(20, 2)
+    expected = [whole.report("s", t, v)["report"] for t, v in enumerate(xs)]
+    seeded = random.Random(8)
+    first = NumericClient("u", "app", WINDOW, BUDGET, LOW, HIGH, memory=3, randbits=seeded.getrandbits)
+    got = [first.report("s", t, v)["report"] for t, v in enumerate(xs[:11])]
+    saved = first.state()
+    json.loads(saved)  # plain JSON
+    again = NumericClient.from_state(saved, randbits=seeded.getrandbits)
+    got += [again.report("s", t, v)["report"] for t, v in enumerate(xs[11:], start=11)]
+    assert got == expected
+    assert again.accumulated == whole.accumulated and again.deviations == whole.deviations
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"method": "pp-s"}, "method must be one of"),
+    ({"method": "ipp", "memory": 3}, "memory does not apply"),
+    ({"low": 2.0, "high": 2.0}, "low < high"),
+    ({"budget": "0.000000000005"}, "too small"),
+])
+def test_bad_device_configuration_is_refused(kwargs, message):
+    args = {"user": "u", "method": "capp", "window": WINDOW, "budget": BUDGET, "low": LOW, "high": HIGH, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        NumericClient(**args)

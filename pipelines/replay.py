@@ -43,6 +43,7 @@ from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS)
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
+from transforms.numeric_clients import CLIENT_METHODS, PrivateNumericClients
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid, clipped_count
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
@@ -84,6 +85,7 @@ class ReplayConfig:
     csv_header: tuple = ()
     max_rejected_fraction: float = 0.5
     numeric: NumericDomain | None = None  # --domain: numeric events for the numeric mechanisms (numeric_events)
+    per_user_clients: bool = False  # the clients in the per-user stage (transforms.numeric_clients)
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -151,7 +153,8 @@ def build_config(argv=None) -> ReplayConfig:
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, beam_args=beam_args,
             requirements_parse=requirements_parse, requirements_csv=req_columns or (),
             csv_header=columns or (),
-            max_rejected_fraction=args.max_rejected_fraction, numeric=numeric)
+            max_rejected_fraction=args.max_rejected_fraction, numeric=numeric,
+            per_user_clients=check_per_user_clients(args, numeric))
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:
         raise
@@ -190,6 +193,21 @@ def numeric_domain(args) -> NumericDomain | None:
         raise ConfigError(str(error)) from None
 
 
+def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
+    """``--per-user-clients``: only for the client methods, without the release stage's checkpoints and range."""
+    if not args.per_user_clients:
+        return False
+    if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
+        raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
+    given = [flag for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume-from", args.resume_from),
+                                      ("--start", args.start), ("--end", args.end), ("--evaluate", args.evaluate))
+             if value]
+    if given:
+        raise ConfigError(f"{', '.join(given)} not supported with --per-user-clients yet (the central numeric "
+                          "replay has them)")
+    return True
+
+
 def parser() -> argparse.ArgumentParser:
     p = cli.job_parser("python -m pipelines.replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
@@ -201,6 +219,9 @@ def parser() -> argparse.ArgumentParser:
                    "(the histogram mechanisms)")
     p.add_argument("--domain", metavar="LOW,HIGH", help="numeric mechanisms (sw-direct, ipp, app, capp, ...): each "
                    "event's value is a number in [LOW, HIGH]")
+    p.add_argument("--per-user-clients", action="store_true", help="numeric client methods (sw-direct, ipp, app, "
+                   "capp): each user's client runs in the per-user stage, its state in Beam state cells, instead of "
+                   "the users being simulated in the release stage")
     p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
                    help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
     p.add_argument("--slot-seconds", type=float, default=600.0)
@@ -241,7 +262,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def histogram(config: ReplayConfig) -> PrivateStreamHistogram:
+def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericClients:
+    if config.per_user_clients:
+        return PrivateNumericClients(config.mechanism, config.slot_seconds, config.numeric,
+                                     mechanism_params={k: v for k, v in config.mechanism_params.items()
+                                                       if k not in ("bins", *config.numeric.mechanism_params())},
+                                     origin=config.origin, allowed_lateness=config.allowed_lateness,
+                                     policy=config.policy, insecure_seed=config.insecure_seed,
+                                     ledger_detail=config.ledger_detail, bounded=True)
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
@@ -361,7 +389,7 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
     usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
         if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
-    release_range = histogram(config).config.release_range
+    release_range = None if config.per_user_clients else histogram(config).config.release_range
     report = {"records_read": counts.records_read, "records_used": counts.records_used,
               "duplicates": counts.duplicates, "late": counts.late, "dead_letters": counts.dead_letters,
               "reconciles": counts.reconciles,

@@ -266,6 +266,7 @@ class ExactMean(beam.CombineFn):
 def release_record(element, config: ClientStageConfig, variance: float) -> ReleaseRecord:
     """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units."""
     (stream, slot), (n, total, units) = element
+    Metrics.counter(NAMESPACE, "slots_fresh").inc()
     domain, clock = config.domain, config.clock
     estimate = float(domain.low) + domain.width * (total / (n * _SCALE))  # int / int: correctly rounded
     return ReleaseRecord({

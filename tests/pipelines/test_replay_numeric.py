@@ -16,6 +16,7 @@ from pipelines import replay
 from transforms.mechanisms import FixedRequirements, make_mechanism
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.numeric_clients import fresh_row, report_randomness, step_user
 from transforms.sinks import read_records
 
 SEED = 7
@@ -39,12 +40,14 @@ def write_events(path, extra: list | None = None) -> list:
     return rows
 
 
-def run_replay(tmp_path, mechanism: str, *args) -> tuple[int, dict, list, list]:
+def run_replay(tmp_path, mechanism: str, *args, ranged: bool = True) -> tuple[int, dict, list, list]:
     out = tmp_path / "out"
+    if ranged:
+        args = ("--start", "0", "--end", str(SLOTS * 60), *args)
     code = replay.run(["--input", str(tmp_path / "events.jsonl"), "--output", str(out), "--quiet",
                        "--insecure-seed", str(SEED), "--mechanism", mechanism, "--epsilon", "2", "--window", "3",
                        "--requirement", "fixed:3,2", "--slot-seconds", "60", f"--domain={LOW},{HIGH}",  # = : LOW is negative
-                       "--start", "0", "--end", str(SLOTS * 60), *args])
+                       *args])
     with open(out / "report.json") as f:
         report = json.load(f)
     releases = sorted(read_records(str(out / "releases-*.jsonl"), "jsonl"), key=lambda r: r["slot"])
@@ -152,3 +155,38 @@ def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path):
     with open(tmp_path / "b" / "report.json") as f:
         report = json.load(f)
     assert report["ledger_violations"] == 0 and report["reconciles"]
+
+
+def test_per_user_clients_replay_runs_each_users_client_in_the_per_user_stage(tmp_path):
+    write_events(tmp_path / "events.jsonl", [{"user": "u1", "time": 60.5, "value": 2.0}])  # a duplicate in slot 1
+    code, report, releases, dead = run_replay(tmp_path, "app", "--out-of-range", "clip", "--per-user-clients",
+                                              ranged=False)
+    assert code == 0, report
+    assert report["records_used"] == SLOTS * USERS and report["duplicates"] == 1 and report["reconciles"]
+    assert report["clipped"] == SLOTS // 2 and report["ledger_violations"] == 0 and report["fresh"] == SLOTS
+    client = make_mechanism("app", bins=1, epsilon=2.0, window=3, **_grid().mechanism_params()).client
+    reports: dict = {}
+    for u in range(USERS):
+        row = fresh_row(client)
+        for s in range(SLOTS):
+            x = _grid().grid_index(min(max(values_at(u, s), LOW), HIGH)) / _grid().steps
+            report_value, row = step_user(client, row, x, report_randomness(SEED, "default", f"u{u}", s))
+            reports.setdefault(s, []).append(report_value)
+    assert [r["estimate"][0] for r in releases] == [LOW + (HIGH - LOW) * float(np.mean(reports[s]))
+                                                    for s in range(SLOTS)]
+    assert {r["registered_users"] for r in releases} == {USERS}
+
+
+def _grid():
+    from transforms.numeric_events import NumericDomain
+
+    return NumericDomain(LOW, HIGH, "clip")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mechanism", "pp-s", "--domain", "0,1", "--per-user-clients"], "--per-user-clients runs the clients of"),
+    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--checkpoint-dir", "x"],
+     "--checkpoint-dir not supported with --per-user-clients"),
+])
+def test_per_user_clients_configuration_errors(tmp_path, capsys, args, message):
+    test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message)

@@ -31,8 +31,9 @@ same integers independently; a test asserts they agree.
 Numeric values: :class:`SquareWave` is the discretised Square Wave of
 ``transforms/mechanisms/numeric/square_wave.py`` with the same integers (``B``,
 ``P``, ``Q`` and the realised eps, certified here with the same Taylor bounds); its
-report is an output cell, drawn with one 64-bit integer.  It is a randomizer only:
-requests for numeric streams are not defined yet.  :class:`HybridMechanism` is the
+report is an output cell, drawn with one 64-bit integer.  :class:`NumericClient` runs
+seed 003's numeric clients (SW-direct, IPP, APP, CAPP) on it with bounded deviation memory and the strict
+per-report budget, reporting every slot in order (the public schedule).  :class:`HybridMechanism` is the
 LDP-IDS mean randomizer (``transforms/mechanisms/ldp/mean.py``, the same certified
 integers): a request with ``oracle`` ``sr`` or ``hm`` names the public interval
 ``[low, high]`` and grid, and the device reports ``[branch, value]``.

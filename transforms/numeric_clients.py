@@ -67,8 +67,8 @@ from transforms.numeric_records import ClientRow, NumericReport
 from transforms.private_histogram import AccountingTotals
 from transforms.records import KEY_SEPARATOR, NO_VALUE, DeadLetterRecord, Event, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock, close_user_slots
-from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, Counted, GroupUserEvents, UserSlotState, hold_event,
-                                  take_due)
+from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, Counted, GroupUserEvents, UserSlotState, close_due,
+                                  hold_event, take_due)
 
 CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
 """The registered numeric methods whose client runs in the per-user stage."""
@@ -207,6 +207,7 @@ class UserClientState(beam.DoFn):
     def __init__(self, config: ClientStageConfig):
         self.config, self.clock = config, config.clock
         self.late = Metrics.counter(NAMESPACE, "late")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
 
     def setup(self):
         self.users = _UserClients(self.config)
@@ -227,12 +228,7 @@ class UserClientState(beam.DoFn):
         if not due:
             return
         stream, user = key
-        rows, duplicates, in_force = close_user_slots(user, due, self.clock, requirement_state.read())
-        requirement_state.write(in_force)
-        last_closed_state.write(max(self.clock.slot_of(r[0]) for r in due))
-        if duplicates:
-            self.counters["duplicates"].inc(duplicates)
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+        rows = yield from close_due(self, user, due, requirement_state, last_closed_state)
         yield from _counted(self.users.close(stream, user, rows, client_state.read(), final=False), self.counters)
         client_state.write(self.users.last_row)
 

@@ -252,12 +252,21 @@ class UserSlotState(beam.DoFn):
 
     def _close(self, key, reports, requirement_state, last_closed_state):
         """Close the slots of ``reports`` (all due)."""
-        stream, user = key
-        rows, duplicates, in_force = close_user_slots(user, reports, self.clock, requirement_state.read())
-        requirement_state.write(in_force)
-        last_closed_state.write(max(self.clock.slot_of(r[0]) for r in reports))
-        if duplicates:
-            self.duplicates.inc(duplicates)
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+        rows = yield from close_due(self, key[1], reports, requirement_state, last_closed_state)
         if rows:
-            yield stream, pack_contributions(rows)
+            yield key[0], pack_contributions(rows)
+
+
+def close_due(stage, user: str, reports: list, requirement_state, last_closed_state):
+    """Streaming: the contribution rows of ``user``'s due ``reports`` (returned; the duplicates counted and
+    yielded as accounting), the requirement in force and the last closed slot written to their cells.
+
+    ``stage`` has ``clock`` and the ``duplicates`` counter (:class:`UserSlotState` and stages that extend its
+    cells)."""
+    rows, duplicates, in_force = close_user_slots(user, reports, stage.clock, requirement_state.read())
+    requirement_state.write(in_force)
+    last_closed_state.write(max(stage.clock.slot_of(r[0]) for r in reports))
+    if duplicates:
+        stage.duplicates.inc(duplicates)
+        yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
+    return rows

@@ -27,7 +27,7 @@ from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encod
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
-from transforms.numeric_records import ClientRow, NumericReport
+from transforms.numeric_records import ClientRow, SlotSum
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord
 
 
@@ -152,10 +152,10 @@ class ClientRowCoder(_NamedTupleCoder):
         return super().encode((deviations, float(value[1]), int(value[2])))
 
 
-class NumericReportCoder(_NamedTupleCoder):
-    """``transforms.numeric_records.NumericReport``: stream, slot, report, units."""
+class SlotSumCoder(_NamedTupleCoder):
+    """``transforms.numeric_records.SlotSum``: count, exact scaled sum (any size), units."""
 
-    named = NumericReport
+    named = SlotSum
 
 
 class ContributionsCoder(_VersionedCoder):
@@ -250,7 +250,8 @@ class DeadLetterCoder(_AvroRecordCoder):
 
 CODERS = {Event: EventCoder, Contribution: ContributionCoder, EvaluationRow: EvaluationRowCoder,
           CheckpointSaved: CheckpointSavedCoder, ChargeChunk: ChargeChunkCoder, ReleaseRecord: ReleaseRecordCoder,
-          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder, NumericReport: NumericReportCoder}
+          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder,
+          SlotSum: SlotSumCoder}
 """Each registered type and its coder."""
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import typing
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -51,7 +52,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
 
-from transforms.coders import ClientRowCoder, ValueCoder
+from transforms.coders import ClientRowCoder, SlotSumCoder
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.engine import ChargeChunk
 from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
@@ -63,12 +64,12 @@ from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, 
 from transforms.mechanisms.numeric.perturbation import Client, ClientState
 from transforms.mechanisms.numeric.square_wave import moments_at_one
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_records import ClientRow, NumericReport
+from transforms.numeric_records import ClientRow, SlotSum
 from transforms.private_histogram import AccountingTotals
 from transforms.records import KEY_SEPARATOR, NO_VALUE, DeadLetterRecord, Event, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock, close_user_slots
 from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, Counted, GroupUserEvents, UserSlotState, close_due,
-                                  hold_event, take_due)
+                                  hold_event, in_global_window, take_due)
 
 CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
 """The registered numeric methods whose client runs in the per-user stage."""
@@ -76,7 +77,9 @@ CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
-OUTPUT_TYPES = {"reports": NumericReport, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
+Summed = typing.Tuple[typing.Tuple[str, int], SlotSum]
+"""``((stream, slot), SlotSum)``: how the reports leave the stage (summed within a bundle)."""
+OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
                 LATE: DeadLetterRecord, ACCOUNTING: Counted}
 
 
@@ -124,8 +127,41 @@ def step_user(client: Client, row: ClientRow, x: float, rng: Randomness) -> tupl
     return float(reports[0]), ClientRow(state.deviations[0].copy(), float(state.accumulated[0]), int(state.age[0]))
 
 
+class _ReportDraws:
+    """Randomness for one vectorised step of seeded runs: each report's 64-bit draw from its own generator
+    (:func:`report_randomness` of its key), in the step's order."""
+
+    def __init__(self, seed: int, keys: list):
+        self.seed, self.keys = seed, keys
+
+    def uint32(self, size: int) -> np.ndarray:
+        if size != 2 * len(self.keys):
+            raise ValueError(f"one 64-bit draw per report: {len(self.keys)} reports, {size} words asked")
+        return np.concatenate([report_randomness(self.seed, *key).uint32(2) for key in self.keys] or
+                              [np.zeros(0, np.uint32)])
+
+
+class _Reporting(NamedTuple):
+    """One user's contributions that report, after the requirement check: slots, grid values, requirement rows."""
+
+    stream: str
+    user: str
+    slots: list
+    x: list
+    requirements: list
+
+
+def _scaled(report: float) -> int:
+    """``report·2**64`` as an exact integer (every report is a dyadic rational with a denominator below it)."""
+    scaled = report * _SCALE
+    if not scaled.is_integer():
+        raise ValueError(f"report {report!r} is not on the square wave's grid")
+    return int(scaled)
+
+
 class _UserClients:
-    """The Beam-free work of one key's closed slots: requirements, the client steps, charges, dead letters."""
+    """The Beam-free work of closed slots: requirements, the client steps (vectorised over users), the slots'
+    partial sums, charges and dead letters."""
 
     def __init__(self, config: ClientStageConfig):
         mechanism = config.build()
@@ -134,34 +170,71 @@ class _UserClients:
         self.kind = kind_name(mechanism.requirement_kind)
         self.secure = secure_randomness() if config.insecure_seed is None else None
 
-    def close(self, stream: str, user: str, contributions: list, row: ClientRow | None, final: bool):
-        """Outputs for ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the new row."""
-        row = row or fresh_row(self.client)
-        steps, seed = self.client.sw.steps, self.config.insecure_seed
-        used, charges = 0, []
+    def admit(self, stream: str, user: str, contributions: list, outputs: list) -> _Reporting:
+        """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots); dead
+        letters and accounting appended to ``outputs``."""
+        steps = self.client.sw.steps
+        reporting = _Reporting(stream, user, [], [], [])
+        used = 0
         for slot, _, value, declared, raws in contributions:
             requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
             if requirement is None:
-                for raw in raws:
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
-                                                                             user))
-                yield beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", len(raws)))
+                outputs += [beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
+                                                                               user)) for raw in raws]
+                outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", len(raws))))
                 continue
             used += len(raws)
-            if value == NO_VALUE:  # a declaration only: nothing to report
-                continue
-            rng = self.secure if seed is None else report_randomness(seed, stream, user, slot)
-            report, row = step_user(self.client, row, value / steps, rng)
-            units = self.client.report_units
-            yield NumericReport(stream, slot, report, units)
-            charges.append((slot, units, 0, units, *requirement))  # least = charge: the report's realised P/Q
+            if value != NO_VALUE:  # a declaration only reports nothing
+                reporting.slots.append(slot)
+                reporting.x.append(value / steps)
+                reporting.requirements.append(requirement)
         if used:
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used))
-        if charges:
-            chunk = ChargeChunk(f"{stream}{KEY_SEPARATOR}{user}", np.array(charges, np.int64), self.kind, PARTS,
-                                final, final)
-            yield beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk))
-        self.last_row = row
+            outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used)))
+        return reporting
+
+    def step(self, users: list, rows: list) -> tuple[np.ndarray, list]:
+        """Every report of ``users`` (``_Reporting``), each from its row (None: fresh): the k-th reports of all
+        users in one ``Client.step``.  Returns the reports (users × most reports) and the new rows."""
+        client, seed = self.client, self.config.insecure_seed
+        state = client.initial_state(len(users))
+        for i, row in enumerate(rows):
+            if row is not None:
+                state.deviations[i], state.accumulated[i], state.age[i] = row
+        counts = np.array([len(u.slots) for u in users], np.int64)
+        reports = np.zeros((len(users), int(counts.max(initial=0))))
+        for k in range(reports.shape[1]):
+            idx = np.flatnonzero(counts > k)
+            x = np.array([users[i].x[k] for i in idx.tolist()])
+            rng = self.secure if seed is None else _ReportDraws(
+                seed, [(users[i].stream, users[i].user, users[i].slots[k]) for i in idx.tolist()])
+            sub = ClientState(state.deviations[idx], state.accumulated[idx], state.age[idx])
+            reports[idx, k], sub = client.step(sub, x, rng, in_place=True)
+            state.deviations[idx], state.accumulated[idx], state.age[idx] = sub
+        new_rows = [ClientRow(state.deviations[i].copy(), float(state.accumulated[i]), int(state.age[i]))
+                    for i in range(len(users))]
+        return reports, new_rows
+
+    def emit(self, users: list, reports: np.ndarray, sums: dict, final: bool) -> list:
+        """Add the reports to the slots' partial sums ``sums``; each user's charges as a ChargeChunk output."""
+        units = self.client.report_units
+        outputs = []
+        for i, user in enumerate(users):
+            if not user.slots:
+                continue
+            for slot, report in zip(user.slots, reports[i, :len(user.slots)].tolist()):
+                held = sums.setdefault((user.stream, slot), [0, 0])
+                held[0] += 1
+                held[1] += _scaled(report)
+            charges = [(slot, units, 0, units, *row) for slot, row in zip(user.slots, user.requirements)]
+            chunk = ChargeChunk(f"{user.stream}{KEY_SEPARATOR}{user.user}", np.array(charges, np.int64), self.kind,
+                                PARTS, final, final)  # least = charge: the report's realised P/Q
+            outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
+        return outputs
+
+    def slot_sums(self, sums: dict) -> list:
+        """The partial sums as the stage's main outputs ``((stream, slot), (count, sum·2**64, units))``."""
+        units = self.client.report_units
+        return [(key, SlotSum(n, total, units)) for key, (n, total) in sums.items()]
 
 
 def _counted(outputs, counters: dict):
@@ -177,7 +250,10 @@ def _counters() -> dict:
 
 
 class CloseUserClients(beam.DoFn):
-    """Bounded input: every slot of a complete key closed at once and its client run from a fresh state."""
+    """Bounded input: every slot of each complete key closed at once; the clients of a bundle's keys (up to
+    ``MAX_HELD`` reports) run together from fresh states, vectorised over users."""
+
+    MAX_HELD = 50_000
 
     def __init__(self, config: ClientStageConfig):
         self.config = config
@@ -186,13 +262,34 @@ class CloseUserClients(beam.DoFn):
         self.users = _UserClients(self.config)
         self.counters = _counters()
 
+    def start_bundle(self):
+        self._held: list = []
+        self._reports = 0
+
     def process(self, element):
         (stream, user), lists = element
         rows, duplicates, _ = close_user_slots(user, [r for held in lists for r in held], self.config.clock, None)
+        outputs: list = []
         if duplicates:
-            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates))
-            self.counters["duplicates"].inc(duplicates)
-        yield from _counted(self.users.close(stream, user, rows, None, final=True), self.counters)
+            outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
+        reporting = self.users.admit(stream, user, rows, outputs)
+        self._held.append(reporting)
+        self._reports += len(reporting.slots)
+        if self._reports >= self.MAX_HELD:
+            outputs += self._take()
+        return _counted(outputs, self.counters)
+
+    def finish_bundle(self):
+        return map(in_global_window, self._take())
+
+    def _take(self) -> list:
+        held, self._held, self._reports = self._held, [], 0
+        if not held:
+            return []
+        reports, _ = self.users.step(held, [None] * len(held))
+        sums: dict = {}
+        outputs = self.users.emit(held, reports, sums, final=True)
+        return self.users.slot_sums(sums) + outputs
 
 
 class UserClientState(beam.DoFn):
@@ -229,34 +326,38 @@ class UserClientState(beam.DoFn):
             return
         stream, user = key
         rows = yield from close_due(self, user, due, requirement_state, last_closed_state)
-        yield from _counted(self.users.close(stream, user, rows, client_state.read(), final=False), self.counters)
-        client_state.write(self.users.last_row)
+        outputs: list = []
+        reporting = self.users.admit(stream, user, rows, outputs)
+        if reporting.slots:
+            reports, (row,) = self.users.step([reporting], [client_state.read()])
+            sums: dict = {}
+            outputs += self.users.emit([reporting], reports, sums, final=False)
+            outputs += self.users.slot_sums(sums)
+            client_state.write(row)
+        yield from _counted(outputs, self.counters)
 
 
-class ExactMean(beam.CombineFn):
-    """Reports -> ``(count, exact sum scaled by 2**64, units of one report)``: the same whatever the order."""
+class SlotSums(beam.CombineFn):
+    """Partial sums ``(count, sum·2**64, units)`` of a slot's reports -> their total: exact integers, so the
+    order of the combine changes nothing."""
 
     def create_accumulator(self):
-        return 0, 0, 0
+        return SlotSum(0, 0, 0)
 
-    def add_input(self, accumulator, report: NumericReport):
-        n, total, units = accumulator
-        scaled = report.report * _SCALE
-        if not scaled.is_integer():
-            raise ValueError(f"report {report.report!r} is not on the square wave's grid")
-        return n + 1, total + int(scaled), max(units, report.units)
+    def add_input(self, accumulator, partial):
+        return SlotSum(accumulator[0] + partial[0], accumulator[1] + partial[1], max(accumulator[2], partial[2]))
 
     def merge_accumulators(self, accumulators):
-        n = total = units = 0
-        for a, b, c in accumulators:
-            n, total, units = n + a, total + b, max(units, c)
-        return n, total, units
+        total = self.create_accumulator()
+        for accumulator in accumulators:
+            total = self.add_input(total, accumulator)
+        return total
 
     def extract_output(self, accumulator):
         return accumulator
 
     def get_accumulator_coder(self):
-        return ValueCoder()
+        return SlotSumCoder()
 
 
 def release_record(element, config: ClientStageConfig, variance: float) -> ReleaseRecord:
@@ -311,10 +412,7 @@ class PrivateNumericClients(beam.PTransform):
         if not bounded:  # every report of a slot leaves at the same timer time: one window holds them all
             reports = reports | "SlotWindows" >> beam.WindowInto(
                 FixedWindows(clock.slot_seconds, offset=(clock.origin + clock.allowed_lateness) % clock.slot_seconds))
-        sums = (reports
-                | "BySlot" >> beam.Map(lambda r: ((r.stream, r.slot), r)).with_output_types(
-                    typing.Tuple[typing.Tuple[str, int], NumericReport])
-                | "ExactMean" >> beam.CombinePerKey(ExactMean()))
+        sums = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
         if not bounded:
             sums = sums | "Global" >> beam.WindowInto(GlobalWindows())
         releases = sums | "Release" >> beam.Map(release_record, self.config, self.variance).with_output_types(

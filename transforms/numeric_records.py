@@ -1,4 +1,4 @@
-"""Records of the numeric per-user client stage (``transforms.numeric_clients``) that cross stages or lie in state.
+"""The state row of the numeric per-user client stage (``transforms.numeric_clients``).
 
 Plain NamedTuples; their coders are in ``transforms.coders`` (versioned, no pickle).
 """
@@ -22,11 +22,11 @@ class ClientRow(NamedTuple):
     age: int
 
 
-class NumericReport(NamedTuple):
-    """One user's perturbed report for one slot, in ``[0, 1]`` units of the declared interval (CAPP's may lie
-    slightly outside), and what it cost its sender (budget units): the only thing the client stage lets out."""
 
-    stream: str
-    slot: int
-    report: float
+class SlotSum(NamedTuple):
+    """A slot's reports, summed (or some of them): how many, their sum times ``2**64`` (an exact integer: every
+    report is a dyadic rational with a smaller denominator) and the units one report costs."""
+
+    count: int
+    total: int
     units: int

@@ -72,10 +72,10 @@ def compact(event: Event) -> tuple:
     return event[2:]
 
 
-def _in_global_window(output):
+def in_global_window(output):
     """An output of ``finish_bundle`` (plain or tagged), placed in the global window that bounded input uses."""
     if isinstance(output, beam.pvalue.TaggedOutput):
-        return beam.pvalue.TaggedOutput(output.tag, _in_global_window(output.value))
+        return beam.pvalue.TaggedOutput(output.tag, in_global_window(output.value))
     return WindowedValue(output, MIN_TIMESTAMP, (GlobalWindow(),))
 
 
@@ -92,7 +92,7 @@ class _HeldPerBundle(beam.DoFn):
         return self._take() if self._held >= self.MAX_HELD else None
 
     def finish_bundle(self):
-        return map(_in_global_window, self._take())
+        return map(in_global_window, self._take())
 
     def _take(self) -> list:
         raise NotImplementedError

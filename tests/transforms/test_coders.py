@@ -29,7 +29,7 @@ from transforms.mechanisms.declared import DeclaredRequirements
 from transforms.ledger import UserLedgerFn
 from transforms.mechanisms import FixedRequirement, mechanism_class
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.numeric_records import ClientRow, NumericReport
+from transforms.numeric_records import ClientRow, SlotSum
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord, dead_letter, pack_contributions, \
     unpack_contributions
 from transforms.release import ReleaseController
@@ -142,8 +142,8 @@ REPRESENTATIVE = {
                                   registered_users=0, statistic="counts", estimate=[], trust="central")],
     DeadLetterRecord: [dead_letter("late: slot 3 closed", '{"user": "ü"}', "release", "s", "u"),
                        dead_letter("bad json", "", "parse")],
+    SlotSum: [SlotSum(3, 2**90 + 1, 12), SlotSum(0, -(2**70), 0)],
     ClientRow: [ClientRow(np.array([0.5 - 2 ** -33, -0.25, 0.0]), 0.25 - 2 ** -33, 2**40), ClientRow(np.zeros(0), 0.0, 0)],
-    NumericReport: [NumericReport("s", 3, 0.5 + 2 ** -17, 12), NumericReport("用户", -1, -0.03125, 0)],
 }
 
 

@@ -12,7 +12,7 @@ from apache_beam.testing import test_stream
 from apache_beam.transforms.window import TimestampedValue
 
 from tests.transforms.beam_helpers import SLOT, batch_pipeline, streaming_pipeline, streaming_source
-from transforms.coders import ClientRowCoder, NumericReportCoder
+from transforms.coders import ClientRowCoder
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
@@ -20,7 +20,7 @@ from transforms.mechanisms.numeric.perturbation import worst_window_units
 from transforms.numeric_clients import (ClientStageConfig, PrivateNumericClients, UserClientState, fresh_row,
                                         report_randomness, step_user)
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_records import ClientRow, NumericReport
+from transforms.numeric_records import ClientRow
 from transforms.records import Event
 from transforms.slotting import SlotClock
 
@@ -157,8 +157,6 @@ def test_client_cell_round_trips_exactly_and_never_pickles():
     with pytest.raises(TypeError):
         coder.encode(ClientRow([0.1], 0.0, 0))  # a list is not the cell's array
     assert UserClientState.CLIENT.coder == ClientRowCoder()
-    report = NumericReport("s", 3, 0.5 + 2 ** -17, 12)
-    assert NumericReportCoder().decode(NumericReportCoder().encode(report)) == report
 
 
 def test_client_state_continues_across_firings_like_one_run():

@@ -13,11 +13,13 @@ bounded input).
 that user's state cell ``client`` (``ClientRowCoder``, versioned, no pickle), beside the per-user stage's cells
 (``transforms.user_state.UserSlotState``, which this stage extends).  When a slot closes (the event-time timer)
 the user's contribution goes through ``Client.step`` of the registered mechanism (the same code as the
-Beam-free core) and only the perturbed report and its charge leave the stage.  Bounded input takes the
-GroupByKey path of the per-user stage: a key's events together, every slot closed at once, no state.
+Beam-free core) and only the perturbed report (as its slot's partial sum, ``SlotSum``) and its charge leave the
+stage.  Bounded input takes the GroupByKey path of the per-user stage: a key's events together, every slot
+closed at once, no state; the keys of a bundle are stepped together (the k-th reports of all of them in one
+vectorised ``Client.step``) and their reports summed per slot within the bundle.
 
-**Release.**  A combine per ``(stream, slot)``: the exact sum of the reports (each a dyadic rational, summed as
-integers, so the order of the combine does not matter) and their count; the release is the paper's raw average
+**Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a dyadic
+rational, summed as integers, so the order of the combine does not matter) and their count; the release is the paper's raw average
 in the domain's units (§4; SW-direct's is biased toward the middle, ``server.debiased`` has the unbiased one).
 A slot without reports is not released (which slots are released depends on the data, as without a release
 range in the histogram pipeline).  Trust ``local_simulated``: the clients run in the collector's pipeline on

@@ -63,7 +63,7 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.declared import kind_name
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
-from transforms.mechanisms.numeric.perturbation import Client, ClientState
+from transforms.mechanisms.numeric.perturbation import ClientState
 from transforms.mechanisms.numeric.square_wave import moments_at_one
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow, SlotSum
@@ -115,18 +115,6 @@ def report_randomness(seed: int, stream: str, user: str, slot: int) -> Randomnes
     """The seeded generator of one user's report at one slot (tests and replays only: NOT private)."""
     text = KEY_SEPARATOR.join((str(seed), stream, user, str(slot))).encode("utf-8", "surrogatepass")
     return insecure_seeded_randomness(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
-
-
-def fresh_row(client: Client) -> ClientRow:
-    return ClientRow(np.zeros(client.memory), 0.0, 0)
-
-
-def step_user(client: Client, row: ClientRow, x: float, rng: Randomness) -> tuple[float, ClientRow]:
-    """One report of one user (grid value ``x`` in ``[0, 1]``) through the core's ``Client.step``."""
-    state = ClientState(row.deviations.reshape(1, -1).copy(), np.array([row.accumulated]),
-                        np.array([row.age], np.int64))
-    reports, state = client.step(state, np.array([x]), rng, in_place=True)
-    return float(reports[0]), ClientRow(state.deviations[0].copy(), float(state.accumulated[0]), int(state.age[0]))
 
 
 class _ReportDraws:

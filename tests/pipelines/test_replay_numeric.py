@@ -16,7 +16,8 @@ from pipelines import replay
 from transforms.mechanisms import FixedRequirements, make_mechanism
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from transforms.numeric_clients import fresh_row, report_randomness, step_user
+from tests.transforms.test_numeric_clients import fresh_row, step_user
+from transforms.numeric_clients import report_randomness
 from transforms.sinks import read_records
 
 SEED = 7

@@ -17,14 +17,26 @@ from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.numeric.perturbation import worst_window_units
-from transforms.numeric_clients import (ClientStageConfig, PrivateNumericClients, UserClientState, fresh_row,
-                                        report_randomness, step_user)
+from transforms.mechanisms.numeric.perturbation import Client, ClientState
+from transforms.numeric_clients import ClientStageConfig, PrivateNumericClients, UserClientState, report_randomness
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow
 from transforms.records import Event
 from transforms.slotting import SlotClock
 
 SEED = 11
+
+
+def fresh_row(client: Client) -> ClientRow:
+    return ClientRow(np.zeros(client.memory), 0.0, 0)
+
+
+def step_user(client: Client, row: ClientRow, x: float, rng) -> tuple[float, ClientRow]:
+    """The reference: one report of one user (grid value ``x``) through the core's ``Client.step``, on its own."""
+    state = ClientState(row.deviations.reshape(1, -1).copy(), np.array([row.accumulated]),
+                        np.array([row.age], np.int64))
+    reports, state = client.step(state, np.array([x]), rng, in_place=True)
+    return float(reports[0]), ClientRow(state.deviations[0].copy(), float(state.accumulated[0]), int(state.age[0]))
 DOMAIN = NumericDomain(-2.0, 6.0)
 EPSILON, WINDOW = 2.0, 4
 POLICY = RequirementPolicy(default=FixedRequirement(WINDOW, EPSILON))

@@ -135,10 +135,11 @@ REPRESENTATIVE = {
     ReleaseRecord: [ReleaseRecord(stream="s", slot=4, slot_start=240.0, slot_end=300.0, mechanism="pbd",
                                   mechanism_slot=1, histogram=[1, 0, 2**40], kind="fresh", epsilon="0.5",
                                   predicted_error=None, registered_users=3, statistic="counts",
-                                  estimate=[1.0, float("nan"), -0.0], trust="central"),
+                                  estimate=[1.0, float("nan"), -0.0], trust="central",
+                                  figures={"eps_claimed": 1.0, "epoch": 2.0}),
                     ReleaseRecord(stream="用户", slot=-3, slot_start=-1.5, slot_end=0.0, mechanism="uniform",
                                   mechanism_slot=9, histogram=[], kind="skipped", epsilon="0", predicted_error=2.5,
-                                  registered_users=0, statistic="counts", estimate=[], trust="central")],
+                                  registered_users=0, statistic="counts", estimate=[], trust="central", figures={})],
     DeadLetterRecord: [dead_letter("late: slot 3 closed", '{"user": "ü"}', "release", "s", "u"),
                        dead_letter("bad json", "", "parse")],
 }

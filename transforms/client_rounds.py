@@ -56,7 +56,6 @@ are released in order, each with its own rounds.
 from __future__ import annotations
 
 import json
-import math
 import time
 import typing
 import uuid
@@ -76,7 +75,6 @@ from transforms.checkpoint import dump_randomness, load_randomness
 from transforms.client_release import parse_report
 from transforms.coders import ValueCoder
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
-from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import (DUPLICATE_REPORT, ReportRejected, RoundRequest, answer_round,
                                               assign_public_groups, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -397,15 +395,7 @@ class ClientRoundsFn(beam.DoFn):
         self._open.pop((self.token, stream), None)
         self.counters["ledger_violations"].inc(ledger.violation_count - before)
         self.counters[f"slots_{release.kind.value}"].inc()
-        clock, error = self.config.clock, release.predicted_error
-        out.append(ReleaseRecord({
-            "stream": stream, "slot": slot.slot, "slot_start": clock.start(slot.slot), "slot_end": clock.end(slot.slot),
-            "mechanism": slot.mechanism.name, "mechanism_slot": release.slot,
-            "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
-            "epsilon": units_to_decimal_string(release.epsilon_units),
-            "predicted_error": float(error) if math.isfinite(error) else None,
-            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
-            "estimate": release.estimate.tolist(), "trust": release.trust.value}))
+        out.append(ReleaseRecord.of(release, stream, slot.slot, self.config.clock, slot.mechanism.name))
 
     def _reject(self, stream: str, record: dict, reason: str, out: list) -> None:
         """A dead letter, counted as late, a duplicate or a dead letter by its reason."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -35,12 +34,11 @@ import numpy as np
 from transforms.checkpoint import Checkpoint, StreamState, dump_randomness, encode, load_for_resume, load_randomness
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import Mechanism, SlotBatch, make_mechanism, mechanism_class
-from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
-from transforms.records import KEY_SEPARATOR, NO_VALUE, Contribution, dead_letter
+from transforms.records import KEY_SEPARATOR, NO_VALUE, Contribution, ReleaseRecord, dead_letter
 from transforms.release_range import ReleaseRange
 from transforms.slot_columns import SlotColumns
 from transforms.slotting import SlotClock
@@ -404,17 +402,7 @@ class StreamEngine:
             elapsed = max(time.monotonic() - self.started, 1e-9)
             _LOGGER.info("stream %s: %d slots released (up to slot %d), %d records used, %.0f slots/s",
                          self.stream, self.released, slot, self.records_used, self.released / elapsed)
-        clock = self.config.clock
-        error = release.predicted_error
-        yield Released({
-            "stream": self.stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
-            "mechanism": self.config.mechanism, "mechanism_slot": release.slot,
-            "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
-            "epsilon": units_to_decimal_string(release.epsilon_units),
-            "predicted_error": float(error) if math.isfinite(error) else None,
-            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
-            "estimate": release.estimate.tolist(), "trust": release.trust.value,
-            "figures": {name: float(value) for name, value in release.figures.items()}})
+        yield Released(ReleaseRecord.of(release, self.stream, slot, self.config.clock, self.config.mechanism))
         if self.config.evaluate:
             yield EvaluationRow(self.stream, slot, [int(x) for x in release.histogram],
                                 [int(x) for x in self.engine.exact_histogram_for_evaluation()])

@@ -7,9 +7,11 @@ edges (sinks, dead letters) it writes dicts that follow the Avro schemas in
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from transforms.encoding import CONTRIBUTION_ROWS
+from transforms.mechanisms.budget import units_to_decimal_string
 
 NO_VALUE = -1
 """``Event.value`` of a record that only declares a requirement."""
@@ -53,6 +55,20 @@ class Contribution(NamedTuple):
 class ReleaseRecord(dict):
     """A slot's release record (``schemas/release.avsc``): a dict whose type names its coder
     (``transforms.coders``)."""
+
+    @classmethod
+    def of(cls, release, stream: str, slot: int, clock, mechanism: str) -> "ReleaseRecord":
+        """The record of a mechanism's ``release`` for ``stream``'s absolute ``slot`` (``clock`` gives its times)."""
+        error = release.predicted_error
+        return cls({
+            "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
+            "mechanism": mechanism, "mechanism_slot": release.slot,
+            "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
+            "epsilon": units_to_decimal_string(release.epsilon_units),
+            "predicted_error": float(error) if math.isfinite(error) else None,
+            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
+            "estimate": release.estimate.tolist(), "trust": release.trust.value,
+            "figures": {name: float(value) for name, value in release.figures.items()}})
 
 
 class DeadLetterRecord(dict):

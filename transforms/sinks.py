@@ -144,7 +144,7 @@ def read_records(path_pattern: str, file_format: str) -> list[dict]:
             with open(path, "rb") as avro_file:
                 records.extend(fastavro.reader(avro_file))
         else:
-            records.extend(pq.read_table(path).to_pylist())
+            records.extend(pq.read_table(path).to_pylist(maps_as_pydicts="strict"))  # maps as dicts, as avro
     return records
 
 

@@ -22,7 +22,8 @@ vectorised ``Client.step``) and their reports summed per slot within the bundle.
 rational, summed as integers, so the order of the combine does not matter) and their count; the release is the paper's raw average
 in the domain's units (§4; SW-direct's is biased toward the middle, ``server.debiased`` has the unbiased one).
 A slot without reports is not released (which slots are released depends on the data, as without a release
-range in the histogram pipeline).  Trust ``local_simulated``: the clients run in the collector's pipeline on
+range in the histogram pipeline).  With ``sma=K`` (bounded input) each release also carries ``figures["sma"]``,
+the paper's simple moving average of the released series (§3.5; centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline on
 the users' values.
 
 **Charges.**  Every report costs its sender the square wave's realised epsilon (``client.report_units``, the
@@ -64,6 +65,7 @@ from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.declared import kind_name
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.numeric.perturbation import ClientState
+from transforms.mechanisms.numeric import server
 from transforms.mechanisms.numeric.square_wave import moments_at_one
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow, SlotSum
@@ -364,14 +366,27 @@ def release_record(element, config: ClientStageConfig, variance: float) -> Relea
         "estimate": [estimate], "trust": "local_simulated", "figures": {}})
 
 
+def smoothed(element, size: int, mode: str) -> list:
+    """A stream's releases in slot order, each with ``figures["sma"]``: the SMA (spec §3.5, ``server.sma``) of
+    the released estimates over the released slots (post-processing: it costs nothing)."""
+    _, records = element
+    ordered = sorted(records, key=lambda r: r["slot"])
+    series = server.sma([r["estimate"][0] for r in ordered], size, mode)
+    return [ReleaseRecord({**r, "figures": {**r["figures"], "sma": float(v)}}) for r, v in zip(ordered, series)]
+
+
 class PrivateNumericClients(beam.PTransform):
     """Per-slot private means of numeric events, each user's client in the per-user stage (module doc)."""
 
     def __init__(self, mechanism: str, slot_seconds: float, domain: NumericDomain, *,
                  mechanism_params: dict | None = None, origin: float = 0.0, allowed_lateness: float = 0.0,
                  policy: RequirementPolicy | None = None, insecure_seed: int | None = None,
-                 ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None):
+                 ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
+                 sma: int | None = None, sma_mode: str = "centered"):
         super().__init__()
+        if sma is not None:
+            server.sma([0.0], sma, sma_mode)  # refuses a bad size or mode now
+        self.sma = (sma, sma_mode) if sma is not None else None
         if not isinstance(policy, RequirementPolicy):
             raise ValueError("PrivateNumericClients needs policy=RequirementPolicy(...) (RequirementPolicy() when "
                              "every event declares its own)")
@@ -407,6 +422,14 @@ class PrivateNumericClients(beam.PTransform):
             sums = sums | "Global" >> beam.WindowInto(GlobalWindows())
         releases = sums | "Release" >> beam.Map(release_record, self.config, self.variance).with_output_types(
             ReleaseRecord)
+        if self.sma is not None:
+            if not bounded:
+                raise ValueError("sma smooths a stream's whole released series: bounded input only")
+            releases = (releases
+                        | "ByStream" >> beam.Map(lambda r: (r["stream"], r)).with_output_types(
+                            typing.Tuple[str, ReleaseRecord])
+                        | "Series" >> beam.GroupByKey()
+                        | "Smoothed" >> beam.FlatMap(smoothed, *self.sma).with_output_types(ReleaseRecord))
         ledger_fn = CompleteChunkLedgerFn if bounded else UserLedgerFn
         ledger = (closed[CHARGES]
                   | "PrivacyLedger" >> beam.ParDo(ledger_fn(self.ledger_max_window, self.ledger_detail))

@@ -207,3 +207,26 @@ def test_bad_stage_configuration_fails_at_construction():
         PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4})
     with pytest.raises(ValueError, match="too small"):
         PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 3e-12, "window": 4}, policy=POLICY)
+
+
+def test_sma_figures_smooth_the_released_series():
+    from transforms.mechanisms.numeric import server
+
+    events = make_numeric_events()
+    _RESULTS.clear()
+    with batch_pipeline() as p:
+        out = (p | beam.Create(events)) | PrivateNumericClients(
+            "ipp", SLOT, DOMAIN, mechanism_params={"epsilon": EPSILON, "window": WINDOW}, policy=POLICY,
+            insecure_seed=SEED, sma=3, sma_mode="trailing")
+        _RESULTS["releases"] = []
+        out["releases"] | beam.Map(_keep, "releases")
+    ordered = sorted(_RESULTS["releases"], key=lambda r: r["slot"])
+    estimates = [r["estimate"][0] for r in ordered]
+    want = expected(events, "ipp", {"epsilon": EPSILON, "window": WINDOW})
+    assert estimates == [want[slot][1] for slot in sorted(want)]  # smoothing adds a figure, changes no estimate
+    smoothed = [r["figures"]["sma"] for r in ordered]
+    assert np.allclose(smoothed, server.sma(estimates, 3, "trailing"), rtol=0, atol=1e-12)
+    assert smoothed[0] == estimates[0] and smoothed[2] == pytest.approx(sum(estimates[:3]) / 3)
+    with pytest.raises(ValueError, match="odd size"):
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": EPSILON, "window": WINDOW},
+                              policy=POLICY, sma=2)

@@ -637,7 +637,7 @@ class NumericClient:
         self.budget._check_slot(slot, self.method)
         self.budget._check_budget(slot, self.wave.realised_units)
         x = index / self.wave.steps
-        low, high, low_in, high_in = self.bounds
+        low_in, high_in = self.bounds[2:]
         shifted = x + self.accumulated if self.memory else x
         scaled = self.bounds != (0.0, 1.0, 0.0, 1.0)
         cell = self.wave.perturb((shifted - low_in) / (high_in - low_in) if scaled else shifted, clip=True,

@@ -8,12 +8,12 @@ import random
 import numpy as np
 import pytest
 
-from wevent_client import NumericClient, RequestRefused, capp_delta
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.numeric.perturbation import capp_delta as core_capp_delta
 from transforms.mechanisms.numeric.perturbation import worst_window_units
+from wevent_client import NumericClient, RequestRefused, capp_delta
 
 LOW, HIGH, WINDOW, BUDGET = -3.0, 9.0, 4, "2"
 

@@ -10,21 +10,23 @@ Input: ``transforms.records.Event`` whose value is the grid index of a number in
 bounded input).
 
 **Where the state is.**  Each user's client state (the deviation ring, ``D``, the age: ``ClientRow``) lives in
-that user's state cell ``client`` (``ClientRowCoder``, versioned, no pickle), beside the per-user stage's cells
-(``transforms.user_state.UserSlotState``, which this stage extends).  When a slot closes (the event-time timer)
-the user's contribution goes through ``Client.step`` of the registered mechanism (the same code as the
-Beam-free core) and only the perturbed report (as its slot's partial sum, ``SlotSum``) and its charge leave the
-stage.  Bounded input takes the GroupByKey path of the per-user stage: a key's events together, every slot
-closed at once, no state; the keys of a bundle are stepped together (the k-th reports of all of them in one
-vectorised ``Client.step``) and their reports summed per slot within the bundle.
+that user's state cell ``client`` (``ClientRowCoder``, versioned, no pickle), beside the cells of the per-user
+stage (``transforms.user_state.UserSlotState``: same names and coders, and its functions ``hold_event``,
+``take_due`` and ``close_due``).  When a slot closes (the event-time timer) the user's contribution goes
+through ``Client.step`` of the registered mechanism (the same code as the Beam-free core) and only the
+perturbed report (as its slot's partial sum, ``SlotSum``) and its charge leave the key.  Bounded input takes
+the GroupByKey path of the per-user stage: a key's events together, every slot closed at once, no state; the
+keys of a bundle are stepped together (the k-th reports of all of them in one vectorised ``Client.step``) and
+their reports summed per slot within the bundle.
 
-**Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a dyadic
-rational, summed as integers, so the order of the combine does not matter) and their count; the release is the paper's raw average
-in the domain's units (§4; SW-direct's is biased toward the middle, ``server.debiased`` has the unbiased one).
-A slot without reports is not released (which slots are released depends on the data, as without a release
-range in the histogram pipeline).  With ``sma=K`` (bounded input) each release also carries ``figures["sma"]``,
-the paper's simple moving average of the released series (§3.5; centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline on
-the users' values.
+**Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a
+dyadic rational, summed as integers, so the order of the combine does not matter) and their count; the release
+is the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
+``server.debiased`` has the unbiased one).  A slot without reports is not released (which slots are released
+depends on the data, as without a release range in the histogram pipeline).  With ``sma=K`` (bounded input)
+each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
+centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline
+on the users' values.
 
 **Charges.**  Every report costs its sender the square wave's realised epsilon (``client.report_units``, the
 strict ``ε/(w + h)`` split); each user's charges go to the per-user ledger with the requirement the user
@@ -52,7 +54,11 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import (
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
 
 from transforms.coders import ClientRowCoder, SlotSumCoder
@@ -63,17 +69,38 @@ from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
 from transforms.mechanisms.declared import kind_name
-from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness, secure_randomness
-from transforms.mechanisms.numeric.perturbation import ClientState
+from transforms.mechanisms.noise import (
+    Randomness,
+    insecure_seeded_randomness,
+    secure_randomness,
+)
 from transforms.mechanisms.numeric import server
+from transforms.mechanisms.numeric.perturbation import ClientState
 from transforms.mechanisms.numeric.square_wave import moments_at_one
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow, SlotSum
 from transforms.private_histogram import AccountingTotals
-from transforms.records import KEY_SEPARATOR, NO_VALUE, DeadLetterRecord, Event, ReleaseRecord, dead_letter
+from transforms.records import (
+    KEY_SEPARATOR,
+    NO_VALUE,
+    DeadLetterRecord,
+    Event,
+    ReleaseRecord,
+    dead_letter,
+)
 from transforms.slotting import SlotClock, close_user_slots
-from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, Counted, GroupUserEvents, UserSlotState, close_due,
-                                  hold_event, in_global_window, take_due)
+from transforms.user_state import (
+    ACCOUNTING,
+    LATE,
+    NAMESPACE,
+    Counted,
+    GroupUserEvents,
+    UserSlotState,
+    close_due,
+    hold_event,
+    in_global_window,
+    take_due,
+)
 
 CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
 """The registered numeric methods whose client runs in the per-user stage."""
@@ -360,7 +387,7 @@ def release_record(element, config: ClientStageConfig, variance: float) -> Relea
     estimate = float(domain.low) + domain.width * (total / (n * _SCALE))  # int / int: correctly rounded
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
-        "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [int(round(estimate * n))],
+        "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
         "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
         "estimate": [estimate], "trust": "local_simulated", "figures": {}})

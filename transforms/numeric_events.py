@@ -105,7 +105,7 @@ class NumericDomain:
         error = record.get("predicted_error")
         registered = record["registered_users"]
         return {**record, "estimate": estimate,
-                "histogram": [int(round(value * registered)) for value in estimate],
+                "histogram": [round(value * registered) for value in estimate],
                 "predicted_error": None if error is None else error * scale * scale}
 
 

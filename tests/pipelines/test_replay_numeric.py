@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pipelines import replay
+from tests.transforms.test_numeric_clients import fresh_row, step_user
 from transforms.mechanisms import FixedRequirements, make_mechanism
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.noise import insecure_seeded_randomness
-from tests.transforms.test_numeric_clients import fresh_row, step_user
 from transforms.numeric_clients import report_randomness
 from transforms.sinks import read_records
 
@@ -47,8 +47,8 @@ def run_replay(tmp_path, mechanism: str, *args, ranged: bool = True) -> tuple[in
         args = ("--start", "0", "--end", str(SLOTS * 60), *args)
     code = replay.run(["--input", str(tmp_path / "events.jsonl"), "--output", str(out), "--quiet",
                        "--insecure-seed", str(SEED), "--mechanism", mechanism, "--epsilon", "2", "--window", "3",
-                       "--requirement", "fixed:3,2", "--slot-seconds", "60", f"--domain={LOW},{HIGH}",  # = : LOW is negative
-                       *args])
+                       "--requirement", "fixed:3,2", "--slot-seconds", "60",
+                       f"--domain={LOW},{HIGH}", *args])  # "=": LOW is negative
     with open(out / "report.json") as f:
         report = json.load(f)
     releases = sorted(read_records(str(out / "releases-*.jsonl"), "jsonl"), key=lambda r: r["slot"])
@@ -160,7 +160,7 @@ def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path):
 
 def test_per_user_clients_replay_runs_each_users_client_in_the_per_user_stage(tmp_path):
     write_events(tmp_path / "events.jsonl", [{"user": "u1", "time": 60.5, "value": 2.0}])  # a duplicate in slot 1
-    code, report, releases, dead = run_replay(tmp_path, "app", "--out-of-range", "clip", "--per-user-clients",
+    code, report, releases, _ = run_replay(tmp_path, "app", "--out-of-range", "clip", "--per-user-clients",
                                               ranged=False)
     assert code == 0, report
     assert report["records_used"] == SLOTS * USERS and report["duplicates"] == 1 and report["reconciles"]

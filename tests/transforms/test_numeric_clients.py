@@ -11,14 +11,27 @@ import pytest
 from apache_beam.testing import test_stream
 from apache_beam.transforms.window import TimestampedValue
 
-from tests.transforms.beam_helpers import SLOT, batch_pipeline, streaming_pipeline, streaming_source
+from tests.transforms.beam_helpers import (
+    SLOT,
+    batch_pipeline,
+    streaming_pipeline,
+    streaming_source,
+)
 from transforms.coders import ClientRowCoder
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.numeric.perturbation import worst_window_units
-from transforms.mechanisms.numeric.perturbation import Client, ClientState
-from transforms.numeric_clients import ClientStageConfig, PrivateNumericClients, UserClientState, report_randomness
+from transforms.mechanisms.numeric.perturbation import (
+    Client,
+    ClientState,
+    worst_window_units,
+)
+from transforms.numeric_clients import (
+    ClientStageConfig,
+    PrivateNumericClients,
+    UserClientState,
+    report_randomness,
+)
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow
 from transforms.records import Event

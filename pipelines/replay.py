@@ -176,7 +176,8 @@ def numeric_domain(args) -> NumericDomain | None:
         if numeric:
             raise ConfigError(f"{args.mechanism} reads numeric values: give --domain LOW,HIGH")
         if args.binning is None:
-            raise ConfigError("--binning is required (or --domain LOW,HIGH for a numeric mechanism)")
+            raise ConfigError("the following arguments are required: --binning (or --domain LOW,HIGH for a numeric "
+                              "mechanism)")
         if args.out_of_range != "dead-letter":
             raise ConfigError("--out-of-range applies to numeric values: it needs --domain")
         return None

@@ -186,6 +186,8 @@ def numeric_domain(args) -> NumericDomain | None:
                           f"not {args.mechanism}")
     if args.binning is not None:
         raise ConfigError("give --binning (histogram mechanisms) or --domain (numeric ones), not both")
+    if args.evaluate:
+        raise ConfigError("--evaluate measures histograms against the true counts; it does not apply to --domain")
     if any(item.partition("=")[0].strip() in ("low", "high", "grid_bits", "out_of_range") for item in args.param):
         raise ConfigError("the numeric interval comes from --domain and --out-of-range, not --param")
     try:

@@ -109,6 +109,7 @@ def test_out_of_range_values_are_dead_letters_by_default(tmp_path):
     (["--mechanism", "pbd", "--domain", "0,1", "--binning", "int:4"], "--domain is for the numeric mechanisms"),
     (["--mechanism", "capp", "--domain", "0,1", "--binning", "int:4"], "not both"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "high=3"], "not --param"),
+    (["--mechanism", "capp", "--domain", "0,1", "--evaluate"], "does not apply to --domain"),
     (["--mechanism", "capp", "--domain", "0,1", "--epsilon", "0.000000000003"], "too small"),
 ])
 def test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message):

@@ -203,8 +203,7 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
     if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
         raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
     given = [flag for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume-from", args.resume_from),
-                                      ("--start", args.start), ("--end", args.end), ("--evaluate", args.evaluate))
-             if value]
+                                      ("--start", args.start), ("--end", args.end)) if value]
     if given:
         raise ConfigError(f"{', '.join(given)} not supported with --per-user-clients yet (the central numeric "
                           "replay has them)")

@@ -250,8 +250,7 @@ class DeadLetterCoder(_AvroRecordCoder):
 
 CODERS = {Event: EventCoder, Contribution: ContributionCoder, EvaluationRow: EvaluationRowCoder,
           CheckpointSaved: CheckpointSavedCoder, ChargeChunk: ChargeChunkCoder, ReleaseRecord: ReleaseRecordCoder,
-          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder,
-          SlotSum: SlotSumCoder}
+          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder, SlotSum: SlotSumCoder}
 """Each registered type and its coder."""
 
 

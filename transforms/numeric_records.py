@@ -1,4 +1,4 @@
-"""The state row of the numeric per-user client stage (``transforms.numeric_clients``).
+"""The numeric per-user client stage's state row and per-slot sums (``transforms.numeric_clients``).
 
 Plain NamedTuples; their coders are in ``transforms.coders`` (versioned, no pickle).
 """
@@ -20,7 +20,6 @@ class ClientRow(NamedTuple):
     deviations: np.ndarray
     accumulated: float
     age: int
-
 
 
 class SlotSum(NamedTuple):

@@ -150,4 +150,8 @@ def test_the_document_has_every_method_and_the_labels(monkeypatch):
     assert document.count("better than uniform |") == 8  # 2 streams x 2 variants x 2 metrics
     assert "Scaled down from the paper's 200,000 slots" in document and "| `dpi` | " in document
     assert "| `dpi-sound` | " in document and "(unaffected)" in document  # λ does not enter dpi-sound
+    for stream in ("synthetic_a", "zipf"):
+        for variant in dpi_results.DPI_METHODS:
+            assert document.count(f"| {stream} | `{variant}` | ") == 1  # the plain summary's row
+    assert f"closer than L1 {results['sweep_min_distance']:.3f}" in document
     assert not any(math.isnan(r["results"]["dpi"]["mse"]) for r in results["runs"])

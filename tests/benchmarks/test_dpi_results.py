@@ -115,6 +115,7 @@ def test_the_paired_test_points_the_right_way():
 def test_the_long_run_stays_fresh_and_reports_memory():
     result = dpi_results.long_run(slots=40, bins=20, epsilon=2.0, seed=0, marks=4)
     assert result["fresh"] == 40 and 0 < result["eps_charged"] <= 2.0
+    assert result["rba_indices"] >= 40 and result["rba_mb"] > 0  # one series index at least per fresh slot
     assert [c["slot"] for c in result["checkpoints"]] == [10, 20, 30, 40]
     assert all(c["rss_mb"] > 0 and c["median_kl"] > 0 for c in result["checkpoints"])
     assert result["peak_rss_mb"] >= result["checkpoints"][-1]["rss_mb"] * 0.99

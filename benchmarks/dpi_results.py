@@ -510,7 +510,7 @@ def plot(results: dict, directory: str) -> list[str]:
                 stats = [summarise([r["results"][m][metric] for r in runs if r["stream"] == stream
                                     and r["sweep"] is None and r["epsilon"] == e]) for e in epsilons]
                 ax.errorbar(epsilons, [s[0] for s in stats], yerr=[s[1] for s in stats], marker="o", capsize=3,
-                            label=f"{WEVENT} (w-event)" if m == WEVENT else m)
+                            label=f"{WEVENT} (w-event, not lifetime)" if m == WEVENT else m)
             ax.set(xscale="log", yscale="log", xlabel="ε", ylabel=metric.upper(), title=f"{stream}: {metric.upper()}")
         axes[0].legend(fontsize=7, title="exact: 0", title_fontsize=7)
         fig.tight_layout()

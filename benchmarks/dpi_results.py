@@ -20,7 +20,8 @@ Fig. 3 (λ, μ, ζ and the RBA, on COVID-19), the long run of Fig. 11 (``dpi-sou
 that its peak memory is its own) and the privacy audit (TV10, :mod:`benchmarks.dpi_audit`).
 
 Every generator is seeded (``--seed``, then ``seed + 1`` ... for the repeats): the numbers are reproducible and
-the releases are NOT private.  Prints a JSON summary; ``--json-out`` also keeps every run.
+the releases are NOT private.  Prints a JSON summary and keeps every run in ``--json-out`` (by default beside
+the figures), from which ``--render-only`` rewrites the document without running anything.
 """
 
 from __future__ import annotations

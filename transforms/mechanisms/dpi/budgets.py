@@ -226,6 +226,10 @@ class _FreeIndices:
         self.used.add(i)
 
 
+ZERO_PICK_RETRIES = 64
+"""Targets Algorithm 3 draws before a pick of zero units ends the epoch (:meth:`ExponentialRBA.next`)."""
+
+
 class ExponentialRBA:
     """Algorithm 3: ``S ~ Exp(rate)`` (in epsilon), then the unused index with budget nearest to ``S`` (spec §2.5).
 
@@ -260,7 +264,15 @@ class ExponentialRBA:
         return pick, units
 
     def next(self) -> tuple[int, int]:
-        return self.next_for(self.draw_target())
+        """A pick with at least one unit.  A target below one unit (``U > 1 - 1e-4`` at the default rate: once
+        in about 10,000 slots) picks an index whose budget floors to 0; that is a chance draw, not the end of the
+        series, so a new target is drawn (RBA reads no data).  ``(index, 0)`` only after ``ZERO_PICK_RETRIES``
+        zero picks in a row: the series has no positive budget left near the targets."""
+        for _ in range(ZERO_PICK_RETRIES):
+            index, units = self.next_for(self.draw_target())
+            if units > 0:
+                break
+        return index, units
 
     def state(self) -> dict[str, np.ndarray]:
         """The indices handed out and the spent total (the "next free" links are a cache, rebuilt on use)."""

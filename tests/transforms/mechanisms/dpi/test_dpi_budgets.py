@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from scipy import special, stats
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
+from transforms.mechanisms.dpi import budgets
 from transforms.mechanisms.dpi.budgets import (
     BudgetSeries,
     ExponentialRBA,
@@ -219,6 +220,30 @@ def test_tv5_nearest_unused_with_injected_targets():
         pick, units = rba.next_for(target)
         assert units == 0 and (rba.series.slot_units(pick - 1) > 0 or pick - 1 in rba._free.used)
     assert rba.spent_units <= rba.series.epsilon_units
+
+
+class _ScriptedCoins:
+    """``randbelow`` answers from a script (the only coin Algorithm 3 uses)."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    def randbelow(self, n):
+        return self.answers.pop(0)
+
+
+def test_a_target_below_one_unit_is_redrawn_not_the_end_of_the_series():
+    """Regression: a uniform near 1 gives a target below one unit (about once in 10,000 slots at rate 1e8);
+    its pick floors to 0 units, which the mechanisms read as an exhausted epoch with nearly all of epsilon
+    left.  ``next`` draws a new target instead; only a run of zero picks returns 0."""
+    top, half = (1 << 53) - 1, 1 << 52
+    rba = ExponentialRBA(BudgetSeries(2, 0.1, 0.2), rate=1e8, rng=_ScriptedCoins([top, top, half]))
+    pick, units = rba.next()
+    assert units > 0 and units == rba.series.slot_units(pick) and rba.spent_units == units
+    assert abs(units - math.log(2) / 1e8 * UNITS_PER_EPSILON) / units < 1e-3  # the third target's pick
+    hopeless = ExponentialRBA(BudgetSeries(2, 0.1, 0.2), rate=1e8,
+                              rng=_ScriptedCoins([top] * budgets.ZERO_PICK_RETRIES))
+    assert hopeless.next()[1] == 0
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,0 +1,158 @@
+"""The DPI evaluation (benchmarks/dpi_results.py) at a tiny size: the COVID-19 preprocessing on a fixture, the
+baselines' metrics by hand, the paired test's direction, the long run's bookkeeping and the document's tables.
+Deterministic (seeded generators, exact sign-flip enumeration): nothing here can fail by chance."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import math
+import os
+
+import numpy as np
+import pytest
+
+from benchmarks import dpi_results
+from pipelines.evaluation_data import DEFAULT_DATA_DIR
+from transforms.mechanisms.dpi.theory import KL_SMOOTHING
+
+REAL_COVID = os.path.join(DEFAULT_DATA_DIR, dpi_results.COVID_FILE)
+TINY_SLOTS = {"covid19": 6, "synthetic_a": 6, "synthetic_b": 2, "zipf": 6}
+
+
+def write_fixture(path, cumulative: dict[str, list[int]]) -> None:
+    """A JHU-shaped time series (cumulative confirmed counts per country and day), xz-compressed."""
+    series = {country: [{"date": f"2020-1-{22 + d}", "confirmed": c, "deaths": 0, "recovered": 0}
+                        for d, c in enumerate(counts)] for country, counts in cumulative.items()}
+    with lzma.open(path, "wt") as handle:
+        json.dump(series, handle)
+
+
+def test_covid_preprocessing_on_a_fixture(tmp_path):
+    path = tmp_path / "series.json.xz"
+    write_fixture(path, {"A": [0, 10, 10, 30], "B": [5, 5, 3, 3], "C": [0, 0, 0, 2], "D": [1, 1, 1, 1]})
+    countries, daily = dpi_results.load_covid_daily(str(path))
+    assert countries == ["A", "B", "C", "D"]
+    assert daily.tolist() == [[0, 5, 0, 1], [10, 0, 0, 0], [0, -2, 0, 0], [20, 0, 2, 0]]  # B's correction: -2
+    counts = dpi_results.covid_counts(daily, slots=8, records=500, bins=3, gen=np.random.default_rng(1))
+    assert counts.shape == (8, 3) and counts.sum() == 500 and counts.min() >= 0
+    # items: A (30 cases), B (5, the -2 counts 0), then "other" = C + D; 4 days over 8 slots: 2 slots a day
+    assert counts[4:6].sum() == 0  # day 3 has no positive cases
+    assert counts[0:2, 0].sum() == 0 and counts[2:4, 1:].sum() == 0 and counts[6:8, 1].sum() == 0
+    per_item = counts.sum(axis=0) / 500
+    assert per_item == pytest.approx([30 / 38, 5 / 38, 3 / 38], abs=0.06)  # multinomial: sd < 0.02
+    assert dpi_results.covid_counts(daily, 8, 50, 10, np.random.default_rng(1)).shape == (8, 4)  # all fit
+    with pytest.raises(ValueError, match="no new cases"):
+        dpi_results.covid_counts(np.zeros((3, 2)), 4, 10, 2, np.random.default_rng(0))
+
+
+@pytest.mark.skipif(not os.path.exists(REAL_COVID), reason=f"{REAL_COVID} is not on this machine (the JHU COVID-19 "
+                    "series lives in ../shared/data, never in the repository)")
+def test_the_real_covid_stream_has_the_papers_shape():
+    streams, missing = dpi_results.make_streams(0, {**TINY_SLOTS, "covid19": 1000}, DEFAULT_DATA_DIR)
+    covid = streams[0]
+    assert missing is None and covid.name == "covid19"
+    assert covid.counts.shape == (1000, 110) and covid.counts.sum() == 48_925
+    assert covid.counts[:50].sum() < covid.counts[-50:].sum()  # the pandemic grows over the period
+
+
+def test_without_the_covid_file_the_stream_is_skipped_saying_why(tmp_path):
+    streams, missing = dpi_results.make_streams(0, TINY_SLOTS, str(tmp_path))
+    assert [s.name for s in streams] == ["synthetic_a", "synthetic_b", "zipf"]
+    assert "COVID-19 skipped" in missing and str(tmp_path) in missing
+    a, b = streams[0].counts, streams[1].counts
+    assert a.shape == (6, 100) and abs(a.mean() - 100) < 2 and b.shape == (2, 1000) and abs(b.mean() - 1000) < 2
+
+
+def test_uniform_and_exact_metrics_by_hand():
+    counts = np.array([[3, 1], [0, 0], [1, 3]])
+    result = dpi_results.run_methods(counts, 1.0, 0, methods=("uniform", "exact"))
+    truths = [np.array([0.75, 0.25]), np.array([0.75, 0.25]), np.array([0.5, 0.5])]
+    mse = np.mean([np.mean((t - 0.5) ** 2) for t in truths])
+    kl = np.mean([np.sum(t * np.log(t / 0.5)) for t in truths])
+    assert result["uniform"]["mse"] == pytest.approx(mse, rel=1e-12) and mse == pytest.approx(1 / 24)
+    assert result["uniform"]["kl"] == pytest.approx(kl, rel=1e-6)
+    assert result["exact"]["mse"] == 0 and abs(result["exact"]["kl"]) < 10 * KL_SMOOTHING
+
+
+def test_to_pdf_clips_and_falls_back_to_uniform():
+    assert dpi_results.to_pdf(np.array([-3, 1, 3])).tolist() == [0, 0.25, 0.75]
+    assert dpi_results.to_pdf(np.array([-1, 0, 0, 0])).tolist() == [0.25] * 4
+
+
+def test_every_method_runs_within_its_budget_and_dpi_reports_both_figures():
+    counts = dpi_results.zipf_counts(30, 8, 50, 1.5, np.random.default_rng(0))
+    result = dpi_results.run_methods(counts, 2.0, 3)
+    assert set(result) == set(dpi_results.METHODS)
+    for m in dpi_results.DPI_METHODS:
+        assert 0 < result[m]["eps_charged"] <= 2.0 and result[m]["mse"] > 0
+    assert result["dpi"]["eps_claimed"] < result["dpi"]["eps_charged"]  # the claim is below the sound figure
+    assert result["dpi-sound"]["eps_claimed"] == result["dpi-sound"]["eps_charged"]
+    assert result["bd"]["mse"] < result["uniform"]["mse"]  # 50 records a slot over 8 Zipf items: counts help
+    again = dpi_results.run_methods(counts, 2.0, 3)  # seeded: reproducible (all but the timings)
+    assert all({k: v for k, v in again[m].items() if k != "seconds"}
+               == {k: v for k, v in result[m].items() if k != "seconds"} for m in result)
+
+
+def _runs(dpi_errors, uniform_errors):
+    return [{"stream": "s", "epsilon": 1.0, "seed": i, "sweep": None,
+             "results": {"dpi": {"mse": d, "kl": d}, "dpi-sound": {"mse": u, "kl": u}, "uniform": {"mse": u, "kl": u}}}
+            for i, (d, u) in enumerate(zip(dpi_errors, uniform_errors))]
+
+
+def test_the_paired_test_points_the_right_way():
+    rows = dpi_results.paired_rows(_runs([1, 2, 3, 4, 5], [2, 3, 4, 5, 6]))  # dpi lower in every pair
+    dpi = [r for r in rows if r["variant"] == "dpi"]
+    assert all(r["wins"] == 5 and r["p_better"] == pytest.approx(1 / 32) and r["p_worse"] == 1.0 for r in dpi)
+    assert all(r["verdict"] == "better than uniform" and r["ratio"] < 1 for r in dpi)
+    tied = [r for r in rows if r["variant"] == "dpi-sound"]  # equal errors: no evidence either way
+    assert all(r["verdict"] == "no better than uniform" and r["p_better"] == 1.0 for r in tied)
+    worse = dpi_results.paired_rows(_runs([2, 3, 4, 5, 6], [1, 2, 3, 4, 5]))
+    assert all(r["verdict"] == "no better than uniform" and r["p_worse"] == pytest.approx(1 / 32)
+               for r in worse if r["variant"] == "dpi")
+
+
+def test_the_long_run_stays_fresh_and_reports_memory():
+    result = dpi_results.long_run(slots=40, bins=20, epsilon=2.0, seed=0, marks=4)
+    assert result["fresh"] == 40 and 0 < result["eps_charged"] <= 2.0
+    assert result["rba_indices"] >= 40 and result["rba_mb"] > 0  # one series index at least per fresh slot
+    assert [c["slot"] for c in result["checkpoints"]] == [10, 20, 30, 40]
+    assert all(c["rss_mb"] > 0 and c["median_kl"] > 0 for c in result["checkpoints"])
+    assert result["peak_rss_mb"] >= result["checkpoints"][-1]["rss_mb"] * 0.99
+
+
+def tiny_streams(seed, slots, data_dir):
+    """Two small streams in ``make_streams``'s shape (the real ones cost seconds: synthetic B is 1e6 records a
+    slot); COVID-19 reported missing."""
+    gen = np.random.default_rng(seed)
+    return ([dpi_results.Stream("synthetic_a", "tiny A", dpi_results.synthetic_counts(6, 10, 20, np.array(3.0), gen)),
+             dpi_results.Stream("zipf", "tiny Zipf", dpi_results.zipf_counts(6, 10, 40, 1.5, gen))],
+            "COVID-19 skipped: not in this test")
+
+
+def test_the_document_has_every_method_and_the_labels(monkeypatch):
+    monkeypatch.setattr(dpi_results, "make_streams", tiny_streams)
+    results = dpi_results.evaluate(2, 0, [1.0], TINY_SLOTS, "unused")  # no COVID: sweeps on synthetic A
+    results["paired"] = dpi_results.paired_rows(results["runs"])
+    results["long_run"] = dpi_results.long_run(20, 10, 2.0, 0, marks=2)
+    results["audit"] = {"slots": 20, "variants": {n: dpi_results.dpi_audit.audit(n, 20, 50)
+                                                  for n in dpi_results.DPI_METHODS}}
+    results["config"] = {"command": "test", "repeats": 2, "seed": 0, "slots": TINY_SLOTS, "long_slots": 20,
+                         "sweep_stream": results.pop("sweep_stream"), "wall_seconds": 1.0}
+    document = dpi_results.render(results)
+    for stream in ("synthetic_a", "zipf"):
+        section = document.split(f"## {stream}\n")[1].split("\n## ")[0]
+        header = section.strip().splitlines()[0]
+        for method in dpi_results.METHODS:
+            assert method in header
+        assert dpi_results.WEVENT_LABEL in header and "w-event, not lifetime" in header
+        assert section.count("| 1 | MSE |") == 1 and section.count("| 1 | KL |") == 1
+    assert "COVID-19 skipped" in document and "## Hyper-parameter sweeps (Fig. 3) on synthetic_a" in document
+    assert document.count("better than uniform |") == 8  # 2 streams x 2 variants x 2 metrics
+    assert "Scaled down from the paper's 200,000 slots" in document and "| `dpi` | " in document
+    assert "| `dpi-sound` | " in document and "(unaffected)" in document  # λ does not enter dpi-sound
+    for stream in ("synthetic_a", "zipf"):
+        for variant in dpi_results.DPI_METHODS:
+            assert document.count(f"| {stream} | `{variant}` | ") == 1  # the plain summary's row
+    assert f"closer than L1 {results['sweep_min_distance']:.3f}" in document
+    assert not any(math.isnan(r["results"]["dpi"]["mse"]) for r in results["runs"])

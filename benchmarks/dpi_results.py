@@ -279,16 +279,16 @@ def long_run(slots: int, bins: int, epsilon: float, seed: int, marks: int = 10) 
     wall = time.perf_counter() - start
     return {"slots": slots, "bins": bins, "epsilon": epsilon, "fresh": fresh, "wall_seconds": wall,
             "ms_per_slot": 1e3 * wall / slots, "peak_rss_mb": memory_mb("VmHWM"),
-            "eps_charged": release.figures["eps_charged_total"], "rba_indices": len(mechanism.rba._free.used),
+            "eps_charged": release.figures["eps_charged_total"], "rba_indices": len(mechanism.rba._free),
             "rba_mb": rba_memory_mb(mechanism.rba), "checkpoints": checkpoints}
 
 
 def rba_memory_mb(rba) -> float:
-    """About the memory of Algorithm 3's record of the series indices it handed out (a set and the "next free"
-    links, with their ints): it must never hand an index out twice, so the record grows with the slots."""
+    """About the memory of Algorithm 3's record of the series indices it handed out (two lists of ints, one
+    entry per run of consecutive indices): it must never hand an index out twice, so the record grows with
+    the slots, by far less than one entry per slot."""
     free, integer = rba._free, sys.getsizeof(1 << 40)
-    links = sum(sys.getsizeof(d) + 2 * integer * len(d) for d in free._links.values())
-    return (sys.getsizeof(free.used) + integer * len(free.used) + links) / 2 ** 20
+    return sum(sys.getsizeof(part) + integer * len(part) for part in (free.starts, free.ends)) / 2 ** 20
 
 
 def long_run_in_child(slots: int, bins: int, epsilon: float, seed: int) -> dict:

@@ -218,7 +218,7 @@ def test_tv5_nearest_unused_with_injected_targets():
     assert abs(pick - 40000) <= 1 and abs(units - 5000) <= 1  # TV5: 40000, 5.0e-9
     for target in (0.0, 0.4, -1.0):  # below half a unit: the nearest budgets are the zero ones
         pick, units = rba.next_for(target)
-        assert units == 0 and (rba.series.slot_units(pick - 1) > 0 or pick - 1 in rba._free.used)
+        assert units == 0 and (rba.series.slot_units(pick - 1) > 0 or pick - 1 in rba._free)
     assert rba.spent_units <= rba.series.epsilon_units
 
 
@@ -344,3 +344,22 @@ def test_rba_bad_parameters_and_secure_default():
     with pytest.raises(ValueError, match="rate"):
         ExponentialRBA(series, rate=0)
     assert ExponentialRBA(series).rng.is_secure and RangesRBA(series).rng.is_secure
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.sampled_from([1, -1])), max_size=200))
+def test_the_run_record_finds_the_nearest_free_index_as_a_set_would(steps):
+    """Algorithm 3's record of used indices (maximal runs) answers like the plain set it replaces, and its state
+    round-trips."""
+    record, used = budgets._FreeIndices(), set()
+    for i, step in steps:
+        expected = i
+        while expected in used:
+            expected += step
+        assert record.nearest(i, step) == max(expected, 0)
+        if expected > 0:
+            record.take(expected)
+            used.add(expected)
+    assert len(record) == len(used) and all((i in record) == (i in used) for i in range(0, 70))
+    assert (np.diff(record.runs(), axis=0)[:, 0] > 1).all() if len(record.starts) > 1 else True
+    again = budgets._FreeIndices.from_runs(record.runs())
+    assert (again.starts, again.ends) == (record.starts, record.ends)

@@ -174,13 +174,6 @@ def check_methods(runs: list[tuple[str, LdpTask]], streams: dict[str, LdpStream]
             raise ValueError(f"{method} at ε = {epsilon}, w = {window}, β = {beta}: {error}") from None
 
 
-def figure_folder(report: str) -> str:
-    """Where a report's figures go: ``docs/results_ldp_ids.md`` -> ``docs/results_ldp_ids/`` (created)."""
-    folder = report.removesuffix(".md")
-    os.makedirs(folder, exist_ok=True)
-    return folder
-
-
 def _save_record(folder: str, record: dict) -> None:
     with open(os.path.join(folder, RUN_JSON), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)
@@ -226,7 +219,7 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(args.output, "summary.md"), "w", encoding="utf-8") as handle:
         handle.write(document(rows, args, streams, skipped, record, plots))
     if args.report is not None:
-        folder = figure_folder(args.report)
+        folder = args.report.removesuffix(".md")  # docs/results_ldp_ids.md: its figures in docs/results_ldp_ids/
         plots = write_plots(rows, folder) if plots else plots
         with open(args.report, "w", encoding="utf-8") as handle:
             handle.write(document(rows, args, streams, skipped, record, plots, os.path.basename(folder) + "/"))

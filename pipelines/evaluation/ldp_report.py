@@ -315,10 +315,11 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
              + ("1/n" if args.mre_floor is None else f"{args.mre_floor:g}") + " (spec §8.5, T15); MSE the same "
              "with squares; nothing post-processed (T22). For a mean (d = 1) it is (1/T) Σ_t |r_t − c_t| / "
              "max(c_t, δ).",
-             f"* Sweeps run at n = {args.users:,}, T = {args.slots} (the paper: 200,000 and 800) to keep the "
-             "document's generation near 20 minutes on 2 workers; Table 2 and the TV-12 comparison run at n = "
-             f"{args.table2_users:,}, T = {args.table2_slots}. Absolute MREs at n = {args.users:,} are larger than "
-             "the paper's (V scales as 1/n); compare orderings and trends.",
+             f"* Sweeps (Fig. 10's too) run at n = {args.users:,}, T = {args.slots} (the paper: 200,000 and 800) to "
+             "keep the document's generation within an hour on 2 workers (most of it goes to Table 2's "
+             f"{args.table2_repeats} repeats of the adaptive methods at n = {args.table2_users:,}, T = "
+             f"{args.table2_slots}, where Table 2 and the TV-12 comparison run). Absolute MREs at n = {args.users:,} "
+             "are larger than the paper's (V scales as 1/n); compare orderings and trends.",
              "* LNS paths redrawn until min p_t > 0.01 (trap T14); walks drawn per (fluctuation, repeat): "
              + "; ".join(f"sqrt(Q) = {q if q != '' else '?'}: " + ", ".join(str(a) for _, a in sorted(v))
                          for q, v in sorted(attempts.items(), key=lambda kv: repr(kv[0]))) + ".", ""]

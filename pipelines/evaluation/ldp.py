@@ -7,6 +7,11 @@ are simulated in aggregate (``simulation="aggregate"``, exact in distribution, s
 
 * ``lns``, ``sin``, ``log``: n users, d = 2, exactly ``round(p_t n)`` ones on a fresh uniform subset per slot
   (:func:`~transforms.mechanisms.synthetic.exact_count_stream`; LNS redrawn until ``p_t > floor``);
+* ``lns-con``, ``sin-con``, ``log-con``: the continuous versions for mean estimation (Fig. 10, spec §8.1): each
+  user's value is drawn afresh per slot from N(p_t, σ²) around the same ``p_t`` as the binary stream's (σ =
+  ``con_sigma``; the paper's printed σ = 10 dwarfs p_t, ambiguity 12), reported by the ``*-mean`` methods (HM,
+  spec §5.13) on the declared domain [0, ``con_high``], clipped by the mechanism; the truth is the mean of the
+  clipped values;
 * ``taxi``, ``foursquare``, ``gowalla``: the real files under ``--data-dir`` (:mod:`pipelines.evaluation.ldp_data`).
 
 Data and noise seeds depend on ``(seed, dataset, n, T, fluctuation, repeat)`` only, so every method and every
@@ -49,7 +54,17 @@ EXTENSIONS = tuple(name for name in LOCAL_METHODS if name not in PAPER_METHODS a
 SYNTHETIC = ("lns", "sin", "log")
 REAL = ("taxi", "foursquare", "gowalla")
 DATASETS = SYNTHETIC + REAL
-NAMES = {"lns": "LNS", "sin": "Sin", "log": "Log", "taxi": "Taxi", "foursquare": "Foursquare", "gowalla": "Gowalla"}
+"""The frequency-estimation datasets."""
+CON = ("lns-con", "sin-con", "log-con")
+"""The continuous synthetic streams of mean estimation (Fig. 10)."""
+ALL_DATASETS = DATASETS + CON
+NAMES = {"lns": "LNS", "sin": "Sin", "log": "Log", "taxi": "Taxi", "foursquare": "Foursquare", "gowalla": "Gowalla",
+         "lns-con": "LNS-Con", "sin-con": "Sin-Con", "log-con": "Log-Con"}
+CON_SIGMA = 0.1
+"""σ of the -Con values N(p_t, σ²) (the paper prints 10, which dwarfs p_t = 0.05-0.25: spec §8.1, ambiguity 12)."""
+CON_HIGH = 1.0
+"""The -Con streams' declared domain is [0, CON_HIGH] (the binary streams' range); values outside are clipped."""
+MEAN_SUFFIX = "-mean"
 
 DEFAULT_FLUCTUATION = {"lns": 0.0025, "sin": 0.01}
 """LNS's sqrt(Q) and Sin's b (spec §8.1)."""
@@ -88,7 +103,9 @@ class LdpTask:
     mre_floor: float | None = None
     """The MRE's sanity bound in frequency units (None: 1/n)."""
     reduction: str | None = None
-    """Event monitoring's statistic (None: ``one`` for binary data, ``index`` otherwise)."""
+    """Event monitoring's statistic (None: ``one`` for binary data, ``value`` for a mean, ``index`` otherwise)."""
+    con_sigma: float = CON_SIGMA
+    con_high: float = CON_HIGH
 
 
 _STREAMS: dict[str, LdpStream] = {}
@@ -100,29 +117,73 @@ def install_streams(streams: dict[str, LdpStream]) -> None:
     _STREAMS.update(streams)
 
 
+def base_dataset(name: str) -> str:
+    """The binary stream whose ``p_t`` a -Con stream shares (``lns-con`` -> ``lns``); other names unchanged."""
+    return name.removesuffix("-con")
+
+
+def is_mean(method: str) -> bool:
+    """Whether ``method`` estimates a mean (HM, spec §5.13) rather than frequencies."""
+    return MECHANISMS[method].estimates is Estimate.MEAN
+
+
+def mean_version(method: str) -> str | None:
+    """The registered mean-estimating version of a local method (``lpa`` -> ``lpa-mean``), if any."""
+    if method in MECHANISMS and is_mean(method):
+        return method
+    name = method + MEAN_SUFFIX
+    return name if name in MECHANISMS and is_mean(name) else None
+
+
+def bins_of(dataset: str, streams: dict[str, LdpStream] | None = None) -> int:
+    """d of a dataset: 1 (one mean) for a -Con stream, 2 for a binary one, a loaded real stream's own."""
+    if dataset in CON:
+        return 1
+    if dataset in SYNTHETIC:
+        return 2
+    return (streams or _STREAMS)[dataset].bins
+
+
 def fluctuation_of(task: LdpTask) -> float | None:
-    return DEFAULT_FLUCTUATION.get(task.dataset) if task.fluctuation is None else task.fluctuation
+    return DEFAULT_FLUCTUATION.get(base_dataset(task.dataset)) if task.fluctuation is None else task.fluctuation
 
 
-def _data_parts(task: LdpTask) -> tuple:
-    return (task.seed, task.dataset, task.slots, fluctuation_of(task), task.repeat)
+def _data_parts(task: LdpTask, dataset: str | None = None) -> tuple:
+    return (task.seed, dataset or task.dataset, task.slots, fluctuation_of(task), task.repeat)
 
 
 def probability_path(task: LdpTask) -> tuple[np.ndarray, int]:
-    """The synthetic stream's ``p_t`` (t = 1..T) and how many LNS walks it took (1 for Sin and Log)."""
-    rng = np.random.default_rng(_seed_sequence("path", *_data_parts(task)))
-    if task.dataset == "lns":
+    """The synthetic stream's ``p_t`` (t = 1..T) and how many LNS walks it took (1 for Sin and Log); a -Con
+    stream's is its binary stream's at the same (seed, T, fluctuation, repeat)."""
+    dataset = base_dataset(task.dataset)
+    rng = np.random.default_rng(_seed_sequence("path", *_data_parts(task, dataset)))
+    if dataset == "lns":
         path = lns_probabilities(task.slots, rng, sigma=fluctuation_of(task), floor=LNS_FLOOR)
         return path.probabilities, path.attempts
-    if task.dataset == "sin":
+    if dataset == "sin":
         return sin_probabilities(task.slots, frequency=fluctuation_of(task)), 1
-    if task.dataset == "log":
+    if dataset == "log":
         return log_probabilities(task.slots), 1
     raise ValueError(f"{task.dataset!r} is not a synthetic stream")
 
 
+def con_values(probabilities: np.ndarray, users: int, sigma: float, high: float, rng: np.random.Generator
+               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per slot, every user's value drawn afresh from N(p_t, σ²) (not clipped: the mechanism clips to its declared
+    [0, high]) and the true mean of the clipped values (length 1)."""
+    if not (sigma >= 0 and high > 0):
+        raise ValueError(f"-Con streams need sigma >= 0 and high > 0, got {sigma!r} and {high!r}")
+    for p in probabilities:
+        values = rng.normal(p, sigma, users)
+        yield values, np.array([np.clip(values, 0.0, high).mean()])
+
+
 def _slots(task: LdpTask) -> tuple[int, int, int, Iterator[tuple[np.ndarray, np.ndarray]]]:
     """(bins, users, path attempts, per slot: every user's value (-1: absent) and the true frequencies)."""
+    if task.dataset in CON:
+        probabilities, attempts = probability_path(task)
+        rng = np.random.default_rng(_seed_sequence("values", *_data_parts(task), task.users))
+        return 1, task.users, attempts, con_values(probabilities, task.users, task.con_sigma, task.con_high, rng)
     if task.dataset in SYNTHETIC:
         probabilities, attempts = probability_path(task)
         rng = np.random.default_rng(_seed_sequence("subsets", *_data_parts(task), task.users))
@@ -140,9 +201,14 @@ def _slots(task: LdpTask) -> tuple[int, int, int, Iterator[tuple[np.ndarray, np.
 
 
 def build_method(task: LdpTask, bins: int):
-    """The registered method ``task.method`` at ``(ε, w, β)``, its reports simulated in aggregate."""
+    """The registered method ``task.method`` at ``(ε, w, β)``, its reports simulated in aggregate (a mean method:
+    user by user, on the declared domain [0, ``con_high``], values outside clipped)."""
     fields = {f.name for f in dataclasses.fields(mechanism_class(task.method).params_type)}
-    common = {name: value for name, value in (("beta", task.beta), ("simulation", "aggregate")) if name in fields}
+    if is_mean(task.method):
+        common = {"beta": task.beta, "low": 0.0, "high": task.con_high, "out_of_range": "clip"}
+    else:
+        common = {"simulation": "aggregate", "beta": task.beta}
+    common = {name: value for name, value in common.items() if name in fields}
     return mechanism_class(task.method)(params_from_options(task.method, bins, epsilon=task.epsilon,
                                                             window=task.window, max_window=task.window, **common))
 
@@ -191,7 +257,7 @@ def run_task(task: LdpTask) -> dict:
     run = run_stream(task)
     slots = run.released.shape[0]
     floor = 1.0 / run.users if task.mre_floor is None else task.mre_floor
-    reduction = task.reduction or ("one" if run.truth.shape[1] == 2 else "index")
+    reduction = task.reduction or {1: "value", 2: "one"}.get(run.truth.shape[1], "index")
     labels = event_labels(reduce(run.truth, reduction))
     return {"dataset": task.dataset, "method": task.method, "epsilon": task.epsilon, "window": task.window,
             "beta": task.beta, "users": run.users, "slots": slots, "bins": run.truth.shape[1],
@@ -278,6 +344,10 @@ EXPERIMENTS = {
     "beta": Experiment("beta", "Fig. 8", "beta", DATASETS),
     "table2": Experiment("table2", "Table 2, Fig. 7", "epsilon", SYNTHETIC),
     "extensions": Experiment("extensions", "Fig. 11", "epsilon", SYNTHETIC),
+    "mean": Experiment("mean", "Fig. 10 (a, b)", "fluctuation", ("lns-con", "sin-con")),
+    "mean-epsilon": Experiment("mean-epsilon", "Fig. 10 (ε)", "epsilon", CON),
 }
 """Experiment name -> what it varies (Fig. 5's ROC is the window experiment at w = 50; Fig. 7's bits come from
-every experiment's LNS rows and Table 2's)."""
+every experiment's LNS rows and Table 2's; ``mean`` and ``mean-epsilon`` run the ``*-mean`` versions of the
+methods)."""
+MEAN_EXPERIMENTS = ("mean", "mean-epsilon")

@@ -20,13 +20,15 @@ import time
 
 from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, _Parser
 from pipelines.evaluation.experiment import run_labelled, write_csv
-from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, COLUMNS, DATASETS, DEFAULT_BETA, DEFAULT_EPSILON,
-                                      DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS, EXPERIMENTS, EXTENSION_WINDOW,
-                                      EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS, PAPER_METHODS, REAL, USER_FACTORS,
-                                      WINDOWS, LdpTask, build_method, execute, read_csv)
+from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
+                                      DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS,
+                                      EXPERIMENTS, EXTENSION_WINDOW, EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS,
+                                      MEAN_EXPERIMENTS, PAPER_METHODS, REAL, USER_FACTORS, WINDOWS, LdpTask,
+                                      base_dataset, bins_of, build_method, execute, mean_version, read_csv)
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
 from pipelines.evaluation.ldp_paper import TABLE2_SETTINGS
+from pipelines.evaluation.ldp_plots import write_plots
 from pipelines.evaluation.ldp_report import document
 from pipelines.evaluation.report import command_line, git_commit, run_record
 from pipelines.evaluation_data import DEFAULT_DATA_DIR, DataUnavailable
@@ -37,7 +39,8 @@ SUITE = "ldp-ids"
 def parse_args(argv) -> argparse.Namespace:
     parser = _Parser(prog=f"python -m pipelines.evaluate --suite {SUITE}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help=f"comma list of {', '.join(EXPERIMENTS)}")
-    parser.add_argument("--datasets", default=",".join(DATASETS), help=f"comma list of {', '.join(DATASETS)}")
+    parser.add_argument("--datasets", default=",".join(ALL_DATASETS),
+                        help=f"comma list of {', '.join(ALL_DATASETS)}")
     parser.add_argument("--methods", default=",".join(PAPER_METHODS),
                         help=f"comma list of registered local methods ({', '.join(LOCAL_METHODS)}); the extensions "
                              "experiment runs the registered LB-/LP- adaptations besides")
@@ -46,8 +49,12 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--table2-users", type=int, default=200_000, help="synthetic n of Table 2 (the paper's)")
     parser.add_argument("--table2-slots", type=int, default=800, help="synthetic T of Table 2 (the paper's)")
-    parser.add_argument("--table2-repeats", type=int, default=1,
+    parser.add_argument("--table2-repeats", type=int, default=5,
                         help="repeats of Table 2's adaptive methods (LBU, LSP, LPU send data-independent bits: once)")
+    parser.add_argument("--con-sigma", type=float, default=CON_SIGMA,
+                        help="σ of the -Con streams' values N(p_t, σ²) (the paper prints 10: spec §8.1)")
+    parser.add_argument("--con-high", type=float, default=CON_HIGH,
+                        help="the -Con streams' declared domain is [0, this]; values outside are clipped")
     parser.add_argument("--seed", type=int, default=0, help="base seed of data and (insecure) noise")
     parser.add_argument("--mre-floor", type=float, default=None, help="the MRE's sanity bound (default 1/n)")
     parser.add_argument("--reduction", choices=REDUCTIONS, default=None,
@@ -63,7 +70,7 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     args.experiments = _names(args.experiments, list(EXPERIMENTS), "experiment")
-    args.datasets = _names(args.datasets, DATASETS, "dataset")
+    args.datasets = _names(args.datasets, ALL_DATASETS, "dataset")
     args.methods = _names(args.methods, LOCAL_METHODS, "method")
     for name in ("users", "slots", "repeats", "table2_users", "table2_slots", "table2_repeats", "workers"):
         if getattr(args, name) < 1:
@@ -73,6 +80,8 @@ def parse_args(argv) -> argparse.Namespace:
             raise ArgumentError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.seed < 0:
         raise ArgumentError(f"--seed must be >= 0, got {args.seed}")
+    if not (args.con_sigma >= 0 and args.con_high > 0):
+        raise ArgumentError(f"--con-sigma must be >= 0 and --con-high > 0, got {args.con_sigma} and {args.con_high}")
     if args.mre_floor is not None and not args.mre_floor > 0:
         raise ArgumentError(f"--mre-floor must be > 0, got {args.mre_floor}")
     if args.report is not None and not args.report.endswith(".md"):
@@ -111,8 +120,11 @@ def _points(experiment: str, dataset: str, args) -> list[tuple[float, int, float
         return [(e, w, x, n, None) for x in BETAS]
     if experiment == "users":
         return [(e, w, b, max(1, int(n * f)), None) for f in USER_FACTORS]
-    if experiment == "fluctuation":
-        return [(e, w, b, n, None if x == DEFAULT_FLUCTUATION[dataset] else x) for x in FLUCTUATIONS[dataset]]
+    if experiment in ("fluctuation", "mean"):
+        base = base_dataset(dataset)
+        return [(e, w, b, n, None if x == DEFAULT_FLUCTUATION[base] else x) for x in FLUCTUATIONS[base]]
+    if experiment == "mean-epsilon":
+        return [(x, w, b, n, None) for x in EPSILONS]
     if experiment == "table2":
         return [(x, y, b, args.table2_users, None) for x, y in TABLE2_SETTINGS]
     return [(e, EXTENSION_WINDOW, b, n, None)]
@@ -123,6 +135,8 @@ def _methods(experiment: str, args) -> list[str]:
         return [m for m in args.methods if m in ADAPTIVE]
     if experiment == "extensions":
         return list(EXTENSIONS) + [m for m in ("lba", "lpa") if EXTENSIONS]
+    if experiment in MEAN_EXPERIMENTS:
+        return list(dict.fromkeys(m for m in map(mean_version, args.methods) if m is not None))
     return args.methods
 
 
@@ -143,7 +157,8 @@ def plan(args, streams: dict[str, LdpStream]) -> list[tuple[str, LdpTask]]:
                         slots = args.table2_slots if experiment == "table2" else args.slots
                     for repeat in range(repeats):
                         runs.append((experiment, LdpTask(dataset, method, epsilon, window, beta, users, slots, repeat,
-                                                         args.seed, fluctuation, args.mre_floor, args.reduction)))
+                                                         args.seed, fluctuation, args.mre_floor, args.reduction,
+                                                         args.con_sigma, args.con_high)))
     return runs
 
 
@@ -154,7 +169,7 @@ def check_methods(runs: list[tuple[str, LdpTask]], streams: dict[str, LdpStream]
                                                    for _, t in runs}:
         task = LdpTask(dataset, method, epsilon, window, beta, 1, 1, 0, 0)
         try:
-            build_method(task, streams[dataset].bins if dataset in streams else 2)
+            build_method(task, bins_of(dataset, streams))
         except ValueError as error:
             raise ValueError(f"{method} at ε = {epsilon}, w = {window}, β = {beta}: {error}") from None
 
@@ -200,12 +215,14 @@ def main(argv: list[str]) -> int:
         record = run_record(command, commit, args.workers, time.perf_counter() - started)
         _save_record(args.output, record)
     write_csv(os.path.join(args.output, "results.csv"), rows, COLUMNS)
-    text = document(rows, args, streams, skipped, record)
+    plots = write_plots(rows, args.output)
     with open(os.path.join(args.output, "summary.md"), "w", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.write(document(rows, args, streams, skipped, record, plots))
     if args.report is not None:
+        folder = args.report.removesuffix(".md")  # docs/results_ldp_ids.md: its figures in docs/results_ldp_ids/
+        plots = write_plots(rows, folder) if plots else plots
         with open(args.report, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            handle.write(document(rows, args, streams, skipped, record, plots, os.path.basename(folder) + "/"))
     violations = sum(int(r["ledger_violations"]) for r in rows)
     if violations:
         print(f"WARNING: PRIVACY VIOLATION: the ledgers saw {violations} violations", file=sys.stderr)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-REDUCTIONS = ("one", "index")
+REDUCTIONS = ("one", "index", "value")
 """How a histogram becomes the scalar event monitoring watches: ``one`` is the frequency of value 1 (binary data),
-``index`` the mean category index ``sum_k k c_t[k]`` (the spec's reading of the paper's "mean value", §8.5)."""
+``index`` the mean category index ``sum_k k c_t[k]`` (the spec's reading of the paper's "mean value", §8.5),
+``value`` the one entry of a mean estimate (d = 1)."""
 EVENT_QUANTILE = 0.75
 """An event is a slot whose statistic exceeds ``min + 0.75 (max - min)`` of the true series (§8.5)."""
 
@@ -54,6 +55,10 @@ def reduce(histograms, reduction: str) -> np.ndarray:
         return h[:, 1]
     if reduction == "index":
         return h @ np.arange(h.shape[1], dtype=np.float64)
+    if reduction == "value":
+        if h.shape[1] != 1:
+            raise ValueError(f"the 'value' reduction is for a mean (1 bin), got {h.shape[1]} bins")
+        return h[:, 0]
     raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
 
 

@@ -1,15 +1,15 @@
 """The LDP-IDS results document (``docs/results_ldp_ids.md``): the command, the set-up, the privacy check, Table 2
 reproduced beside the paper's, the spec's re-simulation MREs as a second reference, the paper's claims decided
-by paired tests, and one table per experiment (mean ± std over repeats)."""
+by paired tests, and one table per experiment (mean ± std over repeats), Fig. 10's with its plot."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from pipelines.evaluation.experiment import NOISE_NOTE
-from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, EPSILONS, EXPERIMENTS, EXTENSIONS, FLUCTUATIONS, LNS_FLOOR,
-                                      PAPER_METHODS, REAL, ROC_WINDOW, SYNTHETIC, WINDOWS, LdpTask, dataset_name,
-                                      method_name, probability_path)
+from pipelines.evaluation.ldp import (ADAPTIVE, BETAS, CON, EPSILONS, EXPERIMENTS, EXTENSIONS, FLUCTUATIONS,
+                                      LNS_FLOOR, PAPER_METHODS, REAL, ROC_WINDOW, SYNTHETIC, WINDOWS, LdpTask,
+                                      base_dataset, dataset_name, mean_version, method_name, probability_path)
 from pipelines.evaluation.ldp_claims import check_claims
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_paper import FIG3_TICKS, TABLE2, TABLE2_DATASETS, TABLE2_SETTINGS, TV12_MRE, \
@@ -50,7 +50,7 @@ def _report_bits(epsilon: float, window: int, bins: int, per_slot: bool) -> int:
 def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
     """Table 2 reproduced on the synthetic streams, and the acceptance lines."""
     groups = _group(rows, "table2", "epsilon", "window", "method", "dataset")
-    body, misses, checked = [], [], 0
+    body, misses, checked, single = [], [], 0, []
     for epsilon, window in TABLE2_SETTINGS:
         for method in PAPER_METHODS:
             cells = [f"({epsilon:g}, {window})" if method == PAPER_METHODS[0] else "", method_name(method)]
@@ -62,6 +62,8 @@ def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
                     continue
                 ours = float(np.mean([r["bits_per_user_slot"] for r in group]))
                 difference = ours / paper - 1
+                if method in ADAPTIVE:
+                    single += [abs(r["bits_per_user_slot"] / paper - 1) <= TOLERANCE for r in group]
                 checked += 1
                 if abs(difference) > TOLERANCE:
                     misses.append(f"{method_name(method)} on {dataset_name(dataset)} at ({epsilon:g}, {window}): "
@@ -85,11 +87,16 @@ def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
              "report and per budget-method publication report), summed over the T slots and divided by n·T. LBU, "
              "LSP and LPU send data-independent bits (one run each; '= TV-12' marks an exact match with the spec's "
              "prediction); "
-             f"the adaptive methods are the mean ± std of {args.table2_repeats} repeats.", ""]
+             f"the adaptive methods' bits vary with the data and the noise: mean ± standard deviation over "
+             f"{args.table2_repeats} repeats (each its own stream and noise seed). 'diff' and the acceptance compare "
+             "the mean with the paper's value.", ""]
     lines += _table(header, body) + [""]
     verdict = (f"**Acceptance: all {checked} entries lie within {100 * TOLERANCE:.0f}% of the paper's.**" if not misses
                else f"**Acceptance: {checked - len(misses)} of {checked} entries lie within "
                     f"{100 * TOLERANCE:.0f}% of the paper's; outside:** " + "; ".join(misses) + ".")
+    if single:
+        verdict += (f" Run by run, {sum(single)} of the {len(single)} adaptive runs lie within "
+                    f"{100 * TOLERANCE:.0f}% on their own.")
     return lines + [verdict, ""], misses
 
 
@@ -165,7 +172,39 @@ def _sweep_table(rows: list[dict], experiment: str, metric: str, points, methods
     return _table(["data", "method"] + [str(p) for p in points], body) + [""] if body else []
 
 
-def _experiment_sections(rows: list[dict], args) -> list[str]:
+def _fig10_section(rows: list[dict], args, plots: list[str] | None, figure_prefix: str) -> list[str]:
+    """Fig. 10: the mean methods' MRE against the fluctuation and ε on the -Con streams, with the plot."""
+    if not any(r["experiment"] in ("mean", "mean-epsilon") for r in rows):
+        return []
+    methods = [m for m in map(mean_version, PAPER_METHODS) if m is not None]
+    lines = ["## Fig. 10: mean estimation (HM; ε = 1, w = 20 unless varied)", "",
+             "The paper's Fig. 10 (a), (b) are MRE against the fluctuation on LNS-Con (sqrt(Q)) and Sin-Con (b) at ε = "
+             "1, w = 20, with 'very similar trends as Figs. 6(c) and 6(d)'; (c), (d) are Taobao-Price after "
+             "ToPL-style truncation, where 'the population division methods still show significantly less error than "
+             "the budget division ones'. The spec quotes no number from Fig. 10, so there is no paper value to put "
+             "beside ours, and Taobao-Price is not on this machine: the ε sweep on the three -Con streams stands in "
+             "for panels (c), (d) (their small domain needs no truncation). The methods are the `*-mean` versions of "
+             "the seven (HM reports, spec §5.13; V(ε, n) = Var*(ε)·(B/2)²/n with the corrected Var*, trap T3). The "
+             f"paper's σ = 10 'dwarfs p_t' (spec §8.1, ambiguity 12): we use σ = {args.con_sigma:g} on the domain "
+             f"[0, {args.con_high:g}] (`--con-sigma`, `--con-high`). {args.repeats} repeats per point; cells are mean "
+             "± std over repeats; the claims are decided in the claims section above.", ""]
+    if plots:
+        lines += [f"![Fig. 10: MRE of the mean methods]({figure_prefix}{plots[0]})", ""]
+    elif plots is None:
+        lines += ["(No plot: matplotlib is not installed.)", ""]
+    for dataset, name in (("lns-con", "sqrt(Q)"), ("sin-con", "b")):
+        table = _sweep_table(rows, "mean", "mre", FLUCTUATIONS[base_dataset(dataset)], methods, (dataset,))
+        if table:
+            lines += [f"### Fig. 10 ({dataset_name(dataset)}): MRE vs {name} (ε = 1, w = 20)", ""] + table
+    for metric, what in (("mre", "MRE"), ("mse", "MSE"), ("bits_per_user_slot", "bits per user per slot")):
+        table = _sweep_table(rows, "mean-epsilon", metric, EPSILONS, methods, CON)
+        if table:
+            lines += [f"### Fig. 10 (ε): {what} vs ε on the -Con streams (w = 20)", ""] + table
+    return lines
+
+
+def _experiment_sections(rows: list[dict], args, plots: list[str] | None = None, figure_prefix: str = ""
+                         ) -> list[str]:
     present = set(r["dataset"] for r in rows)
     datasets = [d for d in SYNTHETIC + REAL if d in present]
     lines = []
@@ -211,6 +250,7 @@ def _experiment_sections(rows: list[dict], args) -> list[str]:
     section("Fig. 8: MRE vs β (ε = 1, w = 20)", "beta", "mre", BETAS, ADAPTIVE, "")
     section("Publication fraction vs ε (fresh releases / T)", "epsilon", "fresh_fraction", EPSILONS, ADAPTIVE,
             "Table 2 implies LBD ≈ 0.24–0.33 and LBA ≈ 0.16–0.21 on the synthetic streams (TV-12).")
+    lines += _fig10_section(rows, args, plots, figure_prefix)
     if EXTENSIONS:
         section("Fig. 11: the LB-/LP- adaptations (ε = 1, w = 30)", "extensions", "mre", (1.0,),
                 list(EXTENSIONS) + ["lba", "lpa"], "")
@@ -249,6 +289,13 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
                          f"{args.slots} (Table 2: {args.table2_slots})",
                          "2", SYNTHETIC_TEXT[dataset] + "; exactly round(p_t n) ones on a fresh uniform subset "
                                                         "per slot"])
+    for dataset in CON:
+        if any(r["dataset"] == dataset for r in rows):
+            body.append([dataset_name(dataset), f"{args.users:,}", f"{args.slots}", "1 (a mean)",
+                         f"each user's value drawn afresh per slot from N(p_t, σ²), σ = {args.con_sigma:g}, around "
+                         f"{dataset_name(base_dataset(dataset))}'s p_t (the same path per repeat); declared domain "
+                         f"[0, {args.con_high:g}], values outside clipped by the mechanism; the truth is the mean of "
+                         "the clipped values"])
     for dataset, stream in streams.items():
         counts = stream.stream.counts
         body.append([dataset_name(dataset), f"{stream.users:,}", f"{stream.slots:,}", str(stream.bins),
@@ -262,15 +309,17 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
              f"{NOISE_NOTE}: data and noise seeds depend on (seed, dataset, n, T, fluctuation, repeat) only, so "
              "every method and every (ε, w, β) of a repeat runs on the same stream with the same noise seed.",
              "* Every run: `Engine(method, randomness, PrivacyLedger(max_window=w))` over all T slots, users' "
-             "reports simulated in aggregate (`simulation=\"aggregate\"`, exact in distribution); every user "
-             "declares (w, ε) at the first slot.",
+             "reports simulated in aggregate (`simulation=\"aggregate\"`, exact in distribution; the mean methods "
+             "of Fig. 10 user by user, each user's value through HM); every user declares (w, ε) at the first slot.",
              "* MRE = (1/T) Σ_t (1/d) Σ_k |r_t[k] − c_t[k]| / max(c_t[k], δ) over **all** bins, δ = "
              + ("1/n" if args.mre_floor is None else f"{args.mre_floor:g}") + " (spec §8.5, T15); MSE the same "
-             "with squares; nothing post-processed (T22).",
-             f"* Sweeps run at n = {args.users:,}, T = {args.slots} (the paper: 200,000 and 800) to keep the "
-             "document's generation near 20 minutes on 2 workers; Table 2 and the TV-12 comparison run at n = "
-             f"{args.table2_users:,}, T = {args.table2_slots}. Absolute MREs at n = {args.users:,} are larger than "
-             "the paper's (V scales as 1/n); compare orderings and trends.",
+             "with squares; nothing post-processed (T22). For a mean (d = 1) it is (1/T) Σ_t |r_t − c_t| / "
+             "max(c_t, δ).",
+             f"* Sweeps (Fig. 10's too) run at n = {args.users:,}, T = {args.slots} (the paper: 200,000 and 800) to "
+             "keep the document's generation within an hour on 2 workers (most of it goes to Table 2's "
+             f"{args.table2_repeats} repeats of the adaptive methods at n = {args.table2_users:,}, T = "
+             f"{args.table2_slots}, where Table 2 and the TV-12 comparison run). Absolute MREs at n = {args.users:,} "
+             "are larger than the paper's (V scales as 1/n); compare orderings and trends.",
              "* LNS paths redrawn until min p_t > 0.01 (trap T14); walks drawn per (fluctuation, repeat): "
              + "; ".join(f"sqrt(Q) = {q if q != '' else '?'}: " + ", ".join(str(a) for _, a in sorted(v))
                          for q, v in sorted(attempts.items(), key=lambda kv: repr(kv[0]))) + ".", ""]
@@ -304,8 +353,10 @@ def _timing_section(rows: list[dict], workers: int) -> list[str]:
                                           for m, v in by_method.items()) + ".", ""]
 
 
-def document(rows: list[dict], args, streams: dict[str, LdpStream], skipped: dict[str, str], record: dict) -> str:
-    """The whole document."""
+def document(rows: list[dict], args, streams: dict[str, LdpStream], skipped: dict[str, str], record: dict,
+             plots: list[str] | None = None, figure_prefix: str = "") -> str:
+    """The whole document; ``plots`` are the figures written (None: matplotlib missing), linked as
+    ``figure_prefix + name``."""
     lines = ["# LDP-IDS evaluation (spec `ldp_ids.md` §8)", "", "Generated by", "", "```",
              record["command"], "```", "",
              provenance(record.get("wall_seconds"), record["workers"], record["commit"]), ""]
@@ -319,6 +370,6 @@ def document(rows: list[dict], args, streams: dict[str, LdpStream], skipped: dic
     table2, _ = _table2_section(rows, args)
     lines += table2 + _paper_table2() + _tv12_section(rows, args)
     lines += _claims_section(rows)
-    lines += _experiment_sections(rows, args)
+    lines += _experiment_sections(rows, args, plots, figure_prefix)
     lines += _timing_section(rows, record["workers"])
     return "\n".join(lines)

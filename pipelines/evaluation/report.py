@@ -29,6 +29,11 @@ REAL_NOTE = ("The papers ran Taxi on all 10,357 taxis and Foursquare on 5% of th
              "and relative reductions.")
 
 
+LDP_POINTER = ("The central mechanisms (the PWSM papers). The local-DP methods of LDP-IDS are evaluated in\n"
+               "[`results_ldp_ids.md`](results_ldp_ids.md).")
+"""The line heading the document that points to the LDP-IDS results (``--suite ldp-ids``), beside it in docs/."""
+
+
 def _number(value: float) -> str:
     if not np.isfinite(value):
         return str(value)
@@ -73,7 +78,7 @@ def document(rows: list[dict], args, streams: dict[str, EventStream], skipped: d
              original: dict | None = None) -> str:
     """The results document: setup, privacy check, the papers' claims checked, tables, plots, timing."""
     datasets = [d for d in args.datasets if any(r["dataset"] == d for r in rows)]
-    lines = ["# Evaluation results" if command else "# Evaluation summary", ""]
+    lines = ["# Evaluation results" if command else "# Evaluation summary", "", LDP_POINTER, ""]
     if command:
         lines += ["Generated, with every number, table and plot below, by one command run from the repository "
                   "root (`python` is the project's `.venv/bin/python`):", "", "```", command, "```", ""]

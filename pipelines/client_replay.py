@@ -15,7 +15,7 @@ round.  With ``--domain LOW,HIGH`` the reports are numeric devices' (``wevent_cl
 sw-direct, ipp, app, capp, whose schedule is public) and are checked and averaged per slot by
 ``transforms.numeric_report_release``; a user's second report of a slot is a duplicate
 (``duplicates-*.jsonl``).  Outputs in ``--output``: ``releases-*.jsonl``, ``dead_letters-*.jsonl``
-and ``report.json`` (reports read = used + dead letters; the ledger's
+and ``report.json`` (reports read = used + duplicates + dead letters; the ledger's
 verdict).  ``--baseline`` runs the non-private graph that reads the same
 reports and counts them per slot and payload (the speed reference of
 ``benchmarks/client_pipeline.py``).  The default runner is FnApiRunner.
@@ -37,7 +37,10 @@ from transforms.client_release import ClientReleaseConfig, parse_report, release
 from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
 from transforms.numeric_clients import CLIENT_METHODS
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_report_release import NumericReportConfig, release_numeric_stream
+from transforms.numeric_report_release import (
+    NumericReportConfig,
+    release_numeric_stream,
+)
 
 
 def parser():
@@ -93,6 +96,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         ids, requirements = read_users(args.users, args.requirement)
         users = (tuple(ids), tuple(int(w) for w in requirements.window),
                  tuple(int(e) for e in requirements.epsilon_units))
+        config: ClientReleaseConfig | NumericReportConfig
         if args.domain is not None:
             domain = NumericDomain.parse(args.domain)
             name, params = cli.mechanism_params(args, 1, **domain.mechanism_params())

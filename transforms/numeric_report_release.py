@@ -27,9 +27,15 @@ from fractions import Fraction
 
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.ldp.client import DUPLICATE_REPORT, REPORT_FIELDS, ReportRejected, _units, report_record
-from transforms.mechanisms.numeric import server
 from transforms.mechanisms.domain import Interval
+from transforms.mechanisms.ldp.client import (
+    DUPLICATE_REPORT,
+    REPORT_FIELDS,
+    ReportRejected,
+    _units,
+    report_record,
+)
+from transforms.mechanisms.numeric import server
 from transforms.numeric_clients import CLIENT_METHODS, _scaled
 from transforms.numeric_events import NumericDomain
 
@@ -138,7 +144,7 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
     domain, wave = config.domain, schedule.wave
     interval = Interval(domain.low, domain.high)
     epsilon = units_to_decimal_string(wave.epsilon_units)
-    last = None
+    last: dict = {}  # the first slot always has reports
     for slot in range(min(sums), max(sums) + 1):
         n, total = sums.get(slot, (0, 0))
         record = {"stream": stream, "slot": slot, "statistic": "mean", "trust": "local_client",

@@ -185,6 +185,16 @@ def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory
     return path
 
 
+def holds_clients_only(path: str) -> bool:
+    """Whether the checkpoint at ``path`` holds per-user client state and no release stage's (so the central path
+    must not resume from it: it would start afresh)."""
+    try:
+        saved = checkpoint.load_for_resume(path)
+    except checkpoint.CheckpointError:
+        return False  # the central path reports it
+    return not saved.streams and saved.live is not None and "per_user_clients" in saved.live
+
+
 def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
     """``(stream, user) -> Carried`` from :func:`write_clients_checkpoint`'s file (or the latest in a directory),
     checked against ``config``; one-line ``CheckpointError`` otherwise."""
@@ -522,7 +532,7 @@ class PrivateNumericClients(beam.PTransform):
                  policy: RequirementPolicy | None = None, insecure_seed: int | None = None,
                  ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
-                 carry: bool = False):
+                 resume_from: str | None = None, carry: bool = False):
         super().__init__()
         if sma is not None:
             server.sma([0.0], sma, sma_mode)  # refuses a bad size or mode now
@@ -537,8 +547,10 @@ class PrivateNumericClients(beam.PTransform):
                                              mechanism_built.client.sw.q)[1])
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
-        if (resume is not None or carry) and bounded is not True:
+        if (resume is not None or resume_from is not None or carry) and bounded is not True:
             raise ValueError("resume and carry are for bounded input (a streaming job's state is the runner's)")
+        if resume_from is not None:
+            resume = read_clients_checkpoint(resume_from, self.config)
         self.resume, self.carry = resume, carry  # resume: (stream, user) -> Carried, from a checkpoint
 
     def expand(self, events):

@@ -17,6 +17,7 @@ from tests.transforms.beam_helpers import (
     streaming_pipeline,
     streaming_source,
 )
+from transforms.checkpoint import CheckpointError
 from transforms.coders import ClientRowCoder
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms import FixedRequirement, make_mechanism
@@ -26,14 +27,13 @@ from transforms.mechanisms.numeric.perturbation import (
     ClientState,
     worst_window_units,
 )
-from transforms.checkpoint import CheckpointError
 from transforms.numeric_clients import (
     ClientStageConfig,
-    read_clients_checkpoint,
-    write_clients_checkpoint,
     PrivateNumericClients,
     UserClientState,
+    read_clients_checkpoint,
     report_randomness,
+    write_clients_checkpoint,
 )
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import ClientRow

@@ -38,8 +38,9 @@ report at each slot draws from its own generator, seeded from ``(seed, stream, u
 (:func:`report_randomness`): a keyed stage cannot reproduce one generator shared across users in user order,
 so the seeded reports equal the core's ``Client.step`` run on each user with these generators.
 
-Not here yet: checkpoints of the client cells (``--checkpoint-dir``), release ranges, the sampled methods
-(PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
+Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
+checkpoint file and resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Not here yet:
+release ranges, the sampled methods (PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, ChargeChunk], DEAD
 
 class Carried(NamedTuple):
     """One user's per-user stage at the end of a bounded run, what a resumed run continues from: the client row
-    (None: never reported), the first slot not yet closed, the declaration in force and the ledger's tail
+    (None: never reported), the first slot not yet closed (the stream's slots before the largest of its users'
+    are late for everyone in a resumed run), the declaration in force and the ledger's tail
     (``transforms.ledger.check_windows``: the recent charges a later window still reaches)."""
 
     row: ClientRow | None
@@ -172,9 +174,8 @@ def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory
     checkpoint file in ``directory`` (the project's format, ``transforms.checkpoint``); returns its path."""
     merged = dict(before or {})
     merged.update(carried)
-    users = [(stream, user, c.row, c.next_slot, c.declared, c.tail) for (stream, user), c in sorted(merged.items())]
-    table = [(stream, user, None if row is None else tuple(row), next_slot, declared, tail)
-             for stream, user, row, next_slot, declared, tail in users]
+    table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
+             for (stream, user), c in sorted(merged.items())]
     saved = checkpoint.Checkpoint(config.mechanism, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
                                   arrays={"clients": np.frombuffer(encode_value(table), np.uint8)})
@@ -348,8 +349,10 @@ class CloseUserClients(beam.DoFn):
 
     MAX_HELD = 50_000
 
-    def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1):
+    def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
+                 first_open: dict | None = None):
         self.config, self.carry, self.max_window = config, carry, max_window
+        self.first_open = first_open or {}  # stream -> its first slot a resumed checkpoint did not close
 
     def setup(self):
         self.users = _UserClients(self.config)
@@ -364,10 +367,11 @@ class CloseUserClients(beam.DoFn):
         events = [r for held in lists for r in held]
         before = carried.get((stream, user)) if carried else None
         outputs: list = []
-        if before is not None:
+        first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
+        if first_open:  # the stream's slots the checkpoint closed, for every user (new ones too)
             slot_of = self.config.clock.slot_of
-            late = [r for r in events if slot_of(r[0]) < before.next_slot]
-            events = [r for r in events if slot_of(r[0]) >= before.next_slot]
+            late = [r for r in events if slot_of(r[0]) < first_open]
+            events = [r for r in events if slot_of(r[0]) >= first_open]
             for report in late:
                 outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1)))
                 outputs.append(beam.pvalue.TaggedOutput(LATE, dead_letter(
@@ -378,7 +382,7 @@ class CloseUserClients(beam.DoFn):
         if duplicates:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
         reporting = self.users.admit(stream, user, rows, outputs)
-        next_slot = max(([rows[-1][0] + 1] if rows else []) + ([before.next_slot] if before else []), default=0)
+        next_slot = max(rows[-1][0] + 1 if rows else 0, first_open)
         self._held.append((reporting, before, _Ending(next_slot, declared)))
         self._reports += len(reporting.slots)
         if self._reports >= self.MAX_HELD:
@@ -567,7 +571,10 @@ class PrivateNumericClients(beam.PTransform):
                 carried = beam.pvalue.AsDict(events.pipeline | "Carried" >> beam.Create(sorted(self.resume.items()))
                                              .with_output_types(typing.Tuple[typing.Tuple[str, str], typing.Any]))
                 side["carried"] = carried
-            stage = beam.ParDo(CloseUserClients(self.config, self.carry, self.ledger_max_window), **side)
+            first_open: dict = {}
+            for (stream, _), before in (self.resume or {}).items():
+                first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
+            stage = beam.ParDo(CloseUserClients(self.config, self.carry, self.ledger_max_window, first_open), **side)
             if self.carry:
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
         else:

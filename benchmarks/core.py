@@ -44,7 +44,7 @@ from transforms.mechanisms import (MECHANISMS, Estimate, Family, LifetimeRequire
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
-from transforms.mechanisms.registry import mechanism_for_setup
+from transforms.mechanisms.registry import mechanism_class, mechanism_for_setup
 from transforms.mechanisms.scenarios import WINDOW_GRID, PaperSetup
 
 
@@ -124,8 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--without", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.names = [n.strip().lower() for n in args.mechanisms.split(",") if n.strip()]
     numeric = list(NUMERIC_STREAMS)  # real values in [0, 1]
+    args.names = [_registered(n.strip()) for n in args.mechanisms.split(",") if n.strip()]
     unknown = [n for n in args.names if n not in binned + numeric]
     if unknown:
         parser.error(f"unknown mechanisms {unknown}; choose from {', '.join(binned + numeric)} (these streams are "
@@ -136,6 +136,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     if set(args.without) - TRICKS.keys():
         parser.error(f"unknown tricks {sorted(set(args.without) - TRICKS.keys())}; choose from {', '.join(TRICKS)}")
     return args
+
+
+def _registered(name: str) -> str:
+    """The registered name of ``name`` (an alias such as ``sw`` resolved); unknown names are kept for the error."""
+    try:
+        return mechanism_class(name).name
+    except ValueError:
+        return name.lower()
 
 
 def _runs(args: argparse.Namespace, name: str, without: str = "") -> dict:

@@ -11,8 +11,11 @@ adaptive ones decide whom to ask from the reports and run live
 (``pipelines.collector``).  The graph reads and parses the lines (a bad line
 is a dead letter), groups each stream's reports and releases its slots in
 order (``transforms.client_release``), checking every report against its
-round.  Outputs in ``--output``: ``releases-*.jsonl``, ``dead_letters-*.jsonl``
-and ``report.json`` (reports read = used + dead letters; the ledger's
+round.  With ``--domain LOW,HIGH`` the reports are numeric devices' (``wevent_client.NumericClient``:
+sw-direct, ipp, app, capp, whose schedule is public) and are checked and averaged per slot by
+``transforms.numeric_report_release``; a user's second report of a slot is a duplicate
+(``duplicates-*.jsonl``).  Outputs in ``--output``: ``releases-*.jsonl``, ``dead_letters-*.jsonl``
+and ``report.json`` (reports read = used + duplicates + dead letters; the ledger's
 verdict).  ``--baseline`` runs the non-private graph that reads the same
 reports and counts them per slot and payload (the speed reference of
 ``benchmarks/client_pipeline.py``).  The default runner is FnApiRunner.
@@ -32,6 +35,12 @@ from pipelines import cli
 from pipelines.collector import read_users
 from transforms.client_release import ClientReleaseConfig, parse_report, release_stream
 from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
+from transforms.numeric_clients import CLIENT_METHODS
+from transforms.numeric_events import NumericDomain
+from transforms.numeric_report_release import (
+    NumericReportConfig,
+    release_numeric_stream,
+)
 
 
 def parser():
@@ -44,6 +53,8 @@ def parser():
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
     p.add_argument("--bins", type=int, default=2)
+    p.add_argument("--domain", metavar="LOW,HIGH", help="numeric device reports (sw-direct, ipp, app, capp): the "
+                   "interval the devices report over")
     cli.add_mechanism_parameter_option(p)
     p.add_argument("--output", required=True)
     p.add_argument("--baseline", action="store_true", help="the non-private count of the same reports")
@@ -60,12 +71,13 @@ class _Parse(beam.DoFn):
 
 
 class _Release(beam.DoFn):
-    def __init__(self, config: ClientReleaseConfig):
+    def __init__(self, config: ClientReleaseConfig | NumericReportConfig):
         self.config = config
+        self.release = release_numeric_stream if isinstance(config, NumericReportConfig) else release_stream
 
     def process(self, element):
         stream, reports = element
-        for kind, record in release_stream(self.config, stream, reports):
+        for kind, record in self.release(self.config, stream, reports):
             text = json.dumps(record, sort_keys=True)
             yield text if kind == "release" else beam.pvalue.TaggedOutput(kind, text)
 
@@ -82,9 +94,18 @@ def run(argv: Sequence[str] | None = None) -> int:
         if not files:
             raise cli.ConfigError(f"--input matches no file: {args.input}")
         ids, requirements = read_users(args.users, args.requirement)
-        name, params = cli.mechanism_params(args, args.bins)
-        config = ClientReleaseConfig(name, params, tuple(ids), tuple(int(w) for w in requirements.window),
-                                     tuple(int(e) for e in requirements.epsilon_units), args.insecure_seed)
+        users = (tuple(ids), tuple(int(w) for w in requirements.window),
+                 tuple(int(e) for e in requirements.epsilon_units))
+        config: ClientReleaseConfig | NumericReportConfig
+        if args.domain is not None:
+            domain = NumericDomain.parse(args.domain)
+            name, params = cli.mechanism_params(args, 1, **domain.mechanism_params())
+            config = NumericReportConfig(name, params, domain, *users)
+        elif args.mechanism.lower() in CLIENT_METHODS:
+            raise cli.ConfigError(f"{args.mechanism} device reports are numeric: give --domain LOW,HIGH")
+        else:
+            name, params = cli.mechanism_params(args, args.bins)
+            config = ClientReleaseConfig(name, params, *users, args.insecure_seed)
     except (cli.ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -101,10 +122,11 @@ def run(argv: Sequence[str] | None = None) -> int:
              | "WriteCounts" >> beam.io.WriteToText(out + "counts", file_name_suffix=".jsonl"))
             return 0
         released = (parsed.reports | beam.GroupByKey()
-                    | beam.ParDo(_Release(config)).with_outputs("dead", "ledger", main="releases"))
+                    | beam.ParDo(_Release(config)).with_outputs("dead", "duplicate", "ledger", main="releases"))
         released.releases | "WriteReleases" >> beam.io.WriteToText(out + "releases", file_name_suffix=".jsonl")
         ((parsed.dead, released.dead) | beam.Flatten()
          | "WriteDead" >> beam.io.WriteToText(out + "dead_letters", file_name_suffix=".jsonl"))
+        released.duplicate | "WriteDuplicates" >> beam.io.WriteToText(out + "duplicates", file_name_suffix=".jsonl")
         released.ledger | "WriteLedger" >> beam.io.WriteToText(out + "ledger", file_name_suffix=".jsonl")
     read = sum(_non_empty_lines(path) for path in files)
     return _report(args.output, read, name)
@@ -126,12 +148,13 @@ def _count(directory: str, prefix: str) -> list[str]:
 def _report(directory: str, read: int, name: str) -> int:
     releases = [json.loads(line) for line in _count(directory, "releases")]
     dead = _count(directory, "dead_letters")
+    duplicates = len(_count(directory, "duplicates"))
     ledgers = [json.loads(line) for line in _count(directory, "ledger")]
     used = sum(r["reporters"] for r in releases)
     kinds = {kind: sum(r["kind"] == kind for r in releases) for kind in ("fresh", "skipped", "nullified")}
     report = {"mechanism": name, "trust": "local_client", "slots": len(releases), **kinds,
-              "reports_read": read, "reports_used": used, "dead_letters": len(dead),
-              "reconciles": read == used + len(dead),
+              "reports_read": read, "reports_used": used, "duplicates": duplicates, "late": 0,
+              "dead_letters": len(dead), "reconciles": read == used + duplicates + len(dead),
               "ledger_violations": sum(item["violations"] for item in ledgers),
               "max_window_usage_ratio": max((item["max_window_usage_ratio"] for item in ledgers), default=0.0)}
     with open(os.path.join(directory, "report.json"), "w") as out:

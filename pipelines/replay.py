@@ -43,7 +43,8 @@ from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS)
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
-from transforms.numeric_clients import CLIENT_METHODS, PrivateNumericClients
+from transforms.numeric_clients import (CLIENT_METHODS, PrivateNumericClients, holds_clients_only,
+                                        write_clients_checkpoint)
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid, clipped_count
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
@@ -155,6 +156,8 @@ def build_config(argv=None) -> ReplayConfig:
             csv_header=columns or (),
             max_rejected_fraction=args.max_rejected_fraction, numeric=numeric,
             per_user_clients=check_per_user_clients(args, numeric))
+        if args.resume_from and not config.per_user_clients and holds_clients_only(args.resume_from):
+            raise ConfigError(f"--resume-from {args.resume_from}: written with --per-user-clients; resume with it")
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
     except ConfigError:
         raise
@@ -197,13 +200,12 @@ def numeric_domain(args) -> NumericDomain | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the client methods, without the release stage's checkpoints and range."""
+    """``--per-user-clients``: only for the client methods, without a release range."""
     if not args.per_user_clients:
         return False
     if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
         raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
-    given = [flag for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume-from", args.resume_from),
-                                      ("--start", args.start), ("--end", args.end)) if value]
+    given = [flag for flag, value in (("--start", args.start), ("--end", args.end)) if value]
     if given:
         raise ConfigError(f"{', '.join(given)} not supported with --per-user-clients yet (the central numeric "
                           "replay has them)")
@@ -271,7 +273,8 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericCl
                                                        if k not in ("bins", *config.numeric.mechanism_params())},
                                      origin=config.origin, allowed_lateness=config.allowed_lateness,
                                      policy=config.policy, insecure_seed=config.insecure_seed,
-                                     ledger_detail=config.ledger_detail, bounded=True)
+                                     ledger_detail=config.ledger_detail, bounded=True,
+                                     resume_from=config.resume_from, carry=config.checkpoint_dir is not None)
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
@@ -316,7 +319,8 @@ def build(pipeline, config: ReplayConfig) -> None:
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
     else:
         parsed_dead = parsed.dead_letters
-    outputs = events | "Private" >> histogram(config)
+    transform = histogram(config)
+    outputs = events | "Private" >> transform
     out = lambda name: os.path.join(config.output, name)  # noqa: E731
     (outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release)
      | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format))
@@ -327,7 +331,11 @@ def build(pipeline, config: ReplayConfig) -> None:
         out("violations"), file_name_suffix=".jsonl", num_shards=1)
     if config.ledger_detail:
         outputs["ledger_entries"] | "WriteLedger" >> WriteRecords(out("ledger"), "ledger_entry", config.output_format)
-    if config.checkpoint_dir:
+    if config.checkpoint_dir and isinstance(transform, PrivateNumericClients):  # every user's client state, one file
+        (outputs["carry"] | "AllCarried" >> beam.combiners.ToList()
+         | "WriteClientsCheckpoint" >> beam.Map(write_clients_checkpoint, transform.config, config.checkpoint_dir,
+                                                transform.resume))
+    elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
         (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility())

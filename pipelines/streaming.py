@@ -60,6 +60,7 @@ from transforms.sinks import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents, time_seconds
+from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
 from transforms.sinks import WriteRecords
@@ -84,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", default="default", help="--clients: the stream the requests and reports name")
     p.add_argument("--binning", help="int:D | categories:a,b,c | grid:LON0,LON1,LAT0,LAT1,RxC | tdrive "
                    "(required, except --demo: tdrive)")
+    p.add_argument("--domain", metavar="LOW,HIGH", help="numeric mechanisms (sw-direct, ipp, app, capp, ...): each "
+                   "event's value is a number in [LOW, HIGH] (as pipelines.replay; write --domain=-5,15 when LOW < 0)")
+    p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
+                   help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--allowed-lateness", type=float, default=60.0)
     p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
@@ -125,8 +130,8 @@ def check_checkpoint_flags(args) -> None:
         raise ConfigError(f"--checkpoint {args.checkpoint!r} is a directory; give a file path")
 
 
-def private_transform(args, bins: int) -> PrivateStreamHistogram:
-    name, params = cli.mechanism_params(args, bins)
+def private_transform(args, bins: int, numeric: NumericDomain | None = None) -> PrivateStreamHistogram:
+    name, params = cli.mechanism_params(args, bins, **(numeric.mechanism_params() if numeric is not None else {}))
     del params["bins"]  # the transform takes them apart
     levels, _ = cli.parse_levels(args.levels or "", None)
     cli.check_requirement_source(args)
@@ -141,7 +146,7 @@ def private_transform(args, bins: int) -> PrivateStreamHistogram:
                                            release_range=release_range,
                                            resume_from=args.resume_from if beam_job else None,
                                            checkpoint_every=args.checkpoint_every if beam_job and args.checkpoint_dir
-                                           else None)
+                                           else None, numeric=numeric)
     except ValueError as error:
         raise ConfigError(cli.flag_names(str(error))) from None
     cli.check_requirements_usable(transform.config.build(), policy)
@@ -152,6 +157,16 @@ def warn_without_range(args) -> None:
     """Once the configuration is good (so that an error stays one line): say the released slots follow the data."""
     if args.start is None and args.end is None:
         _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
+
+
+def numeric_domain(args) -> NumericDomain | None:
+    """``--domain``/``--out-of-range`` checked as the replay checks them (None for the histogram mechanisms)."""
+    from pipelines.replay import numeric_domain as checked
+
+    if args.domain is not None and (args.demo or args.clients or args.watch):
+        raise ConfigError("--domain reads numeric events from Pub/Sub or Kafka: not with --demo, --clients or --watch")
+    binning = args.binning or ("tdrive" if args.demo else None)  # the demo's default binning (binner)
+    return checked(argparse.Namespace(**{**vars(args), "binning": binning}, evaluate=False))
 
 
 def binner(args):
@@ -263,15 +278,20 @@ def build_clients(pipeline, args) -> None:
 def build(pipeline, args) -> None:
     if args.clients:
         return build_clients(pipeline, args)
-    bins = binner(args)
-    transform = private_transform(args, bins.bins)
+    numeric = numeric_domain(args)
+    if numeric is not None:  # each value as its grid index on [LOW, HIGH] (transforms.numeric_events)
+        parse = ParseConfig(bins=numeric.steps + 1, to_bin=ValueToGrid(numeric))
+        transform = private_transform(args, 1, numeric)
+    else:
+        bins = binner(args)
+        parse = ParseConfig(bins=bins.bins, to_bin=None if args.binning.startswith("int:") else bins)
+        transform = private_transform(args, bins.bins)
     if args.demo:
         lines = demo_source(pipeline, args, bins)
     else:
         lines = runner_source(pipeline, args)
     lines = lines | "Progress" >> beam.Map(logs.count_read)
-    to_bin = None if args.binning.startswith("int:") else bins
-    parsed = lines | "Parse" >> ParseEvents(ParseConfig(bins=bins.bins, to_bin=to_bin))
+    parsed = lines | "Parse" >> ParseEvents(parse)
     outputs = parsed.events | "Private" >> transform
     every = args.slot_seconds
     out = lambda name: os.path.join(args.output, name)  # noqa: E731
@@ -288,6 +308,7 @@ def run_watch(args) -> int:
     from pipelines.live import watch
 
     try:
+        numeric_domain(args)  # numeric events come from Pub/Sub or Kafka
         bins = binner(args)
         if not os.path.isdir(args.watch):
             raise ConfigError(f"--watch {args.watch!r} is not a directory")

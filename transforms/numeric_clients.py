@@ -38,13 +38,15 @@ report at each slot draws from its own generator, seeded from ``(seed, stream, u
 (:func:`report_randomness`): a keyed stage cannot reproduce one generator shared across users in user order,
 so the seeded reports equal the core's ``Client.step`` run on each user with these generators.
 
-Not here yet: checkpoints of the client cells (``--checkpoint-dir``), release ranges, the sampled methods
-(PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
+Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
+checkpoint file and resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Not here yet:
+release ranges, the sampled methods (PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -61,10 +63,20 @@ from apache_beam.transforms.userstate import (
 )
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
 
+from transforms import checkpoint
 from transforms.coders import ClientRowCoder, SlotSumCoder
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
+from transforms.encoding import decode_value, encode_value
 from transforms.engine import ChargeChunk
-from transforms.ledger import ENTRIES, VIOLATIONS, CompleteChunkLedgerFn, UserLedgerFn
+from transforms.ledger import (
+    ENTRIES,
+    VIOLATIONS,
+    CompleteChunkLedgerFn,
+    UserLedgerFn,
+    charge_chunk,
+    check_windows,
+    empty_tail,
+)
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
@@ -106,12 +118,25 @@ CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
 """The registered numeric methods whose client runs in the per-user stage."""
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
+CARRY = "carry"
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
 Summed = typing.Tuple[typing.Tuple[str, int], SlotSum]
 """``((stream, slot), SlotSum)``: how the reports leave the stage (summed within a bundle)."""
 OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
                 LATE: DeadLetterRecord, ACCOUNTING: Counted}
+
+
+class Carried(NamedTuple):
+    """One user's per-user stage at the end of a bounded run, what a resumed run continues from: the client row
+    (None: never reported), the first slot not yet closed (the stream's slots before the largest of its users'
+    are late for everyone in a resumed run), the declaration in force and the ledger's tail
+    (``transforms.ledger.check_windows``: the recent charges a later window still reaches)."""
+
+    row: ClientRow | None
+    next_slot: int
+    declared: tuple | None
+    tail: dict
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,53 @@ class ClientStageConfig:
     def build(self):
         """The registered mechanism (grid units): its client, requirement validation and parameters."""
         return make_mechanism(self.mechanism, bins=1, **self.params, **self.domain.mechanism_params())
+
+
+CLIENTS_STREAM = "\x00per-user-clients"
+"""The name a per-user client checkpoint is filed under (``checkpoint.file_name``): no stream is called so."""
+
+
+def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory: str, before: dict | None) -> str:
+    """Every user's :class:`Carried` state (``before``'s users absent from this run kept as they were) as one
+    checkpoint file in ``directory`` (the project's format, ``transforms.checkpoint``); returns its path."""
+    merged = dict(before or {})
+    merged.update(carried)
+    table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
+             for (stream, user), c in sorted(merged.items())]
+    saved = checkpoint.Checkpoint(config.mechanism, config.build().params.to_json(), config.clock.slot_seconds,
+                                  config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
+                                  arrays={"clients": np.frombuffer(encode_value(table), np.uint8)})
+    next_slot = max((c.next_slot for c in merged.values()), default=0)
+    path = os.path.join(directory, checkpoint.file_name(CLIENTS_STREAM, next_slot))
+    os.makedirs(directory, exist_ok=True)
+    checkpoint.save(path, saved)
+    return path
+
+
+def holds_clients_only(path: str) -> bool:
+    """Whether the checkpoint at ``path`` holds per-user client state and no release stage's (so the central path
+    must not resume from it: it would start afresh)."""
+    try:
+        saved = checkpoint.load_for_resume(path)
+    except checkpoint.CheckpointError:
+        return False  # the central path reports it
+    return not saved.streams and saved.live is not None and "per_user_clients" in saved.live
+
+
+def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
+    """``(stream, user) -> Carried`` from :func:`write_clients_checkpoint`'s file (or the latest in a directory),
+    checked against ``config``; one-line ``CheckpointError`` otherwise."""
+    saved = checkpoint.load_for_resume(path)
+    if not saved.live or "per_user_clients" not in saved.live or "clients" not in saved.arrays:
+        raise checkpoint.CheckpointError(f"checkpoint {path} holds no per-user client state (written without "
+                                         "--per-user-clients?)")
+    saved.check(config.mechanism, config.build().params.to_json(), config.clock.slot_seconds, config.clock.origin,
+                config.insecure_seed, path)
+    carried = {}
+    for stream, user, row, next_slot, declared, tail in decode_value(saved.arrays["clients"].tobytes()):
+        carried[(stream, user)] = Carried(None if row is None else ClientRow(*row), next_slot,
+                                          None if declared is None else tuple(declared), tail)
+    return carried
 
 
 def report_randomness(seed: int, stream: str, user: str, slot: int) -> Randomness:
@@ -233,8 +305,9 @@ class _UserClients:
                     for i in range(len(users))]
         return reports, new_rows
 
-    def emit(self, users: list, reports: np.ndarray, sums: dict, final: bool) -> list:
-        """Add the reports to the slots' partial sums ``sums``; each user's charges as a ChargeChunk output."""
+    def emit(self, users: list, reports: np.ndarray, sums: dict, final: bool, resumed: list | None = None) -> list:
+        """Add the reports to the slots' partial sums ``sums``; each user's charges as a ChargeChunk output
+        (complete at the end of a bounded run, unless ``resumed[i]``: the ledger continues a carried tail)."""
         units = self.client.report_units
         outputs = []
         for i, user in enumerate(users):
@@ -246,7 +319,7 @@ class _UserClients:
                 held[1] += _scaled(report)
             charges = [(slot, units, 0, units, *row) for slot, row in zip(user.slots, user.requirements)]
             chunk = ChargeChunk(f"{user.stream}{KEY_SEPARATOR}{user.user}", np.array(charges, np.int64), self.kind,
-                                PARTS, final, final)  # least = charge: the report's realised P/Q
+                                PARTS, final, final and not (resumed and resumed[i]))  # least = charge: realised P/Q
             outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
         return outputs
 
@@ -265,17 +338,21 @@ def _counted(outputs, counters: dict):
 
 
 def _counters() -> dict:
-    return {name: Metrics.counter(NAMESPACE, name) for name in ("records_used", "dead_letters", "duplicates")}
+    return {name: Metrics.counter(NAMESPACE, name) for name in ("records_used", "dead_letters", "duplicates", "late")}
 
 
 class CloseUserClients(beam.DoFn):
     """Bounded input: every slot of each complete key closed at once; the clients of a bundle's keys (up to
-    ``MAX_HELD`` reports) run together from fresh states, vectorised over users."""
+    ``MAX_HELD`` reports) run together, vectorised over users, from fresh states or, resuming, from the
+    ``carried`` side input (events before a user's carried next slot are late).  With ``carry`` each user's
+    :class:`Carried` state at the end is an output (``CARRY``), for a checkpoint."""
 
     MAX_HELD = 50_000
 
-    def __init__(self, config: ClientStageConfig):
-        self.config = config
+    def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
+                 first_open: dict | None = None):
+        self.config, self.carry, self.max_window = config, carry, max_window
+        self.first_open = first_open or {}  # stream -> its first slot a resumed checkpoint did not close
 
     def setup(self):
         self.users = _UserClients(self.config)
@@ -285,14 +362,28 @@ class CloseUserClients(beam.DoFn):
         self._held: list = []
         self._reports = 0
 
-    def process(self, element):
+    def process(self, element, carried=None):
         (stream, user), lists = element
-        rows, duplicates, _ = close_user_slots(user, [r for held in lists for r in held], self.config.clock, None)
+        events = [r for held in lists for r in held]
+        before = carried.get((stream, user)) if carried else None
         outputs: list = []
+        first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
+        if first_open:  # the stream's slots the checkpoint closed, for every user (new ones too)
+            slot_of = self.config.clock.slot_of
+            late = [r for r in events if slot_of(r[0]) < first_open]
+            events = [r for r in events if slot_of(r[0]) >= first_open]
+            for report in late:
+                outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1)))
+                outputs.append(beam.pvalue.TaggedOutput(LATE, dead_letter(
+                    f"late: slot {slot_of(report[0])} closed by the checkpoint resumed from", report[3],
+                    "numeric_clients", stream, user)))
+        rows, duplicates, declared = close_user_slots(user, events, self.config.clock,
+                                                      before.declared if before else None)
         if duplicates:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
         reporting = self.users.admit(stream, user, rows, outputs)
-        self._held.append(reporting)
+        next_slot = max(rows[-1][0] + 1 if rows else 0, first_open)
+        self._held.append((reporting, before, _Ending(next_slot, declared)))
         self._reports += len(reporting.slots)
         if self._reports >= self.MAX_HELD:
             outputs += self._take()
@@ -305,10 +396,45 @@ class CloseUserClients(beam.DoFn):
         held, self._held, self._reports = self._held, [], 0
         if not held:
             return []
-        reports, _ = self.users.step(held, [None] * len(held))
+        users = [reporting for reporting, _, _ in held]
+        reports, rows = self.users.step(users, [before.row if before else None for _, before, _ in held])
         sums: dict = {}
-        outputs = self.users.emit(held, reports, sums, final=True)
+        outputs = self.users.emit(users, reports, sums, final=True, resumed=[before is not None for _, before, _ in
+                                                                               held])
+        if self.carry:
+            for (reporting, before, ending), row, output in zip(held, rows, _charges_of(users, outputs)):
+                tail = before.tail if before else empty_tail()
+                if output is not None:
+                    tail = check_windows(tail, charge_chunk(*output.ledger_input()), self.max_window)[0]
+                carried = Carried(row if reporting.slots else (before.row if before else None),
+                                  ending.next_slot, ending.declared, tail)
+                outputs.append(beam.pvalue.TaggedOutput(CARRY, ((reporting.stream, reporting.user), carried)))
         return self.users.slot_sums(sums) + outputs
+
+
+class ResumedLedgerFn(CompleteChunkLedgerFn):
+    """The bounded ledger of a resumed run: a resumed user's charges continue the tail carried in ``carried``."""
+
+    def process(self, element, carried=None):
+        key, charges = element
+        if charges.complete:
+            yield from super().process(element)
+            return
+        chunk = charge_chunk(*charges.ledger_input())
+        before = carried[tuple(key.split(KEY_SEPARATOR, 1))]
+        _, worst, violations = check_windows(before.tail, chunk, self.max_window)
+        yield from self._outputs(key, chunk, (int(chunk["slots"].size), worst, len(violations)), violations)
+
+
+class _Ending(NamedTuple):
+    next_slot: int
+    declared: tuple | None
+
+
+def _charges_of(users: list, outputs: list) -> list:
+    """Each user's ChargeChunk among ``emit``'s outputs (None for a user without reports), in ``users``' order."""
+    chunks = iter(output.value[1] for output in outputs)
+    return [next(chunks) if user.slots else None for user in users]
 
 
 class UserClientState(beam.DoFn):
@@ -409,7 +535,8 @@ class PrivateNumericClients(beam.PTransform):
                  mechanism_params: dict | None = None, origin: float = 0.0, allowed_lateness: float = 0.0,
                  policy: RequirementPolicy | None = None, insecure_seed: int | None = None,
                  ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
-                 sma: int | None = None, sma_mode: str = "centered"):
+                 sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
+                 resume_from: str | None = None, carry: bool = False):
         super().__init__()
         if sma is not None:
             server.sma([0.0], sma, sma_mode)  # refuses a bad size or mode now
@@ -424,6 +551,11 @@ class PrivateNumericClients(beam.PTransform):
                                              mechanism_built.client.sw.q)[1])
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
+        if (resume is not None or resume_from is not None or carry) and bounded is not True:
+            raise ValueError("resume and carry are for bounded input (a streaming job's state is the runner's)")
+        if resume_from is not None:
+            resume = read_clients_checkpoint(resume_from, self.config)
+        self.resume, self.carry = resume, carry  # resume: (stream, user) -> Carried, from a checkpoint
 
     def expand(self, events):
         bounded = self.bounded
@@ -431,15 +563,27 @@ class PrivateNumericClients(beam.PTransform):
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
         clock = self.config.clock
         types = dict(OUTPUT_TYPES)
+        tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)
+        carried = None
         if bounded:
-            stage = beam.ParDo(CloseUserClients(self.config))
+            side = {}
+            if self.resume is not None:
+                carried = beam.pvalue.AsDict(events.pipeline | "Carried" >> beam.Create(sorted(self.resume.items()))
+                                             .with_output_types(typing.Tuple[typing.Tuple[str, str], typing.Any]))
+                side["carried"] = carried
+            first_open: dict = {}
+            for (stream, _), before in (self.resume or {}).items():
+                first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
+            stage = beam.ParDo(CloseUserClients(self.config, self.carry, self.ledger_max_window, first_open), **side)
+            if self.carry:
+                types[CARRY], tags = typing.Any, tags + (CARRY,)
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
             stage = beam.ParDo(UserClientState(self.config))
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
-                  .with_outputs(CHARGES, DEAD_LETTERS, LATE, ACCOUNTING, main="reports"))
+                  .with_outputs(*tags, main="reports"))
         reports = closed.reports
         if not bounded:  # every report of a slot leaves at the same timer time: one window holds them all
             reports = reports | "SlotWindows" >> beam.WindowInto(
@@ -457,14 +601,17 @@ class PrivateNumericClients(beam.PTransform):
                             typing.Tuple[str, ReleaseRecord])
                         | "Series" >> beam.GroupByKey()
                         | "Smoothed" >> beam.FlatMap(smoothed, *self.sma).with_output_types(ReleaseRecord))
-        ledger_fn = CompleteChunkLedgerFn if bounded else UserLedgerFn
+        ledger_fn = (CompleteChunkLedgerFn if carried is None else ResumedLedgerFn) if bounded else UserLedgerFn
         ledger = (closed[CHARGES]
-                  | "PrivacyLedger" >> beam.ParDo(ledger_fn(self.ledger_max_window, self.ledger_detail))
+                  | "PrivacyLedger" >> beam.ParDo(ledger_fn(self.ledger_max_window, self.ledger_detail),
+                                                  **({} if carried is None else {"carried": carried}))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], closed[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         accounting = closed[ACCOUNTING]
         outputs = {"releases": releases, "dead_letters": dead_letters, "usage": ledger.usage,
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
+        if self.carry:
+            outputs["carry"] = closed[CARRY]
         if bounded:
             outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(
                 AccountingTotals()).with_output_types(typing.Dict[str, int])

@@ -29,3 +29,9 @@ def test_unknown_tricks_are_refused(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--worker", "bd", "--without", "pool,nonsense"])
     assert "unknown tricks ['nonsense']" in capsys.readouterr().err
+
+
+def test_the_issues_mechanism_names_resolve_through_the_registry():
+    assert parse_args(["--mechanisms", "sw,ipp,app,capp"]).names == ["sw-direct", "ipp", "app", "capp"]
+    with pytest.raises(SystemExit):
+        parse_args(["--mechanisms", "sw,nonsense"])

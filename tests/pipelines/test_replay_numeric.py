@@ -126,9 +126,11 @@ def test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
-def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path):
-    """The checkpoint carries every user's client rows (deviation ring, D, age) and the seeded generator: two
-    halves replayed with --checkpoint-dir / --resume-from release what one whole replay releases."""
+@pytest.mark.parametrize("stage", [[], ["--per-user-clients"]])
+def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path, stage):
+    """The checkpoint carries every user's client rows (deviation ring, D, age) and the seeded generator (the
+    per-user stage: the rows, declarations and ledger tails; its draws are keyed per report): two halves replayed
+    with --checkpoint-dir / --resume-from release what one whole replay releases."""
     rows = write_events(tmp_path / "events.jsonl")
     half = SLOTS // 2
     for name, part in (("first", rows[:half * USERS]), ("second", rows[half * USERS:])):
@@ -136,7 +138,7 @@ def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path):
             f.writelines(json.dumps(row) + "\n" for row in part)
     common = ["--quiet", "--insecure-seed", str(SEED), "--mechanism", "capp", "--epsilon", "2", "--window", "3",
               "--requirement", "fixed:3,2", "--slot-seconds", "60", f"--domain={LOW},{HIGH}",
-              "--out-of-range", "clip"]
+              "--out-of-range", "clip", *stage]
     whole = tmp_path / "whole"
     assert replay.run(["--input", str(tmp_path / "events.jsonl"), "--output", str(whole), *common]) == 0
     checkpoints = tmp_path / "checkpoints"
@@ -157,6 +159,9 @@ def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path):
     with open(tmp_path / "b" / "report.json") as f:
         report = json.load(f)
     assert report["ledger_violations"] == 0 and report["reconciles"]
+    other = [a for a in common if a != "--per-user-clients"] + ([] if stage else ["--per-user-clients"])
+    assert replay.run(["--input", str(tmp_path / "second.jsonl"), "--output", str(tmp_path / "c"),
+                       "--resume-from", str(checkpoints), *other]) == 2  # the other stage's checkpoint: refused
 
 
 def test_per_user_clients_replay_runs_each_users_client_in_the_per_user_stage(tmp_path):
@@ -187,8 +192,8 @@ def _grid():
 
 @pytest.mark.parametrize("args, message", [
     (["--mechanism", "pp-s", "--domain", "0,1", "--per-user-clients"], "--per-user-clients runs the clients of"),
-    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--checkpoint-dir", "x"],
-     "--checkpoint-dir not supported with --per-user-clients"),
+    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--start", "0", "--end", "60"],
+     "--start, --end not supported with --per-user-clients"),
 ])
 def test_per_user_clients_configuration_errors(tmp_path, capsys, args, message):
     test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message)

@@ -35,6 +35,9 @@ MECHANISMS: dict[str, type[Mechanism]] = {**HOMOGENEOUS, **PERSONALIZED, **DYNAM
                                           **NUMERIC_STREAMS, **DPI}
 """Every registered mechanism by its lower-case name."""
 
+ALIASES: dict[str, str] = {"sw": "sw-direct"}
+"""Other names :func:`mechanism_class` accepts (the issue's command lines name SW-direct ``sw``)."""
+
 
 class Family(str, Enum):
     """What a mechanism takes from its users, which decides the streams and set-ups it is run with."""
@@ -55,9 +58,9 @@ class Family(str, Enum):
 
 
 def mechanism_class(name: str) -> type[Mechanism]:
-    """The mechanism class registered as ``name`` (case-insensitive)."""
+    """The mechanism class registered as ``name`` or one of its :data:`ALIASES` (case-insensitive)."""
     try:
-        return MECHANISMS[name.lower()]
+        return MECHANISMS[ALIASES.get(name.lower(), name.lower())]
     except KeyError:
         raise ValueError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}") from None
 

@@ -37,3 +37,11 @@ def test_a_mechanism_built_from_requirements_accepts_every_one_of_them(name):
 def test_a_lifetime_budget_builds_no_windowed_mechanism():
     with pytest.raises(ValueError, match="lifetime"):
         mechanism_for_requirements("bd", LifetimeRequirements.of(np.array([1.0])), bins=2)
+
+
+def test_sw_is_an_alias_of_sw_direct_not_a_second_entry():
+    from transforms.mechanisms.registry import ALIASES, mechanism_class
+    assert mechanism_class("sw") is mechanism_class("SW") is MECHANISMS["sw-direct"]
+    assert "sw" not in MECHANISMS and set(ALIASES.values()) <= set(MECHANISMS)
+    with pytest.raises(ValueError, match="unknown mechanism 'swx'"):
+        mechanism_class("swx")

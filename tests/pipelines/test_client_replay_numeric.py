@@ -1,0 +1,91 @@
+"""Numeric device reports (``wevent_client.NumericClient``) replayed through Beam: checked against the public
+schedule, averaged per slot exactly, every report used, a duplicate or a dead letter with its reason."""
+
+from __future__ import annotations
+
+import json
+import random
+from fractions import Fraction
+
+import pytest
+
+import wevent_client
+from pipelines import client_replay
+
+LOW, HIGH, WINDOW, BUDGET = -5.0, 15.0, 4, "2"
+
+
+def _devices(tmp_path, method: str, users: int, slots: int, seed: int = 7):
+    """Every device's reports of a drifting value, and the exact per-slot average of their report values."""
+    ids = [f"phone-{i:03d}" for i in range(users)]
+    (tmp_path / "users.txt").write_text("".join(user + "\n" for user in ids))
+    draws = random.Random(seed)
+    lines, values = [], {}
+    for u, user in enumerate(ids):
+        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, randbits=draws.getrandbits)
+        for slot in range(slots):
+            if (u + slot) % 7 == 3:  # a device without a value this slot sends nothing
+                continue
+            report = device.report("s", slot, LOW + (HIGH - LOW) * ((u * 13 + slot * 5) % 17) / 16)
+            lines.append(json.dumps(report))
+            values.setdefault(slot, []).append(Fraction(device.report_value(report["report"][0])))
+    return lines, values
+
+
+def _run(tmp_path, method, lines, *extra):
+    (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    return client_replay.run(["--input", str(tmp_path / "reports.jsonl"), "--users", str(tmp_path / "users.txt"),
+                              "--requirement", f"fixed:{WINDOW},{BUDGET}", "--mechanism", method, "--epsilon",
+                              BUDGET, "--window", str(WINDOW), f"--domain={LOW},{HIGH}", "--output",
+                              str(tmp_path / "out"), *extra])
+
+
+def _lines(tmp_path, prefix):
+    return [json.loads(line) for path in sorted((tmp_path / "out").glob(prefix + "*"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("method", ["sw-direct", "ipp", "app", "capp"])
+def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_letters(tmp_path, method):
+    lines, values = _devices(tmp_path, method, users=25, slots=6)
+    good = json.loads(lines[0])
+    cells = int(good["report"][0])
+    forged = [json.dumps({**good, "epsilon": BUDGET}),                       # not the per-report budget
+              json.dumps({**good, "realised_epsilon": good["epsilon"]}),       # not the square wave's
+              json.dumps({**good, "method": "sw-direct" if method != "sw-direct" else "ipp"}),
+              json.dumps({**good, "oracle": "grr"}),
+              json.dumps({**good, "report": [cells + 10 ** 6]}),               # no cell of the square wave
+              json.dumps({**good, "user": "intruder"}),
+              json.dumps({**good, "slot": -1}),
+              "not json"]
+    code = _run(tmp_path, method, lines + forged + [lines[3]])  # and one device's second report of a slot
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0 and report["ledger_violations"] == 0 and report["max_window_usage_ratio"] <= 1
+    assert report["reports_read"] == len(lines) + len(forged) + 1
+    assert (report["reports_used"], report["duplicates"], report["late"], report["dead_letters"]) == \
+        (len(lines), 1, 0, len(forged)) and report["reconciles"]
+    reasons = sorted(d["reason"] for d in _lines(tmp_path, "dead_letters"))
+    for expected in ("not the schedule's", "not the square wave's", "report for method", "not sw over 1",
+                     "outside the domain", "unknown user", "slots start at 0", "not JSON"):
+        assert sum(expected in reason for reason in reasons) == 1, (expected, reasons)
+    releases = {r["slot"]: r for r in _lines(tmp_path, "releases")}
+    assert sorted(releases) == sorted(values)
+    for slot, reported in values.items():
+        mean = float(sum(reported) / len(reported))
+        assert releases[slot]["estimate"] == [LOW + (HIGH - LOW) * mean]
+        assert releases[slot]["reporters"] == len(reported) and releases[slot]["trust"] == "local_client"
+        assert (releases[slot]["debiased"] is None) == (method != "sw-direct")
+    per_report = wevent_client.units_to_decimal_string(
+        wevent_client.epsilon_units_from_string(BUDGET) // (WINDOW + {"sw-direct": 0, "ipp": 1}.get(method, WINDOW)))
+    assert {r["epsilon"] for r in releases.values()} == {per_report}
+
+
+def test_a_users_declaration_the_schedule_does_not_honour_is_refused_before_the_pipeline(tmp_path, capsys):
+    lines, _ = _devices(tmp_path, "capp", users=2, slots=1)
+    (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    args = ["--input", str(tmp_path / "reports.jsonl"), "--users", str(tmp_path / "users.txt"), "--mechanism",
+            "capp", "--epsilon", BUDGET, "--window", str(WINDOW), "--output", str(tmp_path / "out")]
+    assert client_replay.run(args + ["--requirement", "fixed:8,2", "--domain", "0,1"]) == 2
+    assert "does not honour" in capsys.readouterr().err
+    assert client_replay.run(args + ["--requirement", "fixed:4,2"]) == 2
+    assert "give --domain" in capsys.readouterr().err

@@ -5,7 +5,7 @@ Runs every experiment of :data:`~pipelines.evaluation.ldp.EXPERIMENTS` (or ``--e
 synthetic streams (``--users`` n, ``--slots`` T; Table 2 at ``--table2-users``) and the real ones found under
 ``--data-dir`` (skipped, saying why, when absent), with ``--repeats`` repeats; writes ``results.csv`` and
 ``summary.md`` (and ``run.json``, the run's command and wall time) to ``--output`` and, with ``--report PATH.md``,
-the same document there, headed by its command.  ``--from-csv`` renders them again from a run's results.csv (with
+the same document there, headed by its command, with its figures (:mod:`pipelines.evaluation.ldp_plots`) beside it.  ``--from-csv`` renders them again from a run's results.csv (with
 its run.json beside it) without running.
 Exit code 1 (after writing) when a ledger saw a violation; 2 for bad arguments.
 """

@@ -113,7 +113,8 @@ def test_page_end_to_end_on_a_tiny_data_dir(tmp_path, capsys):
     np.savetxt(folder / "air.csv", 5 + (t % 7), header="air_c6h6", comments="")
     out = tmp_path / "page.md"
     summary = nr.main(["--data-dir", str(tmp_path), "--output", str(out), "--repeats", "2", "--reps", "1",
-                       "--insecure-seed", "5", "--skip", "sampling"])
+                       "--insecure-seed", "5", "--skip", "sampling,table1", "--synthetic-length", "200",
+                       "--epsilons", "0.5,2", "--no-plots"])
     page = out.read_text()
     assert summary["violations"] == 0 and "**0 violations**" in page
     assert "T-Drive absent" in page  # absent data is said, not hidden
@@ -122,3 +123,27 @@ def test_page_end_to_end_on_a_tiny_data_dir(tmp_path, capsys):
         assert name in page
     assert "Sampling (Figs 6, 7)" in page and "Not run" in page
     assert summary["claims"] == len(nr.CLAIMS) * 5
+
+
+@pytest.mark.parametrize("slots", [300, 3000])  # whole streams, and queries with a burn-in
+def test_query_slices_line_up_with_the_truth_in_both_accountings(monkeypatch, slots):
+    # an identity "release" must give MSE 0: the queries read out of streams are the queries scored
+    from transforms.mechanisms.numeric.perturbation import Perturbed
+
+    def identity(method, epsilon, window, accounting, x, rng):
+        return Perturbed(x.copy(), np.zeros(x.shape, np.int64), np.broadcast_to(np.arange(x.shape[1]), x.shape),
+                         None, True)
+
+    monkeypatch.setattr(nr, "release", identity)
+    values = np.random.default_rng(2).random((3, slots))
+    result = nr.nonsampling(nr.Series("S", values, ""), nr.Config(repeats=2, reps=2, epsilons=(1.0,)), nr.Ledger())
+    assert all(v.max() == 0 for v in result["mse"].values())
+    assert all(v.max() == 0 for v in result["w1"].values())
+    assert result["cos"][("strict", "sw", 1.0)].max() < 1e-12  # SW-direct is published raw
+
+
+def test_acceptance_ranges_follow_the_spec_table():
+    (mse_low, mse_high), (cos_low, cos_high) = nr.acceptance_range(0.5, "capp")
+    assert mse_low == pytest.approx(5.27e-2 / 1.12) and mse_high == pytest.approx(5.335e-2 * 1.12)
+    assert cos_low == pytest.approx(0.201) and cos_high == pytest.approx(0.249)
+    assert nr.acceptance_range(2.0, "ba-sw") is None  # the stored BA-SW ran at window 1205 (T18)

@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 from benchmarks import numeric_results as nr
-from transforms.mechanisms.numeric.perturbation import PerturbationParams, perturb_streams, worst_window_units
+from transforms.mechanisms.numeric.perturbation import (
+    PerturbationParams,
+    perturb_streams,
+    worst_window_units,
+)
 
 
 @pytest.mark.parametrize("window", [1, 3, 10])
@@ -48,7 +52,7 @@ def test_query_starts_are_the_reference_codes():
 
 
 def test_seeded_generators_repeat_for_a_key_and_differ_across_keys():
-    draw = lambda *key: nr.generator(3, *key).uint32(4).tolist()  # noqa: E731
+    draw = lambda *key: nr.generator(3, *key).uint32(4).tolist()
     assert draw("Volume", "strict", 0, 1) == draw("Volume", "strict", 0, 1)
     assert draw("Volume", "strict", 0, 1) != draw("Volume", "strict", 0, 2)
     assert nr.generator(None, "x").is_secure
@@ -70,7 +74,7 @@ def _tdrive_archive(path):
 def test_taxi_matrix_carries_fixes_forward_and_normalises(tmp_path):
     archive = tmp_path / "t.tar.xz"
     _tdrive_archive(archive)
-    matrix, note = nr.taxi_latitudes(archive, slot_seconds=600, min_observed=0.0)
+    matrix, _ = nr.taxi_latitudes(archive, slot_seconds=600, min_observed=0.0)
     assert matrix.shape == (2, 1008)
     np.testing.assert_allclose(matrix[0, :3], 0.0)  # 39.9 is the minimum; carried to slots 1, 2
     np.testing.assert_allclose(matrix[0, 3:], 1.0)  # 40.1 the maximum (the fix at 117.5 is outside the box)

@@ -425,6 +425,7 @@ def adjust(claims: list[Claim]) -> list[Claim]:
 
 SAMPLING_SHAPES = ((20, 10), (30, 20))  # (w, q): q <= w, so the per-query non-sampled runs are w-event private
 SAMPLING_METHODS = ("sw", "app", "capp", "sampling", "pp-s", "app-s", "capp-s")
+SAMPLING_CLAIMS = (("sampling", "sw"), ("app-s", "app"), ("capp-s", "capp"), ("capp-s", "sw"))
 SAMPLING_BASE = {"sampling": "none", "pp-s": "ipp", "app-s": "app", "capp-s": "capp"}
 
 
@@ -779,8 +780,18 @@ def sampling_section(sampled: dict, eps, figures: Path | None, rel: str) -> list
                 if plot(figures, png, f"{name} sampling w={w} q={q}", curves, "ε", metric):
                     lines += [f"![{png}]({rel}/{png})", ""]
             chosen = {e: r["samples"][(w, q, "capp-s", e)] for e in eps}
-            lines += [f"n_s chosen for CAPP-S (w = {w}, q = {q}): {chosen}", ""]
-    return lines
+            lines += [(f"n_s chosen for CAPP-S (w = {w}, q = {q}): {chosen} (n_s = q: every slot is a sample, "
+                      "the sampled method is its base method, draw for draw)"), ""]
+    lines += ["**Does sampling help? (MSE; paired sign-flip tests over (ε, repeat), one-sided, not adjusted)**", "",
+              "| data | w, q | claim | pairs | wins | ratio | p |", "|---|---|---|---|---|---|---|"]
+    for name, r in sampled.items():
+        for w, q in SAMPLING_SHAPES:
+            for a, b in SAMPLING_CLAIMS:
+                test = paired_lower(np.concatenate([r["mse"][(w, q, a, e)] for e in eps]),
+                                    np.concatenate([r["mse"][(w, q, b, e)] for e in eps]))
+                lines.append(f"| {name} | {w}, {q} | {LABELS[a]} < {LABELS[b]} | {test.pairs} | {test.wins} | "
+                             f"{test.ratio:.3f} | {test.p_value:.2g} |")
+    return lines + [""]
 
 
 def delta_section(sweeps: dict, figures: Path | None, rel: str) -> list[str]:

@@ -158,7 +158,7 @@ def uci(folder: Path) -> list[Series]:
 def taxi_latitudes(archive: Path, slot_seconds: int = TAXI_SLOT_SECONDS, min_observed: float = 0.5
                    ) -> tuple[np.ndarray, str]:
     """T-Drive latitudes as (taxis, slots): 2-8 Feb 2008 in ``slot_seconds`` slots, each slot the taxi's last
-    fix inside the papers' Beijing box (lon [116, 116.8), lat [39.5, 40.3)), carried forward (backward before
+    fix (in file order) inside the papers' Beijing box (lon [116, 116.8), lat [39.5, 40.3)), carried forward (backward before
     the first fix); taxis with fixes in fewer than ``min_observed`` of the slots are left out; global min-max."""
     from transforms.loaders import iter_tdrive
 
@@ -190,7 +190,7 @@ def taxi_latitudes(archive: Path, slot_seconds: int = TAXI_SLOT_SECONDS, min_obs
         raise ValueError(f"no taxi has fixes in >= {min_observed:.0%} of the slots in {archive}")
     matrix = np.array(kept)
     note = (f"{len(rows)} taxis read, {matrix.shape[0]} with fixes in ≥ {min_observed:.0%} of the "
-            f"{slots} slots of {slot_seconds // 60} min, last fix per slot carried forward, global min-max")
+            f"{slots} slots of {slot_seconds // 60} min, last fix per slot (file order) carried forward, global min-max")
     return min_max(matrix), note
 
 

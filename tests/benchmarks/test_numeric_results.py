@@ -151,3 +151,12 @@ def test_acceptance_ranges_follow_the_spec_table():
     assert mse_low == pytest.approx(5.27e-2 / 1.12) and mse_high == pytest.approx(5.335e-2 * 1.12)
     assert cos_low == pytest.approx(0.201) and cos_high == pytest.approx(0.249)
     assert nr.acceptance_range(2.0, "ba-sw") is None  # the stored BA-SW ran at window 1205 (T18)
+
+
+def test_ss_holds_each_dimensions_last_report_and_fills_the_start_with_the_first():
+    values = np.array([[0.0, 0.7, 0.0, 0.0, 0.2, 0.0]])
+    reported = np.array([False, True, False, False, True, False])
+    np.testing.assert_array_equal(nr.held(values, reported), [[0.7, 0.7, 0.7, 0.7, 0.2, 0.2]])
+    data = nr.sin_data(3, 100)
+    assert data.shape == (3, 100) and data.min() >= 0 and data.max() <= 1
+    assert len({tuple(np.round(row[:30], 6)) for row in data}) == 3  # distinct frequencies

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.evaluation.stats import holm, paired_lower, sign_flip_p_value
+from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.noise.generators import insecure_seeded_randomness
 from transforms.mechanisms.numeric.baselines import (
@@ -52,6 +53,7 @@ from transforms.mechanisms.numeric.baselines import (
 )
 from transforms.mechanisms.numeric.perturbation import (
     PerturbationParams,
+    build_client,
     capp_delta,
     perturb_queries,
     perturb_streams,
@@ -250,8 +252,6 @@ class Ledger:
     failures: list = field(default_factory=list)
 
     def check(self, label: str, charges, first, window: int, epsilon: float) -> None:
-        from transforms.mechanisms.budget import to_units
-
         budget = to_units(epsilon, "epsilon")
         charges, first = np.asarray(charges), np.asarray(first)
         same = (charges == charges[:1]).all() and (first == first[:1]).all()
@@ -510,9 +510,6 @@ def high_dimensional(config: Config, ledger: Ledger, length: int) -> dict:
     last report in between (spec §3.8.2's recommended readings). Per (d, method, scheme, ε): MSE of the
     dimensions' query means (the mean of their reports) and the cosine distance of the held, trailing-SMA
     slices, over repeats."""
-    from transforms.mechanisms.budget import to_units
-    from transforms.mechanisms.numeric.perturbation import build_client
-
     w = HIGH_WINDOW
     out = {"mse": {}, "cos": {}}
     for d in HIGH_DIMENSIONS:

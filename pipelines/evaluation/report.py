@@ -30,8 +30,10 @@ REAL_NOTE = ("The papers ran Taxi on all 10,357 taxis and Foursquare on 5% of th
 
 
 LDP_POINTER = ("The central mechanisms (the PWSM papers). The local-DP methods of LDP-IDS are evaluated in\n"
-               "[`results_ldp_ids.md`](results_ldp_ids.md).")
-"""The line heading the document that points to the LDP-IDS results (``--suite ldp-ids``), beside it in docs/."""
+               "[`results_ldp_ids.md`](results_ldp_ids.md), the numeric local-DP streams (SW-direct, IPP, APP, CAPP)\n"
+               "in [`results_numeric.md`](results_numeric.md), DPI under a lifetime budget in\n"
+               "[`results_dpi.md`](results_dpi.md).")
+"""The lines heading the document that point to the other families' results, beside it in docs/."""
 
 
 def _number(value: float) -> str:

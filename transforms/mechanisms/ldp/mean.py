@@ -438,7 +438,23 @@ class MeanParams(LocalParams):
         return self.high if self.threshold is None else self.threshold
 
 
-class MeanEstimation:
+class TrueMeanForEvaluation:
+    """What a mean-estimating mechanism keeps of the truth for evaluations: the last slot's true mean (NOT private)."""
+
+    _true_mean: float = math.nan
+
+    def exact_mean_for_evaluation(self) -> float:
+        """The TRUE mean of the last slot's holders' (clipped, grid-rounded) values: NOT private (NaN: none)."""
+        return self._true_mean
+
+    def exact_histogram_for_evaluation(self) -> np.ndarray:
+        """The counts view of the true mean (as the release's: the mean times the registered users): NOT private."""
+        registered = int(np.count_nonzero(self.population.cohort_of >= 0))
+        mean = self._true_mean if math.isfinite(self._true_mean) else 0.0
+        return np.array([round(mean * registered)], np.int64)
+
+
+class MeanEstimation(TrueMeanForEvaluation):
     """Mixin making a local stream method estimate a mean with HM: the method's rounds run unchanged.
 
     The population records each value's grid index (so ``carry_forward`` keeps it); holders are users with
@@ -490,15 +506,6 @@ class MeanEstimation:
             raise ValueError("only holders can report")
         return request.oracle.sums(indices, rng)
 
-    def exact_mean_for_evaluation(self) -> float:
-        """The TRUE mean of the last slot's holders' (clipped, grid-rounded) values: NOT private (NaN: none)."""
-        return self._true_mean
-
-    def exact_histogram_for_evaluation(self) -> np.ndarray:
-        """The counts view of the true mean (as the release's: the mean times the registered users): NOT private."""
-        registered = int(np.count_nonzero(self.population.cohort_of >= 0))
-        mean = self._true_mean if math.isfinite(self._true_mean) else 0.0
-        return np.array([round(mean * registered)], np.int64)
 
 
 def _mean_method(base: type, name: str) -> type:

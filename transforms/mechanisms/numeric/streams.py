@@ -44,7 +44,7 @@ from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION, GroupCharges
 from transforms.mechanisms.domain import NO_VALUE, Estimate, Interval
 from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
-from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval, PiecewiseMechanism
+from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval, PiecewiseMechanism, TrueMeanForEvaluation
 from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism, LocalParams, SlotRounds
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams, absorption_step,
@@ -110,7 +110,7 @@ METHOD_OPTIONS = {"memory": None, "reset": None, "bound_mode": "ref", "delta": N
 """The options of :class:`NumericParams` that only some methods take, with their defaults."""
 
 
-class NumericStream(HomogeneousLocalMechanism):
+class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
     """Base of the registered numeric streams: holders' grid values in, each user's algorithm, reports out."""
 
     params_type = NumericParams
@@ -241,15 +241,6 @@ class NumericStream(HomogeneousLocalMechanism):
     def load_method_state(self, state: dict[str, np.ndarray]) -> None:
         self.user_state = {name: np.array(state[name]) for name in self.state_columns}
 
-    # -- evaluation (NOT private) ------------------------------------------------------------------------------
-    def exact_mean_for_evaluation(self) -> float:
-        """The TRUE mean of the last slot's holders' (clipped, grid-rounded) values: NOT private (NaN: none)."""
-        return self._true_mean
-
-    def exact_histogram_for_evaluation(self) -> np.ndarray:
-        registered = int(np.count_nonzero(self.population.cohort_of >= 0))
-        mean = self._true_mean if math.isfinite(self._true_mean) else 0.0
-        return np.array([round(mean * registered)], np.int64)
 
 
 class ClientStream(NumericStream):

@@ -35,11 +35,12 @@ from pipelines.evaluation.experiment import NOISE_NOTE, _seed_sequence, run_in_p
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_metrics import auc, event_labels, mae, mre, mse, reduce
 from transforms.mechanisms import MECHANISMS, Estimate, PrivacyLedger, ReleaseKind, SlotBatch, TrustModel
+from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.registry import mechanism_class, params_from_options
 from transforms.mechanisms.requirements import FixedRequirement, FixedRequirements
-from transforms.mechanisms.synthetic import exact_count_stream, lns_probabilities, log_probabilities, \
+from transforms.mechanisms.synthetic import exact_count_stream, exact_counts, lns_probabilities, log_probabilities, \
     sin_probabilities
 
 PAPER_METHODS = ("lbu", "lsp", "lbd", "lba", "lpu", "lpd", "lpa")
@@ -106,6 +107,9 @@ class LdpTask:
     """Event monitoring's statistic (None: ``one`` for binary data, ``value`` for a mean, ``index`` otherwise)."""
     con_sigma: float = CON_SIGMA
     con_high: float = CON_HIGH
+    exchangeable: bool = False
+    """Synthetic binary streams from their counts alone (spec §3.5: hypergeometric true counts of each sample,
+    ``Engine.step_exchangeable``), no user's value built; the same law as the users' values."""
 
 
 _STREAMS: dict[str, LdpStream] = {}
@@ -180,6 +184,9 @@ def con_values(probabilities: np.ndarray, users: int, sigma: float, high: float,
 
 def _slots(task: LdpTask) -> tuple[int, int, int, Iterator[tuple[np.ndarray, np.ndarray]]]:
     """(bins, users, path attempts, per slot: every user's value (-1: absent) and the true frequencies)."""
+    if task.exchangeable and task.dataset not in SYNTHETIC:
+        raise ValueError(f"{task.dataset}: exchangeable counts are for the synthetic binary streams "
+                         f"({', '.join(SYNTHETIC)})")
     if task.dataset in CON:
         probabilities, attempts = probability_path(task)
         rng = np.random.default_rng(_seed_sequence("values", *_data_parts(task), task.users))
@@ -193,7 +200,12 @@ def _slots(task: LdpTask) -> tuple[int, int, int, Iterator[tuple[np.ndarray, np.
             for values in exact_count_stream(probabilities, n, rng):
                 ones = int(np.count_nonzero(values))
                 yield values, np.array([n - ones, ones], np.float64) / n
-        return 2, n, attempts, binary()
+
+        def counts():  # the same stream's counts, for step_exchangeable
+            for ones in exact_counts(probabilities, n).tolist():
+                held = np.array([n - ones, ones])
+                yield held, held / n
+        return 2, n, attempts, counts() if task.exchangeable else binary()
     stream = _STREAMS.get(task.dataset)
     if stream is None:
         raise ValueError(f"real dataset {task.dataset!r} is not loaded in this process")
@@ -240,7 +252,11 @@ def run_stream(task: LdpTask) -> Run:
     released, truth, bits = [], [], []
     kinds = {kind: 0 for kind in ReleaseKind}
     for t, (values, frequencies) in enumerate(slots):
-        release = engine.step(SlotBatch.of(users, values, requirements if t == 0 else None))
+        if task.exchangeable:  # `values` are the slot's counts; the users register without values
+            batch = SlotBatch.of(users, np.full(n, NO_VALUE), requirements) if t == 0 else SlotBatch.empty()
+            release = engine.step_exchangeable(batch, values)
+        else:
+            release = engine.step(SlotBatch.of(users, values, requirements if t == 0 else None))
         released.append(release.estimate)
         truth.append(frequencies)
         bits.append(mechanism.last_bits)

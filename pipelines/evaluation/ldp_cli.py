@@ -23,7 +23,7 @@ from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
                                       DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS,
                                       EXPERIMENTS, EXTENSION_WINDOW, EXTENSIONS, FLUCTUATIONS, LOCAL_METHODS,
-                                      MEAN_EXPERIMENTS, PAPER_METHODS, REAL, USER_FACTORS, WINDOWS, LdpTask,
+                                      MEAN_EXPERIMENTS, PAPER_METHODS, REAL, SYNTHETIC, USER_FACTORS, WINDOWS, LdpTask,
                                       base_dataset, bins_of, build_method, execute, mean_version, read_csv)
 from pipelines.evaluation.ldp_data import LdpStream, load_stream
 from pipelines.evaluation.ldp_metrics import REDUCTIONS
@@ -55,6 +55,9 @@ def parse_args(argv) -> argparse.Namespace:
                         help="σ of the -Con streams' values N(p_t, σ²) (the paper prints 10: spec §8.1)")
     parser.add_argument("--con-high", type=float, default=CON_HIGH,
                         help="the -Con streams' declared domain is [0, this]; values outside are clipped")
+    parser.add_argument("--exchangeable", action="store_true",
+                        help="run the synthetic binary streams (lns, sin, log) from their counts alone: each sample's "
+                             "true counts drawn hypergeometrically (spec §3.5), no user's value built (the same law)")
     parser.add_argument("--seed", type=int, default=0, help="base seed of data and (insecure) noise")
     parser.add_argument("--mre-floor", type=float, default=None, help="the MRE's sanity bound (default 1/n)")
     parser.add_argument("--reduction", choices=REDUCTIONS, default=None,
@@ -158,7 +161,8 @@ def plan(args, streams: dict[str, LdpStream]) -> list[tuple[str, LdpTask]]:
                     for repeat in range(repeats):
                         runs.append((experiment, LdpTask(dataset, method, epsilon, window, beta, users, slots, repeat,
                                                          args.seed, fluctuation, args.mre_floor, args.reduction,
-                                                         args.con_sigma, args.con_high)))
+                                                         args.con_sigma, args.con_high,
+                                                         args.exchangeable and dataset in SYNTHETIC)))
     return runs
 
 

@@ -38,8 +38,19 @@ class Engine:
 
     def step(self, batch: SlotBatch) -> Release:
         """Release the next slot from ``batch``; the ledger checks its charges before it is returned."""
+        return self._timed(self.mechanism.step, batch)
+
+    def step_exchangeable(self, batch: SlotBatch, true_counts) -> Release:
+        """As :meth:`step` for a local method whose users' values are exchangeable counts
+        (``LocalMechanism.step_exchangeable``: spec §3.5's hypergeometric shortcut for synthetic streams)."""
+        step_exchangeable = getattr(self.mechanism, "step_exchangeable", None)
+        if step_exchangeable is None:
+            raise ValueError(f"{self.mechanism.name} is not a local-DP frequency method: it needs users' values")
+        return self._timed(lambda b, rng: step_exchangeable(b, true_counts, rng), batch)
+
+    def _timed(self, step, batch: SlotBatch) -> Release:
         start = self.clock()
-        release = self.mechanism.step(batch, self.randomness)
+        release = step(batch, self.randomness)
         middle = self.clock()
         self.mechanism_seconds += middle - start
         if self.ledger is not None:

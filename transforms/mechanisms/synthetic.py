@@ -214,11 +214,15 @@ def exact_count_stream(
 
     Arguments are validated immediately, before the first slot is requested.
     """
+    _require_generator(rng)
+    return _exact_slots(exact_counts(probabilities, users), users, rng)
+
+
+def exact_counts(probabilities: np.ndarray, users: int) -> np.ndarray:
+    """Per slot, how many of ``users`` hold 1 in :func:`exact_count_stream`: ``round(p_t · users)``, halves up."""
     checked = _require_probability_path(probabilities)
     users = _require_positive_int(users, "users")
-    _require_generator(rng)
-    ones = np.floor(checked * users + 0.5).astype(np.int64)
-    return _exact_slots(ones, users, rng)
+    return np.floor(checked * users + 0.5).astype(np.int64)
 
 
 def _exact_slots(ones: np.ndarray, users: int, rng: np.random.Generator) -> Iterator[np.ndarray]:

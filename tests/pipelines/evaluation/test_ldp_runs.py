@@ -4,6 +4,7 @@ data-independent methods against TV-12's predictions (spec ldp_ids.md §6.3, §7
 import numpy as np
 import pytest
 
+from pipelines.evaluation import ldp
 from pipelines.evaluation.ldp import LdpTask, build_method, probability_path, run_stream, run_task
 from pipelines.evaluation.ldp_data import load_stream
 from pipelines.evaluation.ldp_paper import TABLE2, predicted_bits
@@ -68,3 +69,16 @@ def test_absent_real_data_is_refused_saying_why(tmp_path):
     for name in ("taxi", "foursquare", "gowalla"):
         with pytest.raises(DataUnavailable, match=f"{name}: .* is not on this machine"):
             load_stream(str(tmp_path), name)
+
+
+def test_exchangeable_runs_build_no_users_values_and_match_the_same_law(monkeypatch):
+    """``--exchangeable``: the synthetic stream's counts alone (no exact_count_stream call), ledger clean; LBU asks
+    everyone, so its run is the users' run exactly (the hypergeometric draw of all holders takes no randomness)."""
+    users_run = run_task(LdpTask("sin", "lbu", 1.0, 5, 0.5, 3000, 40, 0, 0))
+    monkeypatch.setattr(ldp, "exact_count_stream", lambda *a: (_ for _ in ()).throw(AssertionError("values built")))
+    counts_run = run_task(LdpTask("sin", "lbu", 1.0, 5, 0.5, 3000, 40, 0, 0, exchangeable=True))
+    assert counts_run["mre"] == users_run["mre"] and counts_run["ledger_violations"] == 0
+    lpd = run_task(LdpTask("lns", "lpd", 1.0, 5, 0.5, 3000, 40, 0, 0, exchangeable=True))
+    assert lpd["ledger_violations"] == 0 and 0 < lpd["max_window_usage_ratio"] <= 1 and lpd["fresh_fraction"] > 0
+    with pytest.raises(ValueError, match="synthetic binary streams"):
+        ldp.run_stream(LdpTask("lns-con", "lbu-mean", 1.0, 5, 0.5, 100, 5, 0, 0, exchangeable=True))

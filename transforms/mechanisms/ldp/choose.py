@@ -38,8 +38,15 @@ def uniform_split(candidates: np.ndarray, k: int, rng: Randomness) -> tuple[np.n
         raise ValueError(f"k must be >= 0, got {k}")
     if k >= size:
         return candidates, candidates[:0]
-    mask = ~_chosen_mask(size, size - k, rng) if 2 * k > size else _chosen_mask(size, k, rng)
+    mask = uniform_mask(size, k, rng)
     return candidates[mask], candidates[~mask]
+
+
+def uniform_mask(size: int, k: int, rng: Randomness) -> np.ndarray:
+    """A boolean mask of a uniformly random ``k``-subset of ``range(size)`` (``0 <= k <= size``)."""
+    if not 0 <= k <= size:
+        raise ValueError(f"need 0 <= k <= size, got k={k}, size={size}")
+    return ~_chosen_mask(size, size - k, rng) if 2 * k > size else _chosen_mask(size, k, rng)
 
 
 def _chosen_mask(size: int, k: int, rng: Randomness) -> np.ndarray:

@@ -20,6 +20,12 @@ Two ways to get what a batch of reporters would send, equal in distribution
   ``GRR_PER_REPORTER_MAX`` reporters (GRR) or ``OUE_PER_COIN_MAX`` coins (OUE)
   are drawn report by report, which is cheaper there.
 
+For a synthetic stream whose values sit on a fresh uniformly random set of
+users at every slot, a data-independent sample of users holds
+multivariate-hypergeometric true counts (spec §3.5):
+:func:`hypergeometric_counts` draws them from the slot's counts, so no user's
+value need exist (``LocalMechanism.step_exchangeable``).
+
 Every draw is exact: it compares uniform integers from a :class:`Randomness`
 with the oracle's integer thresholds, or (the binomials) decides with a
 certified margin, never on an unchecked float.  The generator defaults
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from transforms.mechanisms.ldp.choose import uniform_mask
 from transforms.mechanisms.ldp.oracles import FrequencyOracle, oracle_for
 from transforms.mechanisms.noise import Randomness, binomial, multinomial_equal, secure_randomness
 from transforms.mechanisms.noise.coins import coins_below
@@ -126,6 +133,22 @@ def aggregate_counts(oracle: FrequencyOracle, true_counts, rng: Randomness | Non
     successes = binomial(np.concatenate([m, m.sum() - m]), np.repeat([1, oracle.other], d),
                          np.repeat([2, oracle.denominator], d), rng)
     return successes[:d] + successes[d:]
+
+
+def hypergeometric_counts(remaining, k: int, rng: Randomness | None = None) -> np.ndarray:
+    """The true counts of ``k`` users drawn without replacement from holders whose counts per value are
+    ``remaining`` (multivariate hypergeometric), exactly: ``k`` uniform positions among the holders laid out
+    value by value (:func:`~transforms.mechanisms.ldp.choose.uniform_mask`), counted per value."""
+    rng = rng or secure_randomness()
+    remaining = np.asarray(remaining)
+    if remaining.ndim != 1 or remaining.dtype.kind not in "iu" or (remaining.size and remaining.min() < 0):
+        raise ValueError(f"remaining must be non-negative integer counts, got {remaining!r}")
+    ends = np.cumsum(remaining.astype(np.int64))
+    total = int(ends[-1]) if ends.size else 0
+    if not 0 <= k <= total:
+        raise ValueError(f"cannot draw {k} of {total} holders")
+    chosen = np.concatenate([[0], np.cumsum(uniform_mask(total, k, rng), dtype=np.int64)])
+    return chosen[ends] - chosen[np.concatenate([[0], ends[:-1]])]
 
 
 def locsan(value: int, epsilon_units: int, d: int, rng: Randomness | None = None,

@@ -47,7 +47,7 @@ from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
 from transforms.mechanisms.homogeneous import HomogeneousMechanism
 from transforms.mechanisms.ldp.oracles import (GRR_VARIANCE_MODES, MAX_LDP_EPSILON_UNITS, ORACLES, FrequencyOracle,
                                                choose_oracle, ldp_variance, oracle_for)
-from transforms.mechanisms.ldp.simulate import aggregate_counts, perturb_values, report_counts
+from transforms.mechanisms.ldp.simulate import aggregate_counts, hypergeometric_counts, perturb_values, report_counts
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.population import UNREGISTERED, SlotData
 
@@ -275,11 +275,31 @@ class LocalMechanism(Mechanism):
             slot.answer(slot.request.users, self.simulate(slot.request, slot.holders, rng))
         return slot.release
 
-    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False) -> SlotRounds:
+    def step_exchangeable(self, batch: SlotBatch, true_counts, rng: Randomness) -> Release:
+        """One slot with simulated users whose values are exchangeable (spec §3.5): ``true_counts[k]`` of the
+        registered users hold value k, on a set drawn uniformly at random, so the users the method asks (a
+        data-independent choice) hold multivariate-hypergeometric counts.  Each request's counts are drawn so,
+        without replacement within the slot, and its reports in aggregate: no user's value is ever built.
+        ``batch`` registers users and carries no values; every registered user holds a value."""
+        if self.estimates is not Estimate.FREQUENCIES:
+            raise ValueError(f"{self.name}: exchangeable values are counts of the frequency oracles' values")
+        slot = self.start_slot(batch, rng, clients=True, trust=self.trust)  # simulated users, not devices
+        remaining = np.asarray(true_counts, np.int64)
+        if remaining.shape != (self.params.bins,) or int(remaining.sum()) != slot.holders.users.size:
+            raise ValueError(f"true_counts must give the {slot.holders.users.size} registered users' values over "
+                             f"{self.params.bins} bins, got {true_counts!r}")
+        while slot.request is not None:
+            drawn = hypergeometric_counts(remaining, slot.request.users.size, rng)
+            remaining = remaining - drawn
+            slot.answer(slot.request.users, aggregate_counts(slot.request.oracle, drawn, rng))
+        return slot.release
+
+    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False,
+                   trust: TrustModel | None = None) -> SlotRounds:
         """Admit ``batch`` and start the slot; its requests are answered through the returned rounds.
 
         With ``clients`` the users' devices answer (the batch registers users and carries no values): every
-        registered user may be asked, and the release is labelled ``local_client``.
+        registered user may be asked, and the release is labelled ``local_client`` (or ``trust``).
         """
         data = self.admit(batch)
         if clients:
@@ -289,7 +309,7 @@ class LocalMechanism(Mechanism):
             holders = Holders(registered, None, registered.size, data.groups.size)
         else:
             holders = self._holders(batch, data.groups)
-        trust = TrustModel.LOCAL_CLIENT if clients else self.trust
+        trust = trust or (TrustModel.LOCAL_CLIENT if clients else self.trust)
         return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
 
     def _release(self, slot: SlotRounds, decision: LocalDecision) -> Release:

@@ -142,8 +142,9 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         raise NotImplementedError
 
     # -- the protocol ------------------------------------------------------------------------------------------
-    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False) -> SlotRounds:
-        raise ValueError(f"{self.name}: no device runs the numeric clients yet; simulated users only (step)")
+    def start_slot(self, batch: SlotBatch, rng: Randomness, clients: bool = False, trust=None) -> SlotRounds:
+        raise ValueError(f"{self.name}: the collector runs no rounds for the numeric clients: simulated users step "
+                         "(step); device reports are released by transforms.numeric_report_release")
 
     def step(self, batch: SlotBatch, rng: Randomness) -> Release:
         """One slot with simulated users: each holder's client runs on their value; the reports are averaged."""

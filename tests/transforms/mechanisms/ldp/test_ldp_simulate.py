@@ -2,7 +2,7 @@
 
 False-failure budget: each statistical assertion here has false-failure probability (FFP) ``ALPHA = 1e-7``
 when the implementation is right (or, for a power rejection, a miss probability below ``POWER_MISS``); there
-are 40 of them, so their joint FFP is below 4e-6 (the large-batch check states its own).  Every test of
+are 43 of them, so their joint FFP is below 4.3e-6 (the large-batch check states its own).  Every test of
 a null hypothesis has a power check: the same test applied to draws from a deliberately wrong oracle
 (eps 20% off; 50% for the two-sample test of the joint counts, which has hundreds of degrees of freedom) must
 reject, and its miss probability is computed (noncentral chi-square or normal) and
@@ -264,3 +264,61 @@ def test_bad_true_counts_raise():
         aggregate_counts(oracle_for(to_units("1"), 5), np.array([1, 2, -1, 0, 0]))
     with pytest.raises(ValueError, match="true_counts"):
         aggregate_counts(oracle_for(to_units("1"), 5), np.array([1, 2]))
+
+
+def test_hypergeometric_counts_follow_the_exact_law():
+    """Spec §3.5's shortcut for synthetic streams: the true counts of k holders drawn without replacement.
+
+    GOF of value 0's count against scipy's hypergeometric pmf at ALPHA; power: the same draws against the
+    binomial (with replacement) law, which the test must reject with miss probability below POWER_MISS."""
+    rng = secure_randomness()
+    remaining, k = np.array([30, 0, 12, 18]), 25
+    draws = np.array([simulate_module.hypergeometric_counts(remaining, k, rng) for _ in range(20_000)])
+    assert (draws.sum(axis=1) == k).all() and (draws <= remaining).all() and (draws[:, 1] == 0).all()
+    pmf = stats.hypergeom.pmf(np.arange(k + 1), remaining.sum(), remaining[0], k)
+    assert _gof_pvalue(draws[:, 0], pmf) > ALPHA
+    wrong = stats.binom.pmf(np.arange(k + 1), k, remaining[0] / remaining.sum())
+    assert _gof_power_miss(pmf, wrong, draws.shape[0]) < POWER_MISS
+    assert (simulate_module.hypergeometric_counts(remaining, 60, rng) == remaining).all()
+    with pytest.raises(ValueError, match="cannot draw 61 of 60"):
+        simulate_module.hypergeometric_counts(remaining, 61, rng)
+
+
+@pytest.mark.parametrize("method", ["lpd", "lbu"])
+def test_exchangeable_slots_release_as_user_by_user_simulation_does(method):
+    """A synthetic stream run from its counts alone (no user's value built) and user by user: the released
+    share of 1s has the same law. Two-sample Kolmogorov-Smirnov over 400 runs of one slot each at ALPHA; power:
+    a shifted truth (60% of 1s instead of 40%) must be told apart (its KS p-value is far below ALPHA)."""
+    from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
+
+    n, rng, gen = 2000, secure_randomness(), np.random.default_rng(5)
+    registrations = FixedRequirements.of(np.full(n, 4), np.full(n, 1.0))
+
+    def released(ones: int, exchangeable: bool) -> float:
+        mechanism = make_mechanism(method, bins=2, epsilon=1.0, window=4, simulation="aggregate")
+        if exchangeable:
+            batch = SlotBatch.of(range(n), np.full(n, -1), registrations)
+            return float(mechanism.step_exchangeable(batch, [n - ones, ones], rng).estimate[1])
+        values = np.zeros(n, np.int64)
+        values[gen.choice(n, ones, replace=False)] = 1
+        return float(mechanism.step(SlotBatch.of(range(n), values, registrations), rng).estimate[1])
+
+    counts = [released(800, True) for _ in range(400)]
+    users = [released(800, False) for _ in range(400)]
+    assert stats.ks_2samp(counts, users).pvalue > ALPHA
+    assert stats.ks_2samp(counts, [released(1200, False) for _ in range(400)]).pvalue < ALPHA
+
+
+def test_exchangeable_slots_are_labelled_simulated_and_refuse_what_they_cannot_count():
+    from transforms.mechanisms import FixedRequirements, SlotBatch, TrustModel, make_mechanism
+
+    mechanism = make_mechanism("lpu", bins=2, epsilon=1.0, window=2)
+    batch = SlotBatch.of(range(4), np.full(4, -1), FixedRequirements.of(np.full(4, 2), np.full(4, 1.0)))
+    with pytest.raises(ValueError, match="registered users' values"):
+        mechanism.step_exchangeable(batch, [3, 0], insecure_seeded_randomness(1))
+    release = make_mechanism("lpu", bins=2, epsilon=1.0, window=2).step_exchangeable(batch, [1, 3],
+                                                                                   insecure_seeded_randomness(1))
+    assert release.trust is TrustModel.LOCAL_SIMULATED
+    with pytest.raises(ValueError, match="counts of the frequency oracles"):
+        make_mechanism("lbu-mean", epsilon=1.0, window=2, low=0.0, high=1.0).step_exchangeable(
+            batch, [1, 3], insecure_seeded_randomness(1))

@@ -20,7 +20,12 @@ def releases(directory) -> list[tuple]:
     return sorted((r["slot"], r["kind"], tuple(r["histogram"])) for r in found)
 
 
-def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mechanism", [
+    ["--requirement", "fixed:6,2.0"],
+    ["--requirement", "lifetime:2.0", "--mechanism", "dpi-sound", "--epsilon", "2.0", "--param", "pool_size=50",
+     "--param", "draws=4"],  # DPI by name, its parameters from --param, under a lifetime budget
+], ids=["pbd", "dpi-sound"])
+def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkeypatch, mechanism):
     generated = {}
     from transforms import loaders
 
@@ -33,7 +38,7 @@ def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkey
         return written
 
     monkeypatch.setattr(loaders, "synthetic_taxi_stream", keep)
-    common = ["--slot-seconds", "600", "--requirement", "fixed:6,2.0", "--insecure-seed", "5", "--quiet"]
+    common = ["--slot-seconds", "600", "--insecure-seed", "5", "--quiet", *mechanism]
     assert streaming.run(["--demo", "--demo-taxis", "15", "--max-slots", "12", "--allowed-lateness", "0",
                           "--output", str(tmp_path / "stream"), *common]) == 0
     streamed = releases(tmp_path / "stream")

@@ -121,9 +121,10 @@ def test_bad_configurations_fail_in_one_line(name, kwargs, match):
         make_mechanism(name, **(dict(epsilon=1.0, window=4, low=0.0, high=1.0) | kwargs))
 
 
-def test_client_devices_are_refused():
+def test_the_collector_runs_no_rounds_for_the_numeric_clients():
+    """Devices report on the public schedule (transforms.numeric_report_release); there are no rounds to run."""
     mechanism = make_mechanism("ipp", epsilon=1.0, window=4, low=0.0, high=1.0)
-    with pytest.raises(ValueError, match="simulated users only"):
+    with pytest.raises(ValueError, match="runs no rounds for the numeric clients"):
         mechanism.start_slot(SlotBatch.of([0], [np.nan], FixedRequirements.of([4], [1.0])),
                              insecure_seeded_randomness(0), clients=True)
 

@@ -467,9 +467,9 @@ def render(results: dict, figures: list[str] | None = None) -> str:
                 f"(data generation and metrics included), **peak RSS {lr['peak_rss_mb']:.0f} MB** (a child "
                 f"process of its own). Resident memory went from {first['rss_mb']:.1f} MB at slot {first['slot']:,} "
                 f"to {end['rss_mb']:.1f} MB at slot {end['slot']:,} ({100 * (end['rss_mb'] / first['rss_mb'] - 1):+.1f}%)"
-                f"; ε charged at the end: {lr['eps_charged']:.3g}. The growth is linear in the slots: Algorithm 3 "
-                f"keeps the series indices it handed out (it must never hand one out twice), {lr['rba_indices']:,} "
-                f"of them at the end, about {lr['rba_mb']:.1f} MB with their links."), "",
+                f"; ε charged at the end: {lr['eps_charged']:.3g}. Algorithm 3 keeps the series indices it handed "
+                f"out (it must never hand one out twice), {lr['rba_indices']:,} of them at the end, as runs of "
+                f"consecutive indices: about {lr['rba_mb']:.1f} MB."), "",
                 "| slot | seconds | RSS (MB) | median MSE since the last row | median KL |", "|---|---|---|---|---|"]
         for c in lr["checkpoints"]:
             out.append(f"| {c['slot']:,} | {c['seconds']:.0f} | {c['rss_mb']:.1f} | {c['median_mse']:.3e} | "

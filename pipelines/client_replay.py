@@ -35,9 +35,9 @@ from pipelines import cli
 from pipelines.collector import read_users
 from transforms.client_release import ClientReleaseConfig, parse_report, release_stream
 from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
-from transforms.numeric_clients import CLIENT_METHODS
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_report_release import (
+    DEVICE_METHODS,
     NumericReportConfig,
     release_numeric_stream,
 )
@@ -101,7 +101,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             domain = NumericDomain.parse(args.domain)
             name, params = cli.mechanism_params(args, 1, **domain.mechanism_params())
             config = NumericReportConfig(name, params, domain, *users)
-        elif args.mechanism.lower() in CLIENT_METHODS:
+        elif args.mechanism.lower() in DEVICE_METHODS:
             raise cli.ConfigError(f"{args.mechanism} device reports are numeric: give --domain LOW,HIGH")
         else:
             name, params = cli.mechanism_params(args, args.bins)

@@ -223,9 +223,9 @@ def parser() -> argparse.ArgumentParser:
                    "(the histogram mechanisms)")
     p.add_argument("--domain", metavar="LOW,HIGH", help="numeric mechanisms (sw-direct, ipp, app, capp, ...): each "
                    "event's value is a number in [LOW, HIGH]")
-    p.add_argument("--per-user-clients", action="store_true", help="numeric client methods (sw-direct, ipp, app, "
-                   "capp): each user's client runs in the per-user stage, its state in Beam state cells, instead of "
-                   "the users being simulated in the release stage")
+    p.add_argument("--per-user-clients", action="store_true", help="numeric methods (all of them): each user's "
+                   "client runs in the per-user stage, its state in Beam state cells, instead of the users being "
+                   "simulated in the release stage")
     p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
                    help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
     p.add_argument("--slot-seconds", type=float, default=600.0)

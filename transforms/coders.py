@@ -27,7 +27,7 @@ from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encod
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
-from transforms.numeric_records import ClientRow, SlotSum
+from transforms.numeric_records import AbsorptionRow, ClientRow, SampledRow, SlotSum
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord
 
 
@@ -152,6 +152,33 @@ class ClientRowCoder(_NamedTupleCoder):
         return super().encode((deviations, float(value[1]), int(value[2])))
 
 
+class SampledRowCoder(_NamedTupleCoder):
+    """``transforms.numeric_records.SampledRow``: a user's PP-S family state (the client row's fields, the open
+    segment's index, sum and count, the requirement row), the per-user client stage's ``client`` cell for the
+    sampling methods."""
+
+    named = SampledRow
+
+    def encode(self, value) -> bytes:
+        ClientRowCoder().encode(value[:3])  # refuses what the client row refuses
+        return super().encode((value[0], float(value[1]), int(value[2]), int(value[3]), float(value[4]),
+                               int(value[5]), tuple(int(v) for v in value[6])))
+
+    def decode(self, encoded: bytes):
+        row = super().decode(encoded)
+        return row._replace(requirement=tuple(row.requirement))
+
+
+class AbsorptionRowCoder(_NamedTupleCoder):
+    """``transforms.numeric_records.AbsorptionRow``: a user's BA-SW state (float, three ints), the per-user client
+    stage's ``client`` cell for BA-SW."""
+
+    named = AbsorptionRow
+
+    def encode(self, value) -> bytes:
+        return super().encode((float(value[0]), int(value[1]), int(value[2]), int(value[3])))
+
+
 class SlotSumCoder(_NamedTupleCoder):
     """``transforms.numeric_records.SlotSum``: count, exact scaled sum (any size), units."""
 
@@ -250,7 +277,8 @@ class DeadLetterCoder(_AvroRecordCoder):
 
 CODERS = {Event: EventCoder, Contribution: ContributionCoder, EvaluationRow: EvaluationRowCoder,
           CheckpointSaved: CheckpointSavedCoder, ChargeChunk: ChargeChunkCoder, ReleaseRecord: ReleaseRecordCoder,
-          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder, SlotSum: SlotSumCoder}
+          DeadLetterRecord: DeadLetterCoder, ClientRow: ClientRowCoder, SlotSum: SlotSumCoder,
+          SampledRow: SampledRowCoder, AbsorptionRow: AbsorptionRowCoder}
 """Each registered type and its coder."""
 
 

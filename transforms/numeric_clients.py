@@ -1,4 +1,5 @@
-"""The numeric client methods (SW-direct, IPP, APP, CAPP; seed 003) with each user's client in the per-user stage.
+"""Seed 003's numeric methods with each user's client in the per-user stage: SW-direct, IPP, APP, CAPP, PP-S,
+APP-S, CAPP-S, Sampling, BA-SW and ToPL(PM).
 
     outputs = events | PrivateNumericClients("capp", slot_seconds=60, domain=NumericDomain(0.0, 100.0),
                                              mechanism_params={"epsilon": 1.0, "window": 10},
@@ -9,12 +10,19 @@ Input: ``transforms.records.Event`` whose value is the grid index of a number in
 ``dead_letters``, ``usage``, ``violations``, ``ledger_entries``, ``accounting`` (and ``accounting_totals`` for
 bounded input).
 
-**Where the state is.**  Each user's client state (the deviation ring, ``D``, the age: ``ClientRow``) lives in
-that user's state cell ``client`` (``ClientRowCoder``, versioned, no pickle), beside the cells of the per-user
-stage (``transforms.user_state.UserSlotState``: same names and coders, and its functions ``hold_event``,
-``take_due`` and ``close_due``).  When a slot closes (the event-time timer) the user's contribution goes
-through ``Client.step`` of the registered mechanism (the same code as the Beam-free core) and only the
-perturbed report (as its slot's partial sum, ``SlotSum``) and its charge leave the key.  Bounded input takes
+**Where the state is.**  Each user's state lives in that user's state cell ``client``, typed per method
+(versioned coders, no pickle): ``ClientRow`` (the deviation ring, ``D``, the age; ``ClientRowCoder``) for
+SW-direct/IPP/APP/CAPP, ``SampledRow`` (the base client's row and the open segment's sum, count and requirement;
+``SampledRowCoder``) for the sampling methods, ``AbsorptionRow`` (BA-SW's last publication; ``AbsorptionRowCoder``);
+ToPL keeps none.  The cells sit beside those of the per-user stage (``transforms.user_state.UserSlotState``: same
+names and coders, and its functions ``hold_event``, ``take_due`` and ``close_due``).  When a slot closes (the
+event-time timer) the user's contribution goes through the core's own function for the method
+(``transforms.numeric_user_methods``: ``Client.step``, ``absorption_step``, the Piecewise Mechanism) and only the
+perturbed report (as its slot's partial sum, ``SlotSum``) and its charge leave the key.  The sampling methods
+report a segment's mean at the segment's last slot (segments aligned on the slot numbers); the timer stays armed
+at that slot while a segment is open, so a user without a value there still reports when it closes.  In bounded
+input a segment reports when its last slot is within its stream's slots (the largest slot of the stream's
+events, a side input); a segment still open at the end is carried in a checkpoint.  Bounded input takes
 the GroupByKey path of the per-user stage: a key's events together, every slot closed at once, no state; the
 keys of a bundle are stepped together (the k-th reports of all of them in one vectorised ``Client.step``) and
 their reports summed per slot within the bundle.
@@ -22,14 +30,20 @@ their reports summed per slot within the bundle.
 **Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a
 dyadic rational, summed as integers, so the order of the combine does not matter) and their count; the release
 is the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
-``server.debiased`` has the unbiased one).  A slot without reports is not released (which slots are released
+``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
+the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
+to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
+publication or the last one repeated).  A slot without reports is not released (which slots are released
 depends on the data, as without a release range in the histogram pipeline).  With ``sma=K`` (bounded input)
 each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
 centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline
 on the users' values.
 
-**Charges.**  Every report costs its sender the square wave's realised epsilon (``client.report_units``, the
-strict ``ε/(w + h)`` split); each user's charges go to the per-user ledger with the requirement the user
+**Charges.**  Every report costs its sender its randomizer's realised epsilon (the strict ``ε/(w + h)`` split;
+the sampling methods' ``ε/(n_w + h)``, BA-SW's dissimilarity and publication parts, ToPL's ``ε/w``).  The
+sampling methods take ``accounting="paper"`` (the paper's intent ``n_w = ceil(w/L)``, no memory term) only with
+``not_w_event_private=True`` when it is not w-event private on a stream (trap T3); their releases then carry
+``figures["w_event_private"] = 0``; each user's charges go to the per-user ledger with the requirement the user
 declared (or the operator's default), so every window is checked exactly.  A declaration the mechanism refuses
 turns the user's records into dead letters with the reason, as in the histogram pipeline.
 
@@ -40,7 +54,7 @@ so the seeded reports equal the core's ``Client.step`` run on each user with the
 
 Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
 checkpoint file and resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Not here yet:
-release ranges, the sampled methods (PP-S family), BA-SW and ToPL (they run centrally: ``PrivateStreamHistogram(..., numeric=...)``).
+release ranges.
 """
 
 from __future__ import annotations
@@ -62,9 +76,15 @@ from apache_beam.transforms.userstate import (
     on_timer,
 )
 from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
 
 from transforms import checkpoint
-from transforms.coders import ClientRowCoder, SlotSumCoder
+from transforms.coders import (
+    AbsorptionRowCoder,
+    ClientRowCoder,
+    SampledRowCoder,
+    SlotSumCoder,
+)
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.encoding import decode_value, encode_value
 from transforms.engine import ChargeChunk
@@ -87,10 +107,10 @@ from transforms.mechanisms.noise import (
     secure_randomness,
 )
 from transforms.mechanisms.numeric import server
-from transforms.mechanisms.numeric.perturbation import ClientState
-from transforms.mechanisms.numeric.square_wave import moments_at_one
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_records import ClientRow, SlotSum
+from transforms.numeric_records import AbsorptionRow, SampledRow, SlotSum
+from transforms.numeric_user_methods import Reporting, UserMethod, user_method
 from transforms.private_histogram import AccountingTotals
 from transforms.records import (
     KEY_SEPARATOR,
@@ -114,8 +134,9 @@ from transforms.user_state import (
     take_due,
 )
 
-CLIENT_METHODS = ("sw-direct", "ipp", "app", "capp")
-"""The registered numeric methods whose client runs in the per-user stage."""
+CLIENT_METHODS = tuple(NUMERIC_STREAMS)
+"""The registered numeric methods whose client runs in the per-user stage: all of them."""
+ACCOUNTINGS = ("strict", "paper")
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
@@ -133,7 +154,7 @@ class Carried(NamedTuple):
     are late for everyone in a resumed run), the declaration in force and the ledger's tail
     (``transforms.ledger.check_windows``: the recent charges a later window still reaches)."""
 
-    row: ClientRow | None
+    row: tuple | None
     next_slot: int
     declared: tuple | None
     tail: dict
@@ -149,20 +170,36 @@ class ClientStageConfig:
     clock: SlotClock
     policy: RequirementPolicy = field(default_factory=RequirementPolicy)
     insecure_seed: int | None = None
+    accounting: str = "strict"
+    not_w_event_private: bool = False
 
     def __post_init__(self):
         if self.mechanism not in CLIENT_METHODS:
-            raise ValueError(f"the per-user client stage runs {', '.join(CLIENT_METHODS)}; {self.mechanism} runs "
-                             "centrally (PrivateStreamHistogram with numeric=...)")
+            raise ValueError(f"the per-user client stage runs {', '.join(CLIENT_METHODS)}, not {self.mechanism}")
         if not isinstance(self.domain, NumericDomain):
             raise ValueError(f"domain must be a NumericDomain, got {type(self.domain).__name__}")
         if self.insecure_seed is not None and (not isinstance(self.insecure_seed, int) or self.insecure_seed < 0):
             raise ValueError(f"insecure_seed must be a non-negative integer, got {self.insecure_seed!r}")
-        self.build()
+        if self.accounting not in ACCOUNTINGS:
+            raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}")
+        method = self.method()
+        if not method.w_event_private and not self.not_w_event_private:
+            raise ValueError(f"{self.mechanism} with accounting={self.accounting!r} is not w-event private on a "
+                             "stream (trap T3: a window touches ceil((w-1)/L) + 1 segments plus the memory): use "
+                             "accounting='strict' or not_w_event_private=True")
+
+    @property
+    def label(self) -> str:
+        """The mechanism's name as a checkpoint records it (the PP-S family's paper accounting named)."""
+        return self.mechanism if self.accounting == "strict" else f"{self.mechanism} (accounting {self.accounting})"
 
     def build(self):
         """The registered mechanism (grid units): its client, requirement validation and parameters."""
         return make_mechanism(self.mechanism, bins=1, **self.params, **self.domain.mechanism_params())
+
+    def method(self) -> UserMethod:
+        """What the stage runs per user (``transforms.numeric_user_methods``)."""
+        return user_method(self.build(), self.accounting)
 
 
 CLIENTS_STREAM = "\x00per-user-clients"
@@ -176,7 +213,7 @@ def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory
     merged.update(carried)
     table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
              for (stream, user), c in sorted(merged.items())]
-    saved = checkpoint.Checkpoint(config.mechanism, config.build().params.to_json(), config.clock.slot_seconds,
+    saved = checkpoint.Checkpoint(config.label, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
                                   arrays={"clients": np.frombuffer(encode_value(table), np.uint8)})
     next_slot = max((c.next_slot for c in merged.values()), default=0)
@@ -203,11 +240,15 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
     if not saved.live or "per_user_clients" not in saved.live or "clients" not in saved.arrays:
         raise checkpoint.CheckpointError(f"checkpoint {path} holds no per-user client state (written without "
                                          "--per-user-clients?)")
-    saved.check(config.mechanism, config.build().params.to_json(), config.clock.slot_seconds, config.clock.origin,
+    saved.check(config.label, config.build().params.to_json(), config.clock.slot_seconds, config.clock.origin,
                 config.insecure_seed, path)
-    carried = {}
+    carried, row_type = {}, config.method().row_type
     for stream, user, row, next_slot, declared, tail in decode_value(saved.arrays["clients"].tobytes()):
-        carried[(stream, user)] = Carried(None if row is None else ClientRow(*row), next_slot,
+        if row is not None and row_type is not None and len(row) == len(row_type._fields):
+            row = row_type(*row)
+        elif row is not None:
+            raise checkpoint.CheckpointError(f"checkpoint {path}: a user's state row does not fit {config.mechanism}")
+        carried[(stream, user)] = Carried(row, next_slot,
                                           None if declared is None else tuple(declared), tail)
     return carried
 
@@ -219,27 +260,20 @@ def report_randomness(seed: int, stream: str, user: str, slot: int) -> Randomnes
 
 
 class _ReportDraws:
-    """Randomness for one vectorised step of seeded runs: each report's 64-bit draw from its own generator
-    (:func:`report_randomness` of its key), in the step's order."""
+    """Randomness for one vectorised step of seeded runs: each report's draws from its own generator
+    (:func:`report_randomness` of its key), arranged as the core's function reads them: its first 64-bit draw of
+    every report in the step's order, then its second, ..."""
 
-    def __init__(self, seed: int, keys: list):
-        self.seed, self.keys = seed, keys
+    def __init__(self, seed: int, keys: list, words: int):
+        self.seed, self.keys, self.words = seed, keys, words
 
     def uint32(self, size: int) -> np.ndarray:
-        if size != 2 * len(self.keys):
-            raise ValueError(f"one 64-bit draw per report: {len(self.keys)} reports, {size} words asked")
-        return np.concatenate([report_randomness(self.seed, *key).uint32(2) for key in self.keys] or
-                              [np.zeros(0, np.uint32)])
-
-
-class _Reporting(NamedTuple):
-    """One user's contributions that report, after the requirement check: slots, grid values, requirement rows."""
-
-    stream: str
-    user: str
-    slots: list
-    x: list
-    requirements: list
+        if size != self.words * len(self.keys):
+            raise ValueError(f"{self.words} words per report: {len(self.keys)} reports, {size} words asked")
+        if not self.keys:
+            return np.zeros(0, np.uint32)
+        words = np.stack([report_randomness(self.seed, *key).uint32(self.words) for key in self.keys])
+        return words.reshape(len(self.keys), -1, 2).transpose(1, 0, 2).reshape(-1)
 
 
 def _scaled(report: float) -> int:
@@ -251,21 +285,26 @@ def _scaled(report: float) -> int:
 
 
 class _UserClients:
-    """The Beam-free work of closed slots: requirements, the client steps (vectorised over users), the slots'
-    partial sums, charges and dead letters."""
+    """The Beam-free work of closed slots: requirements, the method's per-user steps (vectorised over users,
+    ``transforms.numeric_user_methods``), the slots' partial sums, charges and dead letters."""
 
     def __init__(self, config: ClientStageConfig):
         mechanism = config.build()
-        self.config, self.client = config, mechanism.client
+        self.config, self.method = config, config.method()
+        self.steps = mechanism.params.high  # grid units: the grid's steps
         self.translator = DeclarationTranslator(mechanism, config.policy)
         self.kind = kind_name(mechanism.requirement_kind)
         self.secure = secure_randomness() if config.insecure_seed is None else None
 
-    def admit(self, stream: str, user: str, contributions: list, outputs: list) -> _Reporting:
+    def draws(self, keys, words: int) -> Randomness:
+        """The randomness of one vectorised step: the secure generator, or each report's seeded one."""
+        return self.secure if self.secure is not None else _ReportDraws(self.config.insecure_seed, keys(), words)
+
+    def admit(self, stream: str, user: str, contributions: list, outputs: list) -> Reporting:
         """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots); dead
         letters and accounting appended to ``outputs``."""
-        steps = self.client.sw.steps
-        reporting = _Reporting(stream, user, [], [], [])
+        steps = self.steps
+        reporting = Reporting(stream, user, [], [], [])
         used = 0
         for slot, _, value, declared, raws in contributions:
             requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
@@ -283,50 +322,35 @@ class _UserClients:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used)))
         return reporting
 
-    def step(self, users: list, rows: list) -> tuple[np.ndarray, list]:
-        """Every report of ``users`` (``_Reporting``), each from its row (None: fresh): the k-th reports of all
-        users in one ``Client.step``.  Returns the reports (users × most reports) and the new rows."""
-        client, seed = self.client, self.config.insecure_seed
-        state = client.initial_state(len(users))
-        for i, row in enumerate(rows):
-            if row is not None:
-                state.deviations[i], state.accumulated[i], state.age[i] = row
-        counts = np.array([len(u.slots) for u in users], np.int64)
-        reports = np.zeros((len(users), int(counts.max(initial=0))))
-        for k in range(reports.shape[1]):
-            idx = np.flatnonzero(counts > k)
-            x = np.array([users[i].x[k] for i in idx.tolist()])
-            rng = self.secure if seed is None else _ReportDraws(
-                seed, [(users[i].stream, users[i].user, users[i].slots[k]) for i in idx.tolist()])
-            sub = ClientState(state.deviations[idx], state.accumulated[idx], state.age[idx])
-            reports[idx, k], sub = client.step(sub, x, rng, in_place=True)
-            state.deviations[idx], state.accumulated[idx], state.age[idx] = sub
-        new_rows = [ClientRow(state.deviations[i].copy(), float(state.accumulated[i]), int(state.age[i]))
-                    for i in range(len(users))]
-        return reports, new_rows
+    def step(self, users: list, rows: list, horizons: list | None = None) -> tuple[list, list]:
+        """Every report of ``users`` (``Reporting``), each from its row (None: fresh), slots up to ``horizons``
+        closed (the sampling methods' segments): per user the reports that leave, and the new rows."""
+        return self.method.run(users, rows, horizons or [None] * len(users), self.draws)
 
-    def emit(self, users: list, reports: np.ndarray, sums: dict, final: bool, resumed: list | None = None) -> list:
-        """Add the reports to the slots' partial sums ``sums``; each user's charges as a ChargeChunk output
-        (complete at the end of a bounded run, unless ``resumed[i]``: the ledger continues a carried tail)."""
-        units = self.client.report_units
+    def emit(self, users: list, reports: list, sums: dict, final: bool, resumed: list | None = None) -> list:
+        """Add the reports to the slots' partial sums ``sums`` (``[count, sum·2**64, largest charge]``); each user's
+        charges as a ChargeChunk output (complete at the end of a bounded run, unless ``resumed[i]``: the ledger
+        continues a carried tail)."""
         outputs = []
-        for i, user in enumerate(users):
-            if not user.slots:
+        for i, (user, made) in enumerate(zip(users, reports)):
+            if not made:
                 continue
-            for slot, report in zip(user.slots, reports[i, :len(user.slots)].tolist()):
-                held = sums.setdefault((user.stream, slot), [0, 0])
+            charges = []
+            for slot, value, dc, publication, requirement in made:
+                held = sums.setdefault((user.stream, slot), [0, 0, 0])
                 held[0] += 1
-                held[1] += _scaled(report)
-            charges = [(slot, units, 0, units, *row) for slot, row in zip(user.slots, user.requirements)]
+                held[1] += _scaled(value)
+                held[2] = max(held[2], dc + publication)
+                charges.append((slot, dc + publication, dc, publication, *requirement))  # least = charge: realised
             chunk = ChargeChunk(f"{user.stream}{KEY_SEPARATOR}{user.user}", np.array(charges, np.int64), self.kind,
-                                PARTS, final, final and not (resumed and resumed[i]))  # least = charge: realised P/Q
+                                PARTS, final, final and not (resumed and resumed[i]))
             outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
         return outputs
 
-    def slot_sums(self, sums: dict) -> list:
+    @staticmethod
+    def slot_sums(sums: dict) -> list:
         """The partial sums as the stage's main outputs ``((stream, slot), (count, sum·2**64, units))``."""
-        units = self.client.report_units
-        return [(key, SlotSum(n, total, units)) for key, (n, total) in sums.items()]
+        return [(key, SlotSum(n, total, units)) for key, (n, total, units) in sums.items()]
 
 
 def _counted(outputs, counters: dict):
@@ -362,12 +386,13 @@ class CloseUserClients(beam.DoFn):
         self._held: list = []
         self._reports = 0
 
-    def process(self, element, carried=None):
+    def process(self, element, carried=None, horizons=None):
         (stream, user), lists = element
         events = [r for held in lists for r in held]
         before = carried.get((stream, user)) if carried else None
         outputs: list = []
         first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
+        horizon = max(horizons[stream], first_open - 1) if horizons else None
         if first_open:  # the stream's slots the checkpoint closed, for every user (new ones too)
             slot_of = self.config.clock.slot_of
             late = [r for r in events if slot_of(r[0]) < first_open]
@@ -383,7 +408,7 @@ class CloseUserClients(beam.DoFn):
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
         reporting = self.users.admit(stream, user, rows, outputs)
         next_slot = max(rows[-1][0] + 1 if rows else 0, first_open)
-        self._held.append((reporting, before, _Ending(next_slot, declared)))
+        self._held.append((reporting, before, _Ending(next_slot, declared, horizon)))
         self._reports += len(reporting.slots)
         if self._reports >= self.MAX_HELD:
             outputs += self._take()
@@ -397,17 +422,18 @@ class CloseUserClients(beam.DoFn):
         if not held:
             return []
         users = [reporting for reporting, _, _ in held]
-        reports, rows = self.users.step(users, [before.row if before else None for _, before, _ in held])
+        reports, rows = self.users.step(users, [before.row if before else None for _, before, _ in held],
+                                        [ending.horizon for _, _, ending in held])
         sums: dict = {}
         outputs = self.users.emit(users, reports, sums, final=True, resumed=[before is not None for _, before, _ in
                                                                                held])
         if self.carry:
-            for (reporting, before, ending), row, output in zip(held, rows, _charges_of(users, outputs)):
+            for (reporting, before, ending), row, output in zip(held, rows, _charges_of(reports, outputs)):
                 tail = before.tail if before else empty_tail()
                 if output is not None:
                     tail = check_windows(tail, charge_chunk(*output.ledger_input()), self.max_window)[0]
-                carried = Carried(row if reporting.slots else (before.row if before else None),
-                                  ending.next_slot, ending.declared, tail)
+                kept = reporting.slots or (before is not None and before.row is not None)
+                carried = Carried(row if kept else None, ending.next_slot, ending.declared, tail)
                 outputs.append(beam.pvalue.TaggedOutput(CARRY, ((reporting.stream, reporting.user), carried)))
         return self.users.slot_sums(sums) + outputs
 
@@ -429,22 +455,22 @@ class ResumedLedgerFn(CompleteChunkLedgerFn):
 class _Ending(NamedTuple):
     next_slot: int
     declared: tuple | None
+    horizon: int | None  # the stream's slots closed by the end of the run (the sampling methods' segments)
 
 
-def _charges_of(users: list, outputs: list) -> list:
-    """Each user's ChargeChunk among ``emit``'s outputs (None for a user without reports), in ``users``' order."""
+def _charges_of(reports: list, outputs: list) -> list:
+    """Each user's ChargeChunk among ``emit``'s outputs (None for a user without reports), in ``reports``' order."""
     chunks = iter(output.value[1] for output in outputs)
-    return [next(chunks) if user.slots else None for user in users]
+    return [next(chunks) if made else None for made in reports]
 
 
-class UserClientState(beam.DoFn):
+class _ClientCells(beam.DoFn):
     """Streaming: the per-user stage's cells (those of ``UserSlotState``, same names and coders) and the user's
-    client in the ``client`` cell, advanced when a slot closes (event-time timer)."""
+    method state in the ``client`` cell, advanced when a slot closes (event-time timer).  Each subclass declares
+    its ``client`` cell's coder (a timer spec serves one class, so each declares its own ``close`` too)."""
 
     EVENTS, REQUIREMENT = UserSlotState.EVENTS, UserSlotState.REQUIREMENT
     LAST_CLOSED, NEXT_CLOSE = UserSlotState.LAST_CLOSED, UserSlotState.NEXT_CLOSE
-    CLIENT = ReadModifyWriteStateSpec("client", ClientRowCoder())
-    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
 
     def __init__(self, config: ClientStageConfig):
         self.config, self.clock = config, config.clock
@@ -455,31 +481,107 @@ class UserClientState(beam.DoFn):
         self.users = _UserClients(self.config)
         self.counters = _counters()
 
-    def process(self, element, events_state=beam.DoFn.StateParam(EVENTS),
-                last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
-                next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
-
-    @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
-                 events_state=beam.DoFn.StateParam(EVENTS), requirement_state=beam.DoFn.StateParam(REQUIREMENT),
-                 last_closed_state=beam.DoFn.StateParam(LAST_CLOSED),
-                 next_close_state=beam.DoFn.StateParam(NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
-                 client_state=beam.DoFn.StateParam(CLIENT)):
-        due = take_due(self, fired, events_state, next_close_state, close)
-        if not due:
+    def fire(self, key, events_state, requirement_state, last_closed_state, next_close_state, close, client_state):
+        """The slots closed by the timer: the due events through the user's method from the ``client`` cell.  For
+        the sampling methods a firing may close a segment without due events (its last slot), and the timer is
+        kept armed at the open segment's last slot."""
+        sampled = self.users.method.sampled
+        armed = next_close_state.read()  # the slot whose close fired: every slot up to it is closed
+        due = take_due(self, Timestamp(micros=self.clock.close_micros(armed)), events_state, next_close_state, close)
+        if not due and not sampled:
             return
         stream, user = key
-        rows = yield from close_due(self, user, due, requirement_state, last_closed_state)
+        rows = (yield from close_due(self, user, due, requirement_state, last_closed_state)) if due else []
         outputs: list = []
         reporting = self.users.admit(stream, user, rows, outputs)
-        if reporting.slots:
-            reports, (row,) = self.users.step([reporting], [client_state.read()])
+        row = client_state.read()
+        if reporting.slots or (sampled and row is not None):
+            reports, (row,) = self.users.step([reporting], [row], [armed])
             sums: dict = {}
             outputs += self.users.emit([reporting], reports, sums, final=False)
             outputs += self.users.slot_sums(sums)
-            client_state.write(row)
+            if row is not None:
+                client_state.write(row)
+        if sampled:
+            last_closed_state.write(max(armed, last_closed_state.read() or 0))
+            if row is not None and row.count:  # the open segment reports when its last slot closes
+                end, pending = self.users.method.segment_end(row.segment * self.users.method.segment), \
+                    next_close_state.read()
+                if pending is None or end < pending:
+                    next_close_state.write(end)
+                    close.set(Timestamp(micros=self.clock.close_micros(end)))
         yield from _counted(outputs, self.counters)
+
+
+class UserClientState(_ClientCells):
+    """Streaming, SW-direct / IPP / APP / CAPP (the ``client`` cell holds the ``ClientRow``, ``ClientRowCoder``)
+    and ToPL (no state: the cell stays empty)."""
+
+    CLIENT = ReadModifyWriteStateSpec("client", ClientRowCoder())
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+
+    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
+        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
+                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
+                 client_state=beam.DoFn.StateParam(CLIENT)):
+        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
+                         client_state)
+
+
+class UserSampledState(_ClientCells):
+    """Streaming, PP-S / APP-S / CAPP-S / Sampling: the ``client`` cell holds the user's ``SampledRow``
+    (``SampledRowCoder``): the base client and the open segment's sum."""
+
+    CLIENT = ReadModifyWriteStateSpec("client", SampledRowCoder())
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+
+    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
+        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
+                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
+                 client_state=beam.DoFn.StateParam(CLIENT)):
+        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
+                         client_state)
+
+
+class UserAbsorptionState(_ClientCells):
+    """Streaming, BA-SW: the ``client`` cell holds the user's ``AbsorptionRow`` (``AbsorptionRowCoder``)."""
+
+    CLIENT = ReadModifyWriteStateSpec("client", AbsorptionRowCoder())
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+
+    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
+        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
+                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
+                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
+                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
+                 client_state=beam.DoFn.StateParam(CLIENT)):
+        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
+                         client_state)
+
+
+def state_fn(config: ClientStageConfig) -> UserClientState:
+    """The streaming per-user DoFn whose ``client`` cell holds ``config``'s method's row."""
+    row_type = config.method().row_type
+    return {SampledRow: UserSampledState, AbsorptionRow: UserAbsorptionState}.get(row_type, UserClientState)(config)
 
 
 class SlotSums(beam.CombineFn):
@@ -505,18 +607,21 @@ class SlotSums(beam.CombineFn):
         return SlotSumCoder()
 
 
-def release_record(element, config: ClientStageConfig, variance: float) -> ReleaseRecord:
-    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units."""
+def release_record(element, config: ClientStageConfig, method: UserMethod, variance: float) -> ReleaseRecord:
+    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units (ToPL's
+    average de-biased: ``method.unit_estimate``)."""
     (stream, slot), (n, total, units) = element
     Metrics.counter(NAMESPACE, "slots_fresh").inc()
     domain, clock = config.domain, config.clock
-    estimate = float(domain.low) + domain.width * (total / (n * _SCALE))  # int / int: correctly rounded
+    unit = method.unit_estimate(total / (n * _SCALE))  # int / int: correctly rounded
+    estimate = float(domain.low) + domain.width * unit
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
         "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
-        "estimate": [estimate], "trust": "local_simulated", "figures": {}})
+        "estimate": [estimate], "trust": "local_simulated",
+        "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
 
 def smoothed(element, size: int, mode: str) -> list:
@@ -536,7 +641,8 @@ class PrivateNumericClients(beam.PTransform):
                  policy: RequirementPolicy | None = None, insecure_seed: int | None = None,
                  ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
-                 resume_from: str | None = None, carry: bool = False):
+                 resume_from: str | None = None, carry: bool = False, accounting: str = "strict",
+                 not_w_event_private: bool = False):
         super().__init__()
         if sma is not None:
             server.sma([0.0], sma, sma_mode)  # refuses a bad size or mode now
@@ -545,10 +651,11 @@ class PrivateNumericClients(beam.PTransform):
             raise ValueError("PrivateNumericClients needs policy=RequirementPolicy(...) (RequirementPolicy() when "
                              "every event declares its own)")
         self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}),
-                                        SlotClock(slot_seconds, origin, allowed_lateness), policy, insecure_seed)
+                                        SlotClock(slot_seconds, origin, allowed_lateness), policy, insecure_seed,
+                                        accounting, not_w_event_private)
         mechanism_built = self.config.build()
-        self.variance = float(moments_at_one(mechanism_built.client.sw.b, mechanism_built.client.sw.p,
-                                             mechanism_built.client.sw.q)[1])
+        self.method = self.config.method()
+        self.variance = self.method.variance()
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
         if (resume is not None or resume_from is not None or carry) and bounded is not True:
@@ -574,12 +681,18 @@ class PrivateNumericClients(beam.PTransform):
             first_open: dict = {}
             for (stream, _), before in (self.resume or {}).items():
                 first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
+            if self.method.sampled:  # a segment reports once its last slot is within its stream's slots
+                side["horizons"] = beam.pvalue.AsDict(
+                    events
+                    | "StreamSlots" >> beam.Map(lambda e, slot_of: (e.stream, slot_of(e.time)), clock.slot_of)
+                    .with_output_types(typing.Tuple[str, int])
+                    | "LastSlots" >> beam.CombinePerKey(max))
             stage = beam.ParDo(CloseUserClients(self.config, self.carry, self.ledger_max_window, first_open), **side)
             if self.carry:
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
-            stage = beam.ParDo(UserClientState(self.config))
+            stage = beam.ParDo(state_fn(self.config))
         closed = (events
                   | "GroupUserEvents" >> GroupUserEvents(bounded)
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
@@ -591,7 +704,7 @@ class PrivateNumericClients(beam.PTransform):
         sums = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
         if not bounded:
             sums = sums | "Global" >> beam.WindowInto(GlobalWindows())
-        releases = sums | "Release" >> beam.Map(release_record, self.config, self.variance).with_output_types(
+        releases = sums | "Release" >> beam.Map(release_record, self.config, self.method, self.variance).with_output_types(
             ReleaseRecord)
         if self.sma is not None:
             if not bounded:

@@ -29,3 +29,28 @@ class SlotSum(NamedTuple):
     count: int
     total: int
     units: int
+
+
+class SampledRow(NamedTuple):
+    """One user's PP-S / APP-S / CAPP-S / Sampling state: the base client's ``ClientRow`` fields (its age counts
+    samples), the open segment (``segment`` its index, -1: none), the sum and count of its grid values in
+    ``[0, 1]`` (exact: dyadic rationals) and the requirement row of its latest value (what its report is charged
+    under)."""
+
+    deviations: np.ndarray
+    accumulated: float
+    age: int
+    segment: int
+    total: float
+    count: int
+    requirement: tuple
+
+
+class AbsorptionRow(NamedTuple):
+    """One user's BA-SW state (``transforms.mechanisms.numeric.baselines.AbsorptionState`` for one user): the last
+    publication, its slot in the user's own count (-1: none), its budget in shares ``e1``, the user's next slot."""
+
+    published: float
+    last_slot: int
+    shares: int
+    slot: int

@@ -36,9 +36,11 @@ from transforms.mechanisms.ldp.client import (
     report_record,
 )
 from transforms.mechanisms.numeric import server
-from transforms.numeric_clients import CLIENT_METHODS, _scaled
+from transforms.numeric_clients import _scaled
 from transforms.numeric_events import NumericDomain
 
+DEVICE_METHODS = ("sw-direct", "ipp", "app", "capp")
+"""The numeric methods whose device reports are replayed (their schedule is public)."""
 NUMERIC_ORACLE = "sw"
 """The oracle a numeric device report names: the Square Wave."""
 
@@ -59,9 +61,9 @@ class NumericReportConfig:
     epsilon_units: tuple[int, ...]
 
     def __post_init__(self):
-        if self.mechanism not in CLIENT_METHODS:
+        if self.mechanism not in DEVICE_METHODS:
             raise ValueError(f"device reports of {self.mechanism} cannot be replayed: the numeric devices run "
-                             f"{', '.join(CLIENT_METHODS)}")
+                             f"{', '.join(DEVICE_METHODS)}")
         if len(set(self.user_ids)) != len(self.user_ids) or not self.user_ids:
             raise ValueError("the registered devices must be listed, each once")
         params = self.build().params

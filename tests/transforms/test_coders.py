@@ -29,7 +29,7 @@ from transforms.mechanisms.declared import DeclaredRequirements
 from transforms.ledger import UserLedgerFn
 from transforms.mechanisms import FixedRequirement, mechanism_class
 from transforms.private_histogram import PrivateStreamHistogram
-from transforms.numeric_records import ClientRow, SlotSum
+from transforms.numeric_records import AbsorptionRow, ClientRow, SampledRow, SlotSum
 from transforms.records import Contribution, DeadLetterRecord, Event, ReleaseRecord, dead_letter, pack_contributions, \
     unpack_contributions
 from transforms.release import ReleaseController
@@ -145,6 +145,9 @@ REPRESENTATIVE = {
                        dead_letter("bad json", "", "parse")],
     SlotSum: [SlotSum(3, 2**90 + 1, 12), SlotSum(0, -(2**70), 0)],
     ClientRow: [ClientRow(np.array([0.5 - 2 ** -33, -0.25, 0.0]), 0.25 - 2 ** -33, 2**40), ClientRow(np.zeros(0), 0.0, 0)],
+    SampledRow: [SampledRow(np.array([0.125, -2 ** -20]), 2 ** -20 - 0.125, 3, 41, 2.5 + 2 ** -16, 3, (10, 10**12)),
+                 SampledRow(np.zeros(0), 0.0, 0, -1, 0.0, 0, ())],
+    AbsorptionRow: [AbsorptionRow(0.5 + 2 ** -17, 12, 4, 30), AbsorptionRow(0.0, -1, 1, 0)],
 }
 
 

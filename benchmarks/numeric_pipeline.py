@@ -11,7 +11,8 @@ same parser (``ValueToGrid``) and writing release files:
 * baseline: exact (NOT private) mean per slot.
 
 Prints one JSON object: each run's fastest wall and CPU seconds over ``--repeats`` (alternating) and the ratios
-to the baseline.
+to the baseline.  ``--mechanism a,b,c`` runs several methods beside the same baseline (their times and ratios
+under ``"methods"``); ``--kinds baseline,clients`` leaves out the central path.
 """
 
 from __future__ import annotations
@@ -93,25 +94,34 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--slots", type=int, default=1_000)
-    parser.add_argument("--mechanism", default="capp")
+    parser.add_argument("--mechanism", default="capp", help="a numeric method, or several separated by commas")
+    parser.add_argument("--kinds", default="baseline,clients,central", help="which of baseline, clients, central")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args(argv)
-    times: dict = {"baseline": [], "clients": [], "central": []}
+    mechanisms = args.mechanism.split(",")
+    kinds = args.kinds.split(",")
+    if "baseline" not in kinds or not set(kinds) <= {"baseline", "clients", "central"}:
+        parser.error("--kinds: baseline and any of clients, central")
+    runs = [("baseline", None)] + [(kind, m) for m in mechanisms for kind in kinds if kind != "baseline"]
+    times: dict = {run_: [] for run_ in runs}
     with tempfile.TemporaryDirectory() as work:
         source = os.path.join(work, "events.jsonl")
         write_input(source, args.records, args.users, args.slots)
         for _ in range(args.repeats):
-            for kind in times:
+            for kind, mechanism in runs:
                 cpu = cpu_seconds()
-                wall = run(kind, args.mechanism, source, work)
-                times[kind].append((wall, cpu_seconds() - cpu))
-    best = {kind: min(runs) for kind, runs in times.items()}
+                wall = run(kind, mechanism or mechanisms[0], source, work)
+                times[(kind, mechanism)].append((wall, cpu_seconds() - cpu))
+    best = {run_: min(walls) for run_, walls in times.items()}
+    baseline = best[("baseline", None)][0]
     result = {"records": args.records, "users": args.users, "slots": args.slots, "mechanism": args.mechanism,
-              "repeats": args.repeats,
-              **{f"{kind}_seconds": wall for kind, (wall, _) in best.items()},
-              **{f"{kind}_cpu_seconds": cpu for kind, (_, cpu) in best.items()},
-              "clients_ratio": best["clients"][0] / best["baseline"][0],
-              "central_ratio": best["central"][0] / best["baseline"][0]}
+              "repeats": args.repeats, "baseline_seconds": baseline,
+              "baseline_cpu_seconds": best[("baseline", None)][1]}
+    methods = {m: {**{f"{kind}_seconds": best[(kind, m)][0] for kind in kinds if kind != "baseline"},
+                   **{f"{kind}_cpu_seconds": best[(kind, m)][1] for kind in kinds if kind != "baseline"},
+                   **{f"{kind}_ratio": best[(kind, m)][0] / baseline for kind in kinds if kind != "baseline"}}
+               for m in mechanisms}
+    result.update(methods[mechanisms[0]] if len(mechanisms) == 1 else {"methods": methods})
     print(json.dumps(result))
     return 0
 

@@ -13,6 +13,7 @@ from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.numeric.perturbation import capp_delta as core_capp_delta
 from transforms.mechanisms.numeric.perturbation import worst_window_units
+from transforms.mechanisms.numeric.baselines import absorption_charges, absorption_step, topl_step
 from wevent_client import NumericClient, RequestRefused, capp_delta
 
 LOW, HIGH, WINDOW, BUDGET = -3.0, 9.0, 4, "2"
@@ -103,7 +104,10 @@ def test_a_restarted_device_continues_exactly():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"method": "pp-s"}, "method must be one of"),
+    ({"method": "pbd"}, "method must be one of"),
+    ({"method": "pp-s"}, "needs its public segment length"),
+    ({"method": "capp", "segment": 3}, "segment is the sampling methods'"),
+    ({"method": "ba-sw", "memory": 2}, "memory does not apply"),
     ({"method": "ipp", "memory": 3}, "memory does not apply"),
     ({"low": 2.0, "high": 2.0}, "low < high"),
     ({"budget": "0.000000000005"}, "too small"),
@@ -112,3 +116,105 @@ def test_bad_device_configuration_is_refused(kwargs, message):
     args = {"user": "u", "method": "capp", "window": WINDOW, "budget": BUDGET, "low": LOW, "high": HIGH, **kwargs}
     with pytest.raises(ValueError, match=message):
         NumericClient(**args)
+
+
+def grid(v: float, steps: int) -> float:
+    return round((min(max(v, LOW), HIGH) - LOW) / (HIGH - LOW) * steps) / steps
+
+
+@pytest.mark.parametrize("method, memory", [("pp-s", None), ("app-s", None), ("app-s", 2), ("capp-s", None),
+                                            ("sampling", None)])
+def test_device_sampling_reports_equal_the_cores_segment_means_through_client_step(method, memory):
+    """Segments of 3 slots; the device misses some slots, some of them a segment's last (it then closes the
+    segment later): every report is the core's ``Client.step`` of the segment's mean, bit for bit, at the
+    segment's last slot, at the registered mechanism's strict per-sample budget."""
+    params = {"epsilon": 2.0, "window": WINDOW, "low": LOW, "high": HIGH, "out_of_range": "clip", "segment": 3}
+    if memory is not None:
+        params["memory"] = memory
+    mechanism = make_mechanism(method, bins=1, **params)
+    client = mechanism.client
+    state = client.initial_state(1)
+    core_rng, device_rng = insecure_seeded_randomness(5), insecure_seeded_randomness(5)
+    device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, memory=memory, segment=3,
+                           randbits=randbits_of(device_rng))
+    assert device.report_units == client.sw.epsilon_units and device.memory == client.memory
+    assert device.bounds == (client.bounds if method == "capp-s" else (0.0, 1.0, 0.0, 1.0))
+    held = [t for t in range(30) if t % 7 not in (2, 5)]  # misses slots 2, 5, 9, 12, ...: some segment ends
+    xs = dict(zip(held, values(len(held), 3)))
+    sent, segments = [], {}
+    for slot in held:
+        if device.open[2] and slot // 3 != device.open[0]:
+            with pytest.raises(RequestRefused) as refused:
+                device.report("s", slot, xs[slot])
+            assert refused.value.code == "order"
+            sent.append(device.close("s", slot - 1))
+        report = device.report("s", slot, xs[slot])
+        if report is not None:
+            sent.append(report)
+        segments.setdefault(slot // 3, []).append(grid(xs[slot], client.sw.steps))
+    assert device.close("s", 29) is None  # the last segment (27-29) was reported at 29
+    assert [r["slot"] for r in sent] == [3 * k + 2 for k in sorted(segments)]
+    for report, k in zip(sent, sorted(segments)):
+        reports, state = client.step(state, np.array([sum(segments[k]) / len(segments[k])]), core_rng)
+        assert device.report_value(report["report"][0]) == reports[0]  # bit for bit
+        assert report["realised_epsilon"] == units_string(client.report_units)
+    assert device.accumulated == state.accumulated[0] and device.deviations == state.deviations[0].tolist()
+
+
+def units_string(units: int) -> str:
+    from transforms.mechanisms.budget import units_to_decimal_string
+
+    return units_to_decimal_string(units)
+
+
+def test_device_ba_sw_equals_the_cores_absorption_step():
+    mechanism = make_mechanism("ba-sw", bins=1, epsilon=2.0, window=WINDOW, low=LOW, high=HIGH, out_of_range="clip")
+    params = mechanism.absorption
+    state = params.initial_state(1)
+    core_rng, device_rng = insecure_seeded_randomness(9), insecure_seeded_randomness(9)
+    device = NumericClient("u", "ba-sw", WINDOW, BUDGET, LOW, HIGH, randbits=randbits_of(device_rng))
+    assert device.report_units == params.share_units
+    published = 0
+    for slot, v in enumerate(values(60, 4)):
+        released, sent, shares, state = absorption_step(params, state, np.array([grid(v, 1 << 16)]), core_rng)
+        report = device.report("s", slot, v)
+        assert device.absorption[0] == released[0]  # what the user releases, bit for bit
+        assert len(report["report"]) == int(sent[0]) + int(shares[0] > 0)
+        assert report["realised_epsilon"] == units_string(int(absorption_charges(params, sent, shares)[0]))
+        published += int(shares[0] > 0)
+    assert 1 < published < 60  # power: both branches ran
+
+
+def test_device_topl_equals_the_cores_topl_step():
+    mechanism = make_mechanism("topl", bins=1, epsilon=2.0, window=WINDOW, low=LOW, high=HIGH, out_of_range="clip")
+    pm = mechanism.topl.piecewise
+    core_rng, device_rng = insecure_seeded_randomness(2), insecure_seeded_randomness(2)
+    device = NumericClient("u", "topl", WINDOW, BUDGET, LOW, HIGH, randbits=randbits_of(device_rng))
+    assert (device.wave.half_band, device.wave.keep, device.wave.other) == (pm.half_band, pm.keep, pm.other)
+    assert device.report_units == pm.epsilon_units and device.wave.realised_units == pm.realised_units
+    for slot, v in enumerate(values(30, 5)):
+        core = topl_step(mechanism.topl, np.array([grid(v, pm.steps)]), core_rng)[0]
+        cell = device.report("s", slot, v)["report"][0]
+        assert (1 + (2 * device.wave.cell_value(cell) - 1) / float(pm.gain)) / 2 == core
+
+
+@pytest.mark.parametrize("method, segment", [("capp-s", 3), ("ba-sw", None)])
+def test_a_restarted_sampling_or_ba_sw_device_continues_exactly(method, segment):
+    """Saved in the middle of a segment (CAPP-S) or of an absorption (BA-SW): the restarted device's reports are
+    those of one that never stopped."""
+    xs = values(20, 6)
+
+    def run(split: int | None) -> list:
+        seeded = random.Random(8)
+        device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, segment=segment, randbits=seeded.getrandbits)
+        out = []
+        for t, v in enumerate(xs):
+            if t == split:
+                device = NumericClient.from_state(device.state(), randbits=seeded.getrandbits)
+            report = device.report("s", t, v)
+            out.append(None if report is None else report["report"])
+        return out
+
+    whole = run(None)
+    assert run(10) == whole and run(4) == whole
+    assert any(r is None for r in whole) == (segment is not None)

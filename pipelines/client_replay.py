@@ -12,7 +12,9 @@ adaptive ones decide whom to ask from the reports and run live
 is a dead letter), groups each stream's reports and releases its slots in
 order (``transforms.client_release``), checking every report against its
 round.  With ``--domain LOW,HIGH`` the reports are numeric devices' (``wevent_client.NumericClient``:
-sw-direct, ipp, app, capp, whose schedule is public) and are checked and averaged per slot by
+every numeric method: sw-direct, ipp, app, capp, pp-s, app-s, capp-s, sampling, ba-sw, topl, whose
+schedules are public; a sampling method's segment length is ``--param segment=L``) and are checked and averaged
+per slot by
 ``transforms.numeric_report_release``; a user's second report of a slot is a duplicate
 (``duplicates-*.jsonl``).  Outputs in ``--output``: ``releases-*.jsonl``, ``dead_letters-*.jsonl``
 and ``report.json`` (reports read = used + duplicates + dead letters; the ledger's

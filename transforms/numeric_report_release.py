@@ -1,21 +1,32 @@
 """Recorded numeric device reports released slot by slot: the Beam-free core of ``pipelines.client_replay --domain``.
 
-The devices (``wevent_client.NumericClient``) run SW-direct / IPP / APP / CAPP themselves and send, for
-every slot they hold a value, one report (``schemas/report.avsc``, oracle ``"sw"``, payload ``[j]``: the
-square wave's output cell).  Their schedule is public (every holder reports every slot at the method's
-per-report budget ``ε/(w + h)``), so the collector checks each report against it without asking: the
-registered user, the method, ``epsilon`` equal to the per-report budget, ``realised_epsilon`` equal to that
-square wave's, ``domain_size`` 1, a cell of the square wave, at most one report per user and slot (a second
-one is a duplicate).  Anything else is a dead letter with its reason; nothing is charged or counted for it.
+The devices (``wevent_client.NumericClient``) run every numeric method of seed 003 themselves and send
+reports (``schemas/report.avsc``, oracle ``"sw"``, payload: square wave output cells).  Every method's schedule
+is public, so the collector checks each report against it without asking:
+
+* SW-direct / IPP / APP / CAPP: every holder reports every slot at ``ε/(w + h)``, payload ``[j]``;
+* PP-S / APP-S / CAPP-S / Sampling: one report per segment, at the segment's last slot (segments of the public
+  length ``segment`` aligned on the slot numbers), at ``ε/(n_w + h)``; a report at another slot is refused;
+* BA-SW: the collector replays the public absorption rule on each user's accepted reports in slot order (the
+  nullified slots, the absorbed shares, the dissimilarity report against the half-band): the payload must hold
+  exactly the parts the rule gives (``[dissimilarity]``, ``[dissimilarity, publication]``, at the first report
+  ``[publication]``) at their budgets; the slot's value is the user's release (a new publication or the last);
+* ToPL: ``[j]``, the PM cell (a square wave with PM's half-band) at ``ε/w``.
+
+Each report must name a registered user, the method, ``epsilon`` equal to the schedule's budget,
+``realised_epsilon`` equal to that of the randomizers, ``domain_size`` 1 and cells of the randomizers, at most
+one report per user and slot (a second one is a duplicate).  Anything else is a dead letter with its reason;
+nothing is charged or counted for it.  No numeric method's schedule depends on collector-side private state, so
+none is refused before the job.
 
 Each slot with accepted reports releases the paper's average of the reports at face value (``estimate``, in
-the domain's units, as the central and per-user paths do) and, for SW-direct, the de-biased mean
-(``debiased``, ``server.debiased``: unbiased, post-processing).  The sum is exact (every report value is a
-dyadic rational, summed as an integer times ``2**64``), so the order the reports arrive in cannot change a
-bit.  A slot between the first and last report of a stream without any accepted report repeats the last
-estimate (``kind`` ``skipped``, as the central path).  The users' declared ``(w_i, E_i)`` must accept the
-mechanism's ``(w, ε)`` (checked before the job starts); an exact per-user window check over the accepted
-reports' realised charges is the ledger's verdict.
+the domain's units, as the central and per-user paths do; ToPL's average de-biased) and, for SW-direct, the
+de-biased mean (``debiased``, ``server.debiased``: unbiased, post-processing).  The sum is exact (every report
+value is a dyadic rational, summed as an integer times ``2**64``), so the order the reports arrive in cannot
+change a bit.  A slot between the first and last report of a stream without any accepted report repeats the
+last estimate (``kind`` ``skipped``, as the central path; the sampling methods' slots between segment ends).
+The users' declared ``(w_i, E_i)`` must accept the mechanism's ``(w, ε)`` (checked before the job starts); an
+exact per-user window check over the accepted reports' realised charges is the ledger's verdict.
 """
 
 from __future__ import annotations
@@ -36,13 +47,15 @@ from transforms.mechanisms.ldp.client import (
     report_record,
 )
 from transforms.mechanisms.numeric import server
+from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_clients import _scaled
 from transforms.numeric_events import NumericDomain
+from transforms.numeric_user_methods import user_method
 
-DEVICE_METHODS = ("sw-direct", "ipp", "app", "capp")
-"""The numeric methods whose device reports are replayed (their schedule is public)."""
+DEVICE_METHODS = tuple(NUMERIC_STREAMS)
+"""The numeric methods whose device reports are replayed: all of them (every schedule is public)."""
 NUMERIC_ORACLE = "sw"
-"""The oracle a numeric device report names: the Square Wave."""
+"""The oracle a numeric device report names: the Square Wave (ToPL's PM is a square wave with PM's half-band)."""
 
 _STREAM, _USER, _SLOT = (REPORT_FIELDS.index(name) for name in ("stream", "user", "slot"))
 _SCALE = 1 << 64
@@ -81,15 +94,18 @@ class _Schedule:
     """What every report of the configuration must say, and the checks (module doc)."""
 
     def __init__(self, config: NumericReportConfig):
-        client = config.build().client
-        self.client, self.wave = client, client.sw
         self.method = config.mechanism
-        self.epsilon = units_to_decimal_string(self.wave.epsilon_units)
-        self.realised = units_to_decimal_string(self.wave.realised_units)
+        self.user_method = user_method(config.build())
         self.index_of = {user: i for i, user in enumerate(config.user_ids)}
+        self.absorption = getattr(self.user_method, "params", None)  # BA-SW: its waves by shares
+        self.client = getattr(self.user_method, "client", None)  # the per-report methods' client (ToPL: None)
+        self.wave = self.client.sw if self.client is not None else self.user_method.wave
+        self.segment = getattr(self.user_method, "segment", None)
+        self.absorbed: dict[int, list] = defaultdict(lambda: [0.0, -1, 1, 0])  # BA-SW: published, last, shares, age
 
-    def check(self, report: tuple) -> tuple[int, int]:
-        """``(user index, report value·2**64)`` of an acceptable report; ReportRejected with the reason otherwise."""
+    def check(self, report: tuple) -> tuple[int, int, int]:
+        """``(user index, report value·2**64, realised units)`` of an acceptable report; ReportRejected with the
+        reason otherwise.  BA-SW's reports must come in slot order per user (its rule reads the earlier ones)."""
         _, _, user, slot, method, oracle, epsilon, realised, d, payload = report
         index = self.index_of.get(user) if isinstance(user, str) else None
         if index is None:
@@ -100,44 +116,92 @@ class _Schedule:
             raise ReportRejected(f"report for method {method!r}, not {self.method!r}")
         if oracle != NUMERIC_ORACLE or d != 1:
             raise ReportRejected(f"report through {oracle!r} over {d!r} values, not sw over 1")
-        if epsilon != self.epsilon and (not isinstance(epsilon, str) or _units(epsilon) != self.wave.epsilon_units):
-            raise ReportRejected(f"report at epsilon {epsilon!r}, not the schedule's {self.epsilon}")
-        if realised != self.realised and (not isinstance(realised, str)
-                                          or _units(realised) != self.wave.realised_units):
-            raise ReportRejected(f"realised epsilon {realised!r} is not the square wave's {self.realised}")
-        if type(payload) is not list or len(payload) != 1 or type(payload[0]) is not int:
+        if type(payload) is not list or not payload or any(type(cell) is not int for cell in payload):
+            raise ReportRejected("malformed report: the payload must be a list of integer cells")
+        if self.segment is not None and (slot + 1) % self.segment:
+            raise ReportRejected(f"report for slot {slot}: the schedule reports at the last slot of each segment "
+                                 f"of {self.segment}")
+        if self.absorption is not None:
+            return self._absorb(index, epsilon, realised, payload)
+        _expect(epsilon, realised, self.wave.epsilon_units, self.wave.realised_units)
+        if len(payload) != 1:
             raise ReportRejected("malformed report: the payload must be [cell], one integer")
-        cell, half_band = payload[0], self.wave.half_band
-        if not -half_band <= cell < self.wave.steps + half_band:
-            raise ReportRejected(f"report outside the domain: the square wave's cells are "
-                                 f"[{-half_band}, {self.wave.steps + half_band})")
-        low, high, _, _ = self.client.bounds
-        value = Fraction(2 * cell + 1, 2 * self.wave.steps)
-        if (low, high) != (0.0, 1.0):  # CAPP's output bounds (grid points: still dyadic)
-            value = Fraction(low) + (Fraction(high) - Fraction(low)) * value
-        return index, _scaled(float(value))
+        value = _cell_value(self.wave, payload[0])
+        if self.client is not None and self.client.bounds[:2] != (0.0, 1.0):  # CAPP's output bounds: still dyadic
+            low, high = (Fraction(b) for b in self.client.bounds[:2])
+            value = low + (high - low) * value
+        return index, _scaled(float(value)), self.wave.realised_units
+
+    def _absorb(self, index: int, epsilon, realised, payload: list) -> tuple[int, int, int]:
+        """BA-SW's public rule on the user's accepted reports so far: the expected parts and budgets."""
+        published, last, shares, age = self.absorbed[index]
+        first, params = last < 0, self.absorption
+        one = params.wave(1)
+        k = 1 if first else min(max(age - (last + shares - 1), 1), params.window)
+        wave = params.wave(k)
+        if first:
+            publish = True
+        else:
+            dissimilarity = abs(_cell_value(one, payload[0]))
+            publish = age - last > shares - 1 and dissimilarity > wave.b
+        parts = ([] if first else [one]) + ([wave] if publish else [])
+        if len(payload) != len(parts):
+            raise ReportRejected(f"the absorption rule makes this report {len(parts)} cell(s), not {len(payload)}")
+        _expect(epsilon, realised, sum(w.epsilon_units for w in parts), sum(w.realised_units for w in parts))
+        cells = [_cell_value(w, cell) for w, cell in zip(parts, payload)]
+        if publish:
+            published, last, shares = float(cells[-1]), age, k
+        self.absorbed[index] = [published, last, shares, age + 1]
+        return index, _scaled(published), sum(w.realised_units for w in parts)
+
+    def estimate(self, mean: float) -> float:
+        """The slot's estimate in [0, 1] units from the average report (ToPL's de-biased)."""
+        return self.user_method.unit_estimate(mean)
+
+
+def _expect(epsilon, realised, units: int, realised_units: int) -> None:
+    """Refuse a report whose budget or realised epsilon is not the schedule's."""
+    if epsilon != units_to_decimal_string(units) and (not isinstance(epsilon, str) or _units(epsilon) != units):
+        raise ReportRejected(f"report at epsilon {epsilon!r}, not the schedule's {units_to_decimal_string(units)}")
+    if realised != units_to_decimal_string(realised_units) and (not isinstance(realised, str)
+                                                                 or _units(realised) != realised_units):
+        raise ReportRejected(f"realised epsilon {realised!r} is not the square wave's "
+                             f"{units_to_decimal_string(realised_units)}")
+
+
+def _cell_value(wave, cell: int) -> Fraction:
+    """The value of ``cell`` of ``wave`` (``(j + 1/2)/m``); ReportRejected outside its cells."""
+    if not -wave.half_band <= cell < wave.steps + wave.half_band:
+        raise ReportRejected(f"report outside the domain: the square wave's cells are "
+                             f"[{-wave.half_band}, {wave.steps + wave.half_band})")
+    return Fraction(2 * cell + 1, 2 * wave.steps)
 
 
 def release_numeric_stream(config: NumericReportConfig, stream: str, reports: Iterable[tuple]
                            ) -> Iterator[tuple[str, dict]]:
     """``("release", record)`` per slot of ``stream``, ``("dead", {...})`` per rejected report (``"duplicate"`` for a
-    second report of a user in a slot), and last ``("ledger", {...})``: the exact per-user window check."""
+    second report of a user in a slot), and last ``("ledger", {...})``: the exact per-user window check.  BA-SW's
+    reports are checked in slot order per user (its public rule reads the earlier accepted ones)."""
     schedule = _Schedule(config)
     sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     seen: set[tuple[int, int]] = set()
-    slots_of: dict[int, list[int]] = defaultdict(list)
+    charges_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    if schedule.absorption is not None:
+        reports = sorted(reports, key=lambda r: (r[_SLOT], str(r[_USER])) if isinstance(r[_SLOT], int) else (-1, ""))
     for report in reports:
+        if schedule.absorption is not None and (schedule.index_of.get(report[_USER]), report[_SLOT]) in seen:
+            yield "duplicate", {"reason": DUPLICATE_REPORT, "record": report_record(report)}
+            continue  # before the rule reads it: a second report of a slot must not advance the user's state
         try:
-            index, scaled = schedule.check(report)
+            index, scaled, units = schedule.check(report)
         except ReportRejected as reason:
             yield "dead", {"reason": str(reason), "record": report_record(report)}
             continue
-        key = (index, report[_SLOT])
-        if key in seen:
+        if (index, report[_SLOT]) in seen:
             yield "duplicate", {"reason": DUPLICATE_REPORT, "record": report_record(report)}
             continue
-        seen.add(key)
-        slots_of[index].append(report[_SLOT])
+        seen.add((index, report[_SLOT]))
+        charges_of[index].append((report[_SLOT], units))
         held = sums[report[_SLOT]]
         held[0] += 1
         held[1] += scaled
@@ -145,7 +209,8 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
         return
     domain, wave = config.domain, schedule.wave
     interval = Interval(domain.low, domain.high)
-    epsilon = units_to_decimal_string(wave.epsilon_units)
+    epsilon = units_to_decimal_string(schedule.absorption.share_units if schedule.absorption is not None
+                                      else wave.epsilon_units)
     last: dict = {}  # the first slot always has reports
     for slot in range(min(sums), max(sums) + 1):
         n, total = sums.get(slot, (0, 0))
@@ -153,27 +218,30 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
                   "mechanism": config.mechanism, "reporters": n}
         if n:
             mean = total / (n * _SCALE)  # int / int: correctly rounded
-            last = {"estimate": [domain.low + domain.width * mean],
+            last = {"estimate": [domain.low + domain.width * schedule.estimate(mean)],
                     "debiased": float(server.debiased(mean, wave, interval)) if config.mechanism == "sw-direct"
                     else None}
             yield "release", {**record, "kind": "fresh", "epsilon": epsilon, **last}
         else:
             yield "release", {**record, "kind": "skipped", "epsilon": "0", **last}
-    violations, worst = _window_check(config, slots_of, wave.realised_units)
+    violations, worst = _window_check(config, charges_of)
     yield "ledger", {"stream": stream, "violations": violations, "max_window_usage_ratio": worst}
 
 
-def _window_check(config: NumericReportConfig, slots_of: dict[int, list[int]], units: int) -> tuple[int, float]:
-    """Users whose accepted reports exceed their ``E_i`` in some window of ``w_i`` slots, and the largest usage."""
+def _window_check(config: NumericReportConfig, charges_of: dict[int, list[tuple[int, int]]]) -> tuple[int, float]:
+    """Users whose accepted reports' realised charges exceed their ``E_i`` in some window of ``w_i`` slots, and the
+    largest usage."""
     violations, worst = 0, 0.0
-    for index, slots in slots_of.items():
+    for index, charges in charges_of.items():
         window, budget = config.windows[index], config.epsilon_units[index]
-        slots.sort()
-        most, start = 0, 0
-        for end, slot in enumerate(slots):
-            while slots[start] <= slot - window:
+        charges.sort()
+        most, start, spent = 0, 0, 0
+        for slot, units in charges:
+            spent += units
+            while charges[start][0] <= slot - window:
+                spent -= charges[start][1]
                 start += 1
-            most = max(most, end - start + 1)
-        violations += most * units > budget
-        worst = max(worst, most * units / budget)
+            most = max(most, spent)
+        violations += most > budget
+        worst = max(worst, most / budget)
     return violations, worst

@@ -11,6 +11,7 @@ import pytest
 
 import wevent_client
 from pipelines import client_replay
+from transforms.mechanisms import make_mechanism
 
 LOW, HIGH, WINDOW, BUDGET = -5.0, 15.0, 4, "2"
 
@@ -89,3 +90,71 @@ def test_a_users_declaration_the_schedule_does_not_honour_is_refused_before_the_
     assert "does not honour" in capsys.readouterr().err
     assert client_replay.run(args + ["--requirement", "fixed:4,2"]) == 2
     assert "give --domain" in capsys.readouterr().err
+
+
+def _method_devices(tmp_path, method: str, users: int, slots: int, segment: int | None, seed: int = 11):
+    """Every device's reports (sampling methods: closing a segment whose last slot they missed), and per slot the
+    exact values the collector must average: the report values, BA-SW's released value (the new publication or
+    the last one), ToPL's cells."""
+    ids = [f"phone-{i:03d}" for i in range(users)]
+    (tmp_path / "users.txt").write_text("".join(user + "\n" for user in ids))
+    draws = random.Random(seed)
+    lines, values = [], {}
+    for u, user in enumerate(ids):
+        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, segment=segment,
+                                             randbits=draws.getrandbits)
+        for slot in range(slots):
+            if (u + slot) % 7 == 3:
+                continue
+            made = []
+            if segment is not None and device.open[2] and slot // segment != device.open[0]:
+                made.append(device.close("s", slot - 1))
+            made.append(device.report("s", slot, LOW + (HIGH - LOW) * ((u * 13 + slot * 5) % 17) / 16))
+            for report in filter(None, made):
+                lines.append(json.dumps(report))
+                value = device.absorption[0] if method == "ba-sw" else device.report_value(report["report"][0])
+                values.setdefault(report["slot"], []).append(Fraction(value))
+    return lines, values
+
+
+@pytest.mark.parametrize("method, segment", [("pp-s", 3), ("capp-s", 2), ("sampling", 3), ("ba-sw", None),
+                                             ("topl", None)])
+def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_path, method, segment):
+    """The sampling methods report at their segments' last slots (a report elsewhere is a dead letter), BA-SW's
+    reports are replayed through its public absorption rule (a report with a part the rule does not allow is a
+    dead letter), ToPL's PM cells are de-biased after averaging; 0 window violations."""
+    lines, values = _method_devices(tmp_path, method, users=20, slots=9, segment=segment)
+    good = json.loads(lines[1])
+    forged = [json.dumps({**good, "epsilon": BUDGET})]
+    if segment is not None:
+        forged.append(json.dumps({**good, "slot": good["slot"] + 1}))  # not a segment's last slot
+    if method == "ba-sw":
+        later = next(json.loads(line) for line in lines if json.loads(line)["slot"] > 0)
+        forged.append(json.dumps({**later, "user": "phone-019", "slot": 20,  # a part the rule does not allow
+                                  "report": later["report"] + later["report"]}))
+    code = _run(tmp_path, method, lines + forged, *(["--param", f"segment={segment}"] if segment else []))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0 and report["ledger_violations"] == 0 and 0 < report["max_window_usage_ratio"] <= 1
+    twice = int(method == "ba-sw")  # BA-SW: a second report of a slot is a duplicate before its rule reads it
+    assert (report["reports_used"], report["duplicates"], report["dead_letters"]) == \
+        (len(lines), twice, len(forged) - twice) and report["reconciles"]
+    reasons = [d["reason"] for d in _lines(tmp_path, "dead_letters")]
+    assert sum("not the schedule's" in r for r in reasons) == 1 - twice
+    if segment is not None:
+        assert sum("last slot of each segment" in r for r in reasons) == 1
+    if method == "ba-sw":
+        assert sum("the absorption rule makes this report" in r for r in reasons) == 1
+    releases = {r["slot"]: r for r in _lines(tmp_path, "releases")}
+    fresh = {slot: r for slot, r in releases.items() if r["kind"] == "fresh"}
+    assert sorted(fresh) == sorted(values)
+    if segment is not None:
+        assert all((slot + 1) % segment == 0 for slot in fresh)
+    gain = None
+    if method == "topl":
+        gain = float(make_mechanism("topl", bins=1, epsilon=float(BUDGET), window=WINDOW, low=LOW,
+                                    high=HIGH).topl.piecewise.gain)
+    for slot, reported in values.items():
+        mean = float(sum(reported) / len(reported))
+        unit = mean if gain is None else (1 + (2 * mean - 1) / gain) / 2
+        assert fresh[slot]["estimate"] == [LOW + (HIGH - LOW) * unit]
+        assert fresh[slot]["reporters"] == len(reported)

@@ -454,3 +454,37 @@ def test_sampled_and_absorption_cells_round_trip_exactly():
     assert AbsorptionRowCoder().decode(AbsorptionRowCoder().encode(absorbed)) == absorbed
     assert UserSampledState.CLIENT.coder == SampledRowCoder()
     assert UserAbsorptionState.CLIENT.coder == AbsorptionRowCoder()
+
+
+def _smoothed_run(pipeline, source, mechanism: str, params: dict, size: int, mode: str, lateness: float = 0.0):
+    _RESULTS.clear()
+    with pipeline as p:
+        out = source(p) | PrivateNumericClients(mechanism, SLOT, DOMAIN, mechanism_params=params, policy=POLICY,
+                                                insecure_seed=SEED, allowed_lateness=lateness, sma=size,
+                                                sma_mode=mode)
+        _RESULTS["releases"] = []
+        out["releases"] | beam.Map(_keep, "releases")
+    return {r["slot"]: (r["estimate"][0], r["figures"]["sma"]) for r in _RESULTS["releases"]}
+
+
+@pytest.mark.parametrize("mechanism, params, size, mode", [
+    ("capp", {"epsilon": EPSILON, "window": WINDOW}, 3, "centered"),
+    ("ba-sw", {"epsilon": EPSILON, "window": WINDOW}, 5, "centered"),
+    ("ipp", {"epsilon": EPSILON, "window": WINDOW}, 3, "trailing"),
+])
+def test_streaming_sma_equals_the_bounded_sma_on_the_same_events(mechanism, params, size, mode):
+    """The SMA of the released series, streaming (TestStream on the BundleBasedDirectRunner, events out of order
+    within the allowed lateness: each release waits for the releases its window takes; the last ones go when the
+    stream ends) and bounded: the same bits, and server.sma's numbers."""
+    from transforms.mechanisms.numeric import server
+
+    events = make_numeric_events()
+    bounded = _smoothed_run(batch_pipeline(), lambda p: p | beam.Create(events), mechanism, params, size, mode)
+    lateness = 20.0
+    streaming = _smoothed_run(streaming_pipeline(), lambda p: streaming_source(p, events, lateness, seed=5),
+                              mechanism, params, size, mode, lateness)
+    assert streaming == bounded and len(bounded) == 9
+    estimates = [bounded[slot][0] for slot in sorted(bounded)]
+    assert np.allclose([bounded[slot][1] for slot in sorted(bounded)], server.sma(estimates, size, mode),
+                       rtol=0, atol=1e-12)
+    assert bounded[4][1] != pytest.approx(estimates[4])  # power: the figure is smoothed

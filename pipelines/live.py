@@ -72,6 +72,7 @@ class LiveRelease:
         self.settle_seconds = settle_seconds
         self.read_signature: dict = {}  # path -> (size, mtime_ns) when read: a later change is reported
         self.clock, self.config = transform.clock, transform.config
+        self.numeric = transform.numeric  # numeric events (``--domain``): releases mapped back to the interval
         if self.config.evaluate or self.config.checkpoint_every:
             raise ValueError("the watch loop measures no utility and saves its own checkpoint (--checkpoint): "
                              "build the transform without evaluate and checkpoint_every")
@@ -326,7 +327,8 @@ class _LoopOutputs(StreamOutputs):
         counts["releases"] += 1
         counts["fresh"] += fresh
         add_counts(released=1, fresh=fresh)
-        self.live._write("releases", output.record)
+        numeric = self.live.numeric  # a numeric mechanism runs in grid units: its release in the interval's
+        self.live._write("releases", output.record if numeric is None else numeric.in_domain_units(output.record))
 
     def records_used(self, output: RecordsUsed) -> None:
         self.live.counts["records_used"] += output.records

@@ -43,7 +43,8 @@ from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
 from transforms.mechanisms import (MECHANISMS)
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
-from transforms.numeric_clients import (CLIENT_METHODS, PrivateNumericClients, holds_clients_only,
+from transforms.mechanisms.numeric import server
+from transforms.numeric_clients import (CLIENT_METHODS, PrivateNumericClients, SmoothReleases, holds_clients_only,
                                         write_clients_checkpoint)
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid, clipped_count
 from transforms.parse import ParseConfig, ParseEvents
@@ -87,6 +88,7 @@ class ReplayConfig:
     max_rejected_fraction: float = 0.5
     numeric: NumericDomain | None = None  # --domain: numeric events for the numeric mechanisms (numeric_events)
     per_user_clients: bool = False  # the clients in the per-user stage (transforms.numeric_clients)
+    sma: tuple | None = None  # --sma K --sma-mode M: figures.sma on every numeric release (spec 3.5)
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -155,7 +157,7 @@ def build_config(argv=None) -> ReplayConfig:
             requirements_parse=requirements_parse, requirements_csv=req_columns or (),
             csv_header=columns or (),
             max_rejected_fraction=args.max_rejected_fraction, numeric=numeric,
-            per_user_clients=check_per_user_clients(args, numeric))
+            per_user_clients=check_per_user_clients(args, numeric), sma=check_sma(args, numeric))
         if args.resume_from and not config.per_user_clients and holds_clients_only(args.resume_from):
             raise ConfigError(f"--resume-from {args.resume_from}: written with --per-user-clients; resume with it")
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
@@ -199,6 +201,19 @@ def numeric_domain(args) -> NumericDomain | None:
         raise ConfigError(str(error)) from None
 
 
+def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
+    """``--sma K``/``--sma-mode``: numeric releases only, a size and mode ``server.sma`` takes."""
+    if args.sma is None:
+        return None
+    if numeric is None:
+        raise ConfigError("--sma smooths numeric releases: it needs --domain")
+    try:
+        server.sma([0.0], args.sma, args.sma_mode)
+    except ValueError as error:
+        raise ConfigError(f"--sma: {error}") from None
+    return args.sma, args.sma_mode
+
+
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
     """``--per-user-clients``: only for the client methods, without a release range."""
     if not args.per_user_clients:
@@ -228,6 +243,10 @@ def parser() -> argparse.ArgumentParser:
                    "simulated in the release stage")
     p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
                    help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
+    p.add_argument("--sma", type=int, metavar="K", help="with --domain: each release also carries figures.sma, the "
+                   "simple moving average of K released values of its stream (spec 3.5; post-processing)")
+    p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered", help="--sma: centred (the "
+                   "paper) or trailing (the reference code)")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
     p.add_argument("--allowed-lateness", type=float, default=0.0)
@@ -322,7 +341,10 @@ def build(pipeline, config: ReplayConfig) -> None:
     transform = histogram(config)
     outputs = events | "Private" >> transform
     out = lambda name: os.path.join(config.output, name)  # noqa: E731
-    (outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release)
+    releases = outputs["releases"]
+    if config.sma is not None:
+        releases = releases | "SMA" >> SmoothReleases(*config.sma, bounded=True)
+    (releases | "ReleaseProgress" >> beam.Map(logs.count_release)
      | "WriteReleases" >> WriteRecords(out("releases"), "release", config.output_format))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", config.output_format)
     ((outputs["dead_letters"], parsed_dead) | "AllDead" >> beam.Flatten()

@@ -27,6 +27,11 @@ On a runner (exact command lines in the README):
 * Dataflow + Pub/Sub: ``--pubsub-subscription projects/P/subscriptions/S --runner DataflowRunner ...``
 * Flink or Dataflow + Kafka: ``--kafka-bootstrap host:9092 --kafka-topic events --runner FlinkRunner ...``
   (Beam's Kafka IO is cross-language: it needs Java and the expansion-service jar at build time).
+* Numeric events (``--domain LOW,HIGH``, seed 003's methods): from Pub/Sub, Kafka, ``--demo`` (a generated
+  numeric stream, :func:`numeric_demo_lines`) or ``--watch`` (the loop's central numeric path); in a Beam job
+  ``--per-user-clients`` runs each user's client in the per-user stage's cells and ``--sma K`` adds each
+  release's simple moving average (``transforms.numeric_clients.SmoothReleases``).  ``--clients`` is refused
+  with ``--domain``: numeric devices are asked nothing, their reports are replayed by ``pipelines.client_replay``.
 * Client devices (local DP, trust model ``local_client``): ``--clients --requests-topic projects/P/topics/T
   --reports-subscription projects/P/subscriptions/S --users users.txt --mechanism lpd ...``: a tick at
   every slot start (``PeriodicImpulse``) starts the slot, each round's requests go to the topic and the
@@ -41,6 +46,7 @@ import json
 import logging
 import math
 import os
+import random
 import sys
 import tempfile
 import time
@@ -60,6 +66,9 @@ from transforms.sinks import WriteCheckpoints
 from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents, time_seconds
+from transforms.loaders import TDRIVE_START
+from transforms.mechanisms.numeric import server
+from transforms.numeric_clients import PrivateNumericClients, SmoothReleases
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
@@ -89,6 +98,12 @@ def parser() -> argparse.ArgumentParser:
                    "event's value is a number in [LOW, HIGH] (as pipelines.replay; write --domain=-5,15 when LOW < 0)")
     p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
                    help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
+    p.add_argument("--per-user-clients", action="store_true", help="with --domain: each user's client runs in the "
+                   "per-user stage, its state in Beam state cells (transforms.numeric_clients)")
+    p.add_argument("--sma", type=int, metavar="K", help="with --domain: each release also carries figures.sma, the "
+                   "simple moving average of K released values of its stream (spec 3.5; post-processing)")
+    p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered",
+                   help="--sma: centred (the paper; a release waits for (K-1)/2 more) or trailing")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--allowed-lateness", type=float, default=60.0)
     p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
@@ -153,6 +168,24 @@ def private_transform(args, bins: int, numeric: NumericDomain | None = None) -> 
     return transform
 
 
+def per_user_clients(args, numeric: NumericDomain) -> PrivateNumericClients:
+    """``--per-user-clients``: each user's client in the per-user stage's cells (transforms.numeric_clients)."""
+    name, params = cli.mechanism_params(args, 1, **numeric.mechanism_params())
+    params = {k: v for k, v in params.items() if k not in ("bins", *numeric.mechanism_params())}
+    levels, _ = cli.parse_levels(args.levels or "", None)
+    cli.check_requirement_source(args)
+    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    try:
+        transform = PrivateNumericClients(name, args.slot_seconds, numeric, mechanism_params=params,
+                                          allowed_lateness=args.allowed_lateness, policy=policy,
+                                          insecure_seed=args.insecure_seed, bounded=False,
+                                          ledger_max_window=args.max_window, sma=args.sma, sma_mode=args.sma_mode)
+    except ValueError as error:
+        raise ConfigError(cli.flag_names(str(error))) from None
+    cli.check_requirements_usable(transform.config.build(), policy)
+    return transform
+
+
 def warn_without_range(args) -> None:
     """Once the configuration is good (so that an error stays one line): say the released slots follow the data."""
     if args.start is None and args.end is None:
@@ -160,13 +193,46 @@ def warn_without_range(args) -> None:
 
 
 def numeric_domain(args) -> NumericDomain | None:
-    """``--domain``/``--out-of-range`` checked as the replay checks them (None for the histogram mechanisms)."""
+    """``--domain``/``--out-of-range`` checked as the replay checks them (None for the histogram mechanisms), and
+    the numeric-only flags (``--sma``, ``--per-user-clients``)."""
     from pipelines.replay import numeric_domain as checked
 
-    if args.domain is not None and (args.demo or args.clients or args.watch):
-        raise ConfigError("--domain reads numeric events from Pub/Sub or Kafka: not with --demo, --clients or --watch")
-    binning = args.binning or ("tdrive" if args.demo else None)  # the demo's default binning (binner)
-    return checked(argparse.Namespace(**{**vars(args), "binning": binning}, evaluate=False))
+    if args.domain is not None and args.clients:
+        raise ConfigError("--clients runs request rounds, and numeric devices are asked nothing (they report on their "
+                          "public schedule): replay their reports with pipelines.client_replay --domain")
+    binning = args.binning or ("tdrive" if args.demo and args.domain is None else None)  # the demo's default
+    numeric = checked(argparse.Namespace(**{**vars(args), "binning": binning}, evaluate=False))
+    if numeric is None and (args.sma is not None or args.per_user_clients):
+        raise ConfigError("--sma and --per-user-clients are for the numeric mechanisms (--domain)")
+    if args.watch and (args.sma is not None or args.per_user_clients):
+        raise ConfigError("--sma and --per-user-clients run in the Beam job: the --watch loop releases each slot as "
+                          "it closes, through the central numeric path")
+    if args.per_user_clients and (args.start or args.end or args.checkpoint_dir or args.resume_from):
+        raise ConfigError("--per-user-clients keeps its state in the runner's cells: not with --start, --end, "
+                          "--checkpoint-dir or --resume-from")
+    if args.sma is not None:
+        try:
+            server.sma([0.0], args.sma, args.sma_mode)
+        except ValueError as error:
+            raise ConfigError(f"--sma: {error}") from None
+    return numeric
+
+
+def numeric_demo_lines(domain: NumericDomain, users: int, hours: float = 6, report_seconds: float = 300,
+                       seed: int = 0) -> list[str]:
+    """The demo's numeric stream: each user's value drifts along a sine wave across ``domain`` with noise, one line
+    every ``report_seconds`` (a few values fall outside the interval: clipped or dead letters), ordered by time."""
+    rnd = random.Random(seed)
+    rows = []
+    for user in range(users):
+        phase = rnd.uniform(0, 2 * math.pi)
+        for step in range(int(hours * 3600 // report_seconds)):
+            t = TDRIVE_START + step * report_seconds + rnd.uniform(0, report_seconds / 2)
+            unit = 0.5 + 0.45 * math.sin(2 * math.pi * step * report_seconds / 10800 + phase) + rnd.gauss(0, 0.05)
+            rows.append((t, user, json.dumps({"user": f"sensor{user + 1}", "time": round(t, 3),
+                                              "value": round(domain.low + domain.width * unit, 6)})))
+    rows.sort()
+    return [line for _, _, line in rows]
 
 
 def binner(args):
@@ -182,17 +248,21 @@ def binner(args):
         raise ConfigError(f"--binning: {error}") from None
 
 
-def demo_source(pipeline, args, binner):
-    """The synthetic taxi stream as a TestStream: each slot's lines, then the watermark past the slot."""
+def demo_source(pipeline, args, numeric: NumericDomain | None = None):
+    """The synthetic taxi stream (``--domain``: the numeric demo stream, :func:`numeric_demo_lines`) as a
+    TestStream: each slot's lines, then the watermark past the slot."""
     from apache_beam.testing.test_stream import TestStream
 
     from transforms.loaders import synthetic_taxi_stream
 
-    with tempfile.TemporaryDirectory(prefix="wevent-demo-") as scratch:  # removed once read
-        path = os.path.join(scratch, "taxis.jsonl")
-        synthetic_taxi_stream(path, taxis=args.demo_taxis, hours=6)
-        with open(path) as f:
-            lines = f.read().splitlines()
+    if numeric is not None:
+        lines = numeric_demo_lines(numeric, args.demo_taxis)
+    else:
+        with tempfile.TemporaryDirectory(prefix="wevent-demo-") as scratch:  # removed once read
+            path = os.path.join(scratch, "taxis.jsonl")
+            synthetic_taxi_stream(path, taxis=args.demo_taxis, hours=6)
+            with open(path) as f:
+                lines = f.read().splitlines()
     by_slot: dict[int, list] = {}
     for line in lines:
         by_slot.setdefault(int(json.loads(line)["time"] // args.slot_seconds), []).append(line)
@@ -225,6 +295,7 @@ def runner_source(pipeline, args):
 
 def client_config(args) -> ClientRoundsConfig:
     """``--clients``: the method, the devices and the Pub/Sub names, checked before the pipeline starts."""
+    numeric_domain(args)  # --domain is refused with --clients, in one line naming why
     client_flags = (("--requests-topic", args.requests_topic), ("--reports-subscription", args.reports_subscription),
                     ("--users", args.users))
     for flag, value in client_flags:
@@ -281,13 +352,14 @@ def build(pipeline, args) -> None:
     numeric = numeric_domain(args)
     if numeric is not None:  # each value as its grid index on [LOW, HIGH] (transforms.numeric_events)
         parse = ParseConfig(bins=numeric.steps + 1, to_bin=ValueToGrid(numeric))
-        transform = private_transform(args, 1, numeric)
+        transform = (per_user_clients(args, numeric) if args.per_user_clients
+                     else private_transform(args, 1, numeric))
     else:
         bins = binner(args)
         parse = ParseConfig(bins=bins.bins, to_bin=None if args.binning.startswith("int:") else bins)
         transform = private_transform(args, bins.bins)
     if args.demo:
-        lines = demo_source(pipeline, args, bins)
+        lines = demo_source(pipeline, args, numeric)
     else:
         lines = runner_source(pipeline, args)
     lines = lines | "Progress" >> beam.Map(logs.count_read)
@@ -295,12 +367,15 @@ def build(pipeline, args) -> None:
     outputs = parsed.events | "Private" >> transform
     every = args.slot_seconds
     out = lambda name: os.path.join(args.output, name)  # noqa: E731
-    outputs["releases"] | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
+    releases = outputs["releases"]
+    if args.sma is not None and not args.per_user_clients:  # the per-user stage smooths its own releases
+        releases = releases | "SMA" >> SmoothReleases(args.sma, args.sma_mode, bounded=False)
+    releases | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
         out("releases"))
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
-    if args.checkpoint_dir:
+    if args.checkpoint_dir and "checkpoints" in outputs:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir))
 
 
@@ -308,13 +383,18 @@ def run_watch(args) -> int:
     from pipelines.live import watch
 
     try:
-        numeric_domain(args)  # numeric events come from Pub/Sub or Kafka
-        bins = binner(args)
+        numeric = numeric_domain(args)
+        if numeric is None:
+            bins = binner(args)
         if not os.path.isdir(args.watch):
             raise ConfigError(f"--watch {args.watch!r} is not a directory")
         cli.check_output(args.output)
-        transform = private_transform(args, bins.bins)
-        parse = ParseConfig(bins=bins.bins, to_bin=None if args.binning.startswith("int:") else bins)
+        if numeric is not None:  # the central numeric path, its releases in the interval's units (live.py)
+            transform = private_transform(args, 1, numeric)
+            parse = ParseConfig(bins=numeric.steps + 1, to_bin=ValueToGrid(numeric))
+        else:
+            transform = private_transform(args, bins.bins)
+            parse = ParseConfig(bins=bins.bins, to_bin=None if args.binning.startswith("int:") else bins)
         if args.checkpoint and os.path.exists(args.checkpoint):  # refuse a damaged or foreign one before starting
             transform.config.check_checkpoint(load_checkpoint(args.checkpoint), args.checkpoint)
     except (ConfigError, ValueError) as error:

@@ -58,14 +58,82 @@ def test_streamed_numeric_releases_equal_the_replays(tmp_path, monkeypatch, mech
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--demo"], "not with --demo"),
+    (["--clients", "--requests-topic", "projects/p/topics/t", "--reports-subscription", "projects/p/subscriptions/s",
+      "--users", "users.txt"], "numeric devices are asked nothing"),
+    (["--demo", "--sma", "2"], "--sma: a centred window has an odd size"),
+    (["--demo", "--per-user-clients", "--checkpoint-dir", "cp"], "--per-user-clients keeps its state"),
+    (["--watch", ".", "--sma", "3"], "the --watch loop releases each slot"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--binning", "int:4"], "not both"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--domain=3,1"], "LOW < HIGH"),
 ])
 def test_a_bad_numeric_configuration_fails_before_the_job_with_one_line(tmp_path, capsys, extra, message):
-    args = ["--mechanism", "capp", "--epsilon", "2", "--window", "3", "--output", str(tmp_path / "out"), *extra]
+    args = ["--mechanism", "capp", "--epsilon", "2", "--window", "3", "--output", str(tmp_path / "out"), *extra,
+            "--requirement", "fixed:3,2"]
     if not any(a.startswith("--domain") for a in extra):
         args.append("--domain=0,1")
     assert streaming.run(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_sma_and_per_user_clients_without_a_domain_are_refused(tmp_path, capsys):
+    args = ["--demo", "--epsilon", "2", "--window", "3", "--output", str(tmp_path / "out")]
+    for extra in (["--sma", "3"], ["--per-user-clients"]):
+        assert streaming.run(args + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "are for the numeric mechanisms (--domain)" in err[0]
+
+
+def _demo_lines_file(tmp_path, slots: int, slot_seconds: float) -> str:
+    """The demo's numeric lines of its first ``slots`` slots, as a file the replay reads."""
+    lines = streaming.numeric_demo_lines(streaming.NumericDomain(-5.0, 15.0), 6)
+    first = int(json.loads(lines[0])["time"] // slot_seconds)
+    mine = [line for line in lines if int(json.loads(line)["time"] // slot_seconds) < first + slots]
+    path = tmp_path / "demo.jsonl"
+    path.write_text("\n".join(mine) + "\n")
+    return str(path)
+
+
+def _full_releases(directory) -> dict:
+    return {r["slot"]: (r["kind"], r["estimate"], r["figures"]) for r in
+            read_records(os.path.join(directory, "releases-*"), "jsonl")}
+
+
+@pytest.mark.parametrize("stage", [["--mechanism", "app"],
+                                   ["--mechanism", "pp-s", "--param", "segment=2", "--per-user-clients",
+                                    "--sma", "3"],
+                                   ["--mechanism", "ba-sw", "--sma", "3", "--sma-mode", "trailing"]])
+def test_the_numeric_demo_streams_what_the_replay_releases(tmp_path, stage):
+    """--demo --domain: the generated numeric stream through a TestStream (BundleBasedDirectRunner), the central
+    path or the per-user stage, with the streaming SMA: equal to a replay of the same lines (bounded SMA)."""
+    common = ["--epsilon", "2", "--window", "3", "--domain=-5,15", "--out-of-range", "clip", "--slot-seconds",
+              str(SLOT * 10), "--allowed-lateness", "0", "--requirement", "fixed:3,2", "--insecure-seed", "5",
+              "--quiet", *stage]
+    assert streaming.run(["--demo", "--demo-taxis", "6", "--max-slots", "6", "--output", str(tmp_path / "demo"),
+                          *common]) == 0
+    source = _demo_lines_file(tmp_path, 6, SLOT * 10)  # the demo's first 6 slots
+    assert replay.run(["--input", source, "--output", str(tmp_path / "batch"), *common]) == 0
+    streamed = _full_releases(tmp_path / "demo")
+    assert streamed == _full_releases(tmp_path / "batch") and len(streamed) >= 3
+    assert all(("sma" in figures) == ("--sma" in stage) for _, _, figures in streamed.values())
+    assert all(-5 <= estimate[0] <= 15 or kind == "skipped" for kind, estimate, _ in streamed.values())
+
+
+def test_a_watched_directory_of_numeric_events_releases_what_the_replay_releases(tmp_path):
+    """--watch --domain: the loop's central numeric path, its releases in the interval's units, as the replay's."""
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    lines = [json.dumps({"user": f"u{u}", "time": slot + 0.1 * u, "value": -5 + (u * 7 + slot * 3) % 21})
+             for slot in range(6) for u in range(8)] + [json.dumps({"user": "u0", "time": 2.5, "value": 99.0})]
+    (incoming / "events.jsonl").write_text("\n".join(lines) + "\n")  # slots of 1 s, long closed on the wall clock
+    common = ["--mechanism", "capp", "--epsilon", "2", "--window", "3", "--domain=-5,15", "--out-of-range", "clip",
+              "--slot-seconds", "1", "--allowed-lateness", "0", "--requirement", "fixed:3,2",
+              "--insecure-seed", "11", "--quiet"]
+    assert streaming.run(["--watch", str(incoming), "--settle-seconds", "0", "--poll-seconds", "0.2",
+                          "--max-slots", "1", "--output", str(tmp_path / "live"), *common]) == 0
+    assert replay.run(["--input", str(incoming / "events.jsonl"), "--output", str(tmp_path / "batch"),
+                       *common]) == 0
+    live = sorted((r["slot"], r["kind"], tuple(r["estimate"]), r["epsilon"]) for r in
+                  map(json.loads, (tmp_path / "live" / "releases-live.jsonl").read_text().splitlines()))
+    assert live == _releases(tmp_path / "batch") and len(live) == 6
+    assert all(-5 <= estimate[0] <= 15 for _, _, estimate, _ in live)

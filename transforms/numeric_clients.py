@@ -809,8 +809,15 @@ class PrivateNumericClients(beam.PTransform):
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
             stage = beam.ParDo(state_fn(self.config))
-        closed = (events
-                  | "GroupUserEvents" >> GroupUserEvents(bounded)
+        grouped = events | "GroupUserEvents" >> GroupUserEvents(bounded)
+        open_segments = sorted(key for key, before in (self.resume or {}).items()
+                               if self.method.sampled and before.row is not None and before.row.count)
+        if open_segments:  # a carried open segment reports once its last slot closes, new events or not
+            grouped = ((grouped, events.pipeline | "OpenSegments" >> beam.Create([(key, []) for key in open_segments]))
+                       | "WithOpenSegments" >> beam.Flatten()
+                       | "RegroupUsers" >> beam.GroupByKey()
+                       | "Joined" >> beam.MapTuple(lambda key, parts: (key, [held for part in parts for held in part])))
+        closed = (grouped
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
                   .with_outputs(*tags, main="reports"))
         reports = closed.reports

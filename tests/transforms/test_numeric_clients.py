@@ -277,13 +277,14 @@ def test_a_run_resumed_from_the_carried_state_releases_what_one_run_releases(tmp
     those of one run over slots 0-8; an event for a slot the first run closed is late.  PP-S/CAPP-S: the segment
     of slots 3-5 is open at the checkpoint."""
     params = {"epsilon": EPSILON, "window": WINDOW, **extra}
-    events = make_numeric_events()
+    events = make_numeric_events() + [Event("s", "early", 3 * SLOT + 1, 9, None, "s|early|3")]  # none after slot 3
     whole = _run_carrying(events, mechanism, params)
     first = _run_carrying([e for e in events if e.time < 4 * SLOT], mechanism, params)
     config = ClientStageConfig(mechanism, DOMAIN, params, SlotClock(SLOT), POLICY, SEED)
     path = write_clients_checkpoint(first["carry"], config, str(tmp_path), None)
     carried = read_clients_checkpoint(str(tmp_path), config)  # the file, found as the latest in the directory
-    assert set(carried) == {("s", f"user{u}") for u in range(7)} and len(carried) == len(first["carry"])
+    assert set(carried) == {("s", f"user{u}") for u in range(7)} | {("s", "early")}
+    assert len(carried) == len(first["carry"])
     with pytest.raises(CheckpointError, match="insecure seed"):
         read_clients_checkpoint(path, ClientStageConfig(mechanism, DOMAIN, params, SlotClock(SLOT), POLICY, SEED + 1))
     late = [Event("s", "user2", 1 * SLOT + 3, 5, None, "s|2|late"),
@@ -291,16 +292,19 @@ def test_a_run_resumed_from_the_carried_state_releases_what_one_run_releases(tmp
     second = _run_carrying([e for e in events if e.time >= 4 * SLOT] + late, mechanism, params, carried)
     assert released(first) | released(second) == released(whole)
     assert set(released(second)) == {slot for slot in released(whole) if slot >= 4}
-    if "segment" in extra:  # the open segment's values from the first run count in the second run's report
+    if "segment" in extra:  # the open segment's values from the first run count in the second run's report, and
+        # "early"'s carried segment reports at slot 5 though it sends nothing after the checkpoint
         assert set(released(first)) == {2} and released(second)[5] == expected_method(events, mechanism, params)[5]
+        assert "early" in {u["user"] for u in second["usage"]}
     usage = lambda results: {u["user"]: u["max_window_usage_ratio"] for u in results["usage"]}  # noqa: E731
-    resumed_usage = {user: max(usage(first)[user], ratio) for user, ratio in usage(second).items()}
+    resumed_usage = {user: max(usage(first).get(user, 0), usage(second).get(user, 0))
+                     for user in usage(first) | usage(second)}
     assert resumed_usage == usage(whole)  # windows across the boundary see the carried charges
     assert second["violations"] == [] and totals(second).get("late") == 2
     assert sorted(d["reason"] for d in second["dead_letters"] if d["user"] in ("user2", "newcomer")) == \
         [f"late: slot {s} closed by the checkpoint resumed from" for s in (1, 3)]
     assert totals(first)["records_used"] + totals(second)["records_used"] == totals(whole)["records_used"]
-    final = {key: c for key, c in second["carry"] if key[1] != "newcomer"}
+    final = {key: c for key, c in {**carried, **dict(second["carry"])}.items() if key[1] != "newcomer"}  # the file's
     state = lambda c: (c.next_slot, encode_value(None if c.row is None else tuple(c.row)))  # noqa: E731
     assert {key: state(c) for key, c in final.items()} == {key: state(c) for key, c in dict(whole["carry"]).items()}
     # the carried ledger tail counts: charges inflated in it make the resumed run's windows across the boundary

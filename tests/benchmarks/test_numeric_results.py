@@ -134,7 +134,7 @@ def test_query_slices_line_up_with_the_truth_in_both_accountings(monkeypatch, sl
     # an identity "release" must give MSE 0: the queries read out of streams are the queries scored
     from transforms.mechanisms.numeric.perturbation import Perturbed
 
-    def identity(method, epsilon, window, accounting, x, rng):
+    def identity(method, epsilon, window, accounting, x, rng, base="sw"):
         return Perturbed(x.copy(), np.zeros(x.shape, np.int64), np.broadcast_to(np.arange(x.shape[1]), x.shape),
                          None, True)
 

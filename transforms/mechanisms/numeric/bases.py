@@ -25,7 +25,9 @@ report costs its sender (``realised_units``, certified, never above the nominal 
   (:class:`~transforms.mechanisms.ldp.mean.PiecewiseMechanism`, the square wave's band law with PM's
   half-band), reported unbiased: a cell midpoint ``c`` of the band law becomes ``t' = (2c - 1)/g`` (``g`` its
   exact gain, so ``E[t'] = t``), i.e. ``1/2 + (c - 1/2)/g`` in ``[0, 1]`` units.  The scaling is a fixed
-  function of the cell (public), computed once in float64: it cannot leak the input.
+  function of the cell (public), computed once in float64: it cannot leak the input.  Unlike the others' reports
+  these are not dyadic rationals, so PM-IPP/APP's deviation sums are float sums (exact up to rounding, not bit
+  for bit independent of their order).
 
 CAPP is not offered for these bases: its bounds come from SW's moments (Eq. 11), and the paper omits the
 mechanism-specific ones.  The formula does not transfer: for an unbiased base the "sensitivity error"
@@ -67,12 +69,16 @@ class _OnGrid:
 
     def grid_index(self, values, domain=None, clip: bool = False) -> np.ndarray:
         """:meth:`SquareWave.grid_index` (it reads only ``steps``): values to grid indices ``0..m``."""
-        return SquareWave.grid_index(self, values, domain, clip)
+        return SquareWave.grid_index(self, values, domain, clip)  # type: ignore[arg-type]  # reads only steps
 
     def perturb(self, values, rng: Randomness | None = None, domain=None, clip: bool = False) -> np.ndarray:
         """One report per value, in ``[0, 1]`` units (``(t' + 1)/2``), from ``rng`` (secure by default)."""
         indices = self.grid_index(values, domain, clip)
         return self.report(indices, rng or secure_randomness())
+
+    def report(self, indices: np.ndarray, rng: Randomness) -> np.ndarray:
+        """The reports of grid ``indices`` (each base draws its own way)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,8 @@ class PiecewiseBase(_OnGrid):
         _ = self.mechanism
 
     @cached_property
-    def mechanism(self) -> PiecewiseMechanism:
+    def mechanism(self) -> SquareWave:
+        """PM's band law (:class:`PiecewiseMechanism`, a square wave with PM's half-band)."""
         return PiecewiseMechanism.create(self.epsilon_units, self.grid_bits)
 
     @cached_property

@@ -54,7 +54,7 @@ import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
-from transforms.mechanisms.numeric.bases import BASES, randomizer
+from transforms.mechanisms.numeric.bases import randomizer
 from transforms.mechanisms.numeric.square_wave import (DEFAULT_GRID_BITS, SquareWave, deviation_variance_at_one,
                                                        sw_mean, sw_parameters)
 
@@ -149,7 +149,8 @@ class Client:
     def step(self, state: ClientState, values, rng: Randomness, in_place: bool = False
              ) -> tuple[np.ndarray, ClientState]:
         """Every user of ``state`` reports one value (``values[u]`` in ``[0, 1]``); returns the reports and the
-        new state (``in_place``: ``state``'s arrays updated, else copies).  One 64-bit draw per user, in order.
+        new state (``in_place``: ``state``'s arrays updated, else copies).  One 64-bit draw per user, in order
+        (the square wave, SR, PM; Laplace draws its exact discrete Laplace).
 
         ``x^I = x + D``; CAPP maps it by ``(x^I - l_in)/(u_in - l_in)`` and its report by ``l + (u - l)·v``
         (for the others both maps are the identity, exactly); the square wave clips its input to ``[0, 1]``.
@@ -256,10 +257,6 @@ class PerturbationParams:
             raise ValueError("delta is CAPP's clip parameter")
         if self.bound_mode not in BOUND_MODES:
             raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {self.bound_mode!r}")
-        if self.base not in BASES:
-            raise ValueError(f"base must be one of {BASES}, got {self.base!r}")
-        if self.base != "sw" and self.method == "capp":
-            raise ValueError("CAPP's bounds are derived for the square wave only (the paper omits other bases')")
         if self.report_units < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over {self.divisor} reports")
         _ = self.client  # builds the square wave and CAPP's bounds: refuses what they refuse
@@ -313,7 +310,7 @@ def build_client(units: int, grid_bits: int, memory: int, accumulate: bool = Fal
     """A client whose randomizer (the square wave, or ``base``) spends ``units`` per report (CAPP's bounds when
     ``capp``; module doc)."""
     if capp and base != "sw":
-        raise ValueError("CAPP's bounds are derived for the square wave only")
+        raise ValueError("CAPP's bounds are derived for the square wave only (the paper omits other bases')")
     sw = randomizer(base, units, grid_bits)
     bounds = capp_bounds(snapped_delta(units, grid_bits, delta), bound_mode) if capp else (0.0, 1.0, 0.0, 1.0)
     return Client(sw, memory, accumulate, reset, bounds)

@@ -6,7 +6,9 @@ Wave of SW-direct / IPP / APP by Laplace, SR or PM on data normalised to ``[-1, 
 for the mechanism, a deviation in ``[0, 1]`` units is half the deviation in ``t``, IPP/APP's clip to ``[-1, 1]``
 is the clip to ``[0, 1]``, and every base here returns its report already mapped back, ``(t' + 1)/2``.  Each is
 ε-LDP with every probability exact, sampled from the project's generator (secure by default), and says what one
-report costs its sender (``realised_units``, certified, never above the nominal budget; the charges carry it):
+report costs its sender (``realised_units``, certified, never above the nominal budget; the charges carry it),
+computed as a ledger computes it from evidence: ``ln(keep/other)`` of a ``LocalReport`` for SR and PM (their exact
+largest ratio of output probabilities), ``Δ/b`` of a discrete Laplace ``Statistic`` for Laplace:
 
 * ``laplace``: ``t + Lap(2/ε)`` (spec §2.4) cannot be sampled exactly in floats (the low bits of
   ``t - (2/ε)·ln U`` leak ``t``, Mironov 2012), so it is discretised on the square wave's grid: the input is
@@ -132,14 +134,18 @@ class StochasticRounding(_OnGrid):
         return Fraction(self.gain, 1 << (64 - self.grid_bits))
 
     @property
-    def ratio(self) -> tuple[int, int]:
-        """The largest ratio of one output's probabilities under two inputs, over 2**64: ``(1 + a)/(1 - a)``."""
-        spread = self.gain * self.steps // 2
-        return _HALF + spread, _HALF - spread
+    def keep(self) -> int:
+        """Numerator of the largest ratio of one output's probabilities under two inputs, over 2**64: ``1 + a``."""
+        return _HALF + self.gain * self.steps // 2
+
+    @property
+    def other(self) -> int:
+        """Its denominator: ``1 - a`` over 2**64 (a ledger's ``LocalReport`` takes the pair)."""
+        return _HALF - self.gain * self.steps // 2
 
     @cached_property
     def realised_units(self) -> int:
-        return log_ratio_units(*self.ratio)
+        return log_ratio_units(self.keep, self.other)
 
     def report(self, indices: np.ndarray, rng: Randomness) -> np.ndarray:
         draws = rng.uint32(2 * indices.size).view(np.uint64).reshape(indices.shape)
@@ -170,6 +176,14 @@ class PiecewiseBase(_OnGrid):
     @cached_property
     def inverse_gain(self) -> float:
         return float(1 / self.mechanism.gain)
+
+    @property
+    def keep(self) -> int:
+        return self.mechanism.keep
+
+    @property
+    def other(self) -> int:
+        return self.mechanism.other
 
     @property
     def realised_units(self) -> int:

@@ -1,5 +1,6 @@
-"""Other base mechanisms (Laplace, SR, PM; spec §3.8.1): each one's output law, its exact privacy and realised
-budget, and the clients running on them (charges, the exact window check).
+"""Other base mechanisms (Laplace, SR, PM; spec §3.8.1): each one's output law, its exact privacy and the charge
+a ledger derives from its evidence, and the clients running on them (charges, the exact window check, identity
+with a per-user reference written from the spec's pseudo-code).
 
 False-failure budget: each statistical assertion is a two-sided z-test at ``ALPHA = 1e-7`` (|z| <= 5.33, the
 normal approximation of a mean of 200,000 i.i.d. reports with finite fourth moments); there are 12 of them (joint
@@ -19,8 +20,9 @@ import pytest
 from scipy import stats
 
 from tests.transforms.mechanisms.ldp.ldp_grid import exp_taylor
-from tests.transforms.mechanisms.numeric.numeric_reference import grid_streams
+from tests.transforms.mechanisms.numeric.numeric_reference import draws_for_slot, grid_streams, sw_report
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
+from transforms.mechanisms.evidence import CERTAIN, LocalReport, Statistic
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.numeric.bases import LaplaceBase, PiecewiseBase, StochasticRounding, randomizer
 from transforms.mechanisms.numeric.perturbation import PerturbationParams, perturb_queries, perturb_streams, \
@@ -99,11 +101,11 @@ def test_sr_reports_ones_with_probability_half_plus_a_t(index):
 
 
 @pytest.mark.parametrize("epsilon", ["0.05", "0.025", "0.1", "0.3", "1", "0.0454545"])
-def test_each_base_is_exactly_private_and_charges_at_most_its_nominal_budget(epsilon):
+def test_each_base_is_exactly_private_and_the_ledger_derives_its_charge(epsilon):
     units = to_units(epsilon)
     upper = exp_taylor(units)[0]  # a rational lower bound of e^eps
     sr = StochasticRounding(units)
-    keep, other = sr.ratio
+    keep, other = sr.keep, sr.other
     assert Fraction(keep, other) <= upper
     assert exp_taylor(sr.realised_units)[0] >= Fraction(keep, other) > exp_taylor(sr.realised_units - 1)[1]
     laplace = LaplaceBase(units)
@@ -111,6 +113,12 @@ def test_each_base_is_exactly_private_and_charges_at_most_its_nominal_budget(eps
     assert laplace.realised_units == math.ceil(Fraction(laplace.steps * UNITS_PER_EPSILON, laplace.scale))
     pm = PiecewiseBase(units)
     assert Fraction(pm.mechanism.keep, pm.mechanism.other) <= upper
+    # what a ledger derives from the evidence of such a report is the charge the base states
+    everyone = np.full(1, CERTAIN, np.uint64)
+    assert LocalReport("sr", sr.keep, sr.other, everyone).least_units()[0] == sr.realised_units
+    assert LocalReport("pm", pm.keep, pm.other, everyone).least_units()[0] == pm.realised_units
+    assert Statistic("laplace", Fraction(laplace.scale), laplace.steps, everyone).least_units()[0] \
+        == laplace.realised_units
     for base in (sr, laplace, pm):
         assert 0 < base.realised_units <= units
         assert base.realised_units >= units * (1 - 1.6e-5)  # the rounding costs < ε/m relative (Laplace's s)
@@ -162,3 +170,40 @@ def test_ipp_feeds_the_base_reports_back_as_deviations():
     # power: without the feedback the second report would be 1 with probability 1/2
     assert miss_probability(0.5 - p, p * (1 - p), after_one.size) < POWER_MISS
     assert abs(z_score(after_one, 0.5, 0.25)) > Z
+
+
+def _slow(x, rng, report_of, method: str, memory: int) -> np.ndarray:
+    """IPP / APP (``memory`` deviations) / direct per user and slot, from the spec's pseudo-code (§3.2-3.3)."""
+    users, slots = x.shape
+    remembered: list[list[float]] = [[] for _ in range(users)]
+    out = np.empty_like(x)
+    for t in range(slots):
+        draws = draws_for_slot(rng, users)
+        for u in range(users):
+            kept = {"sw": [], "ipp": remembered[u][-1:]}.get(method, remembered[u][-memory:])
+            out[u, t] = report_of(min(max(x[u, t] + sum(kept), 0.0), 1.0), draws[u])
+            remembered[u].append(x[u, t] - out[u, t])  # original minus released (T9)
+    return out
+
+
+@pytest.mark.parametrize("method", ["sw", "ipp", "app"])
+def test_vectorised_clients_on_sr_and_pm_equal_the_per_user_reference(method):
+    x = grid_streams(5, 17, seed=8)
+    sr = PerturbationParams(1.0, 4, method, base="sr")
+    m, gain = sr.client.sw.steps, sr.client.sw.gain
+
+    def sr_report(z, draw):
+        return float(draw < (1 << 63) + gain * (int(np.rint(z * m)) - m // 2))
+
+    fast = perturb_streams(sr, x, insecure_seeded_randomness(2)).reports
+    assert np.array_equal(fast, _slow(x, insecure_seeded_randomness(2), sr_report, method, 4))
+    pm = PerturbationParams(1.0, 4, method, base="pm")
+    base = pm.client.sw
+
+    def pm_report(z, draw):
+        return 0.5 + (sw_report(base.mechanism, z, draw) - 0.5) * base.inverse_gain
+
+    fast = perturb_streams(pm, x, insecure_seeded_randomness(3)).reports
+    # PM's reports are not dyadic: the running memory sum and the reference's sum may differ in the last bits
+    np.testing.assert_allclose(fast, _slow(x, insecure_seeded_randomness(3), pm_report, method, 4), rtol=0,
+                               atol=1e-9)

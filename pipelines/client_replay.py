@@ -37,6 +37,8 @@ from pipelines import cli
 from pipelines.collector import read_users
 from transforms.client_release import ClientReleaseConfig, parse_report, release_stream
 from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
+from transforms.records import dead_letter
+from transforms.slotting import SlotClock
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_report_release import (
     DEVICE_METHODS,
@@ -55,9 +57,12 @@ def parser():
     p.add_argument("--window", type=int)
     p.add_argument("--max-window", type=int, default=1000)
     p.add_argument("--bins", type=int, default=2)
-    p.add_argument("--domain", metavar="LOW,HIGH", help="numeric device reports (sw-direct, ipp, app, capp): the "
+    p.add_argument("--domain", metavar="LOW,HIGH", help="numeric device reports (every numeric method): the "
                    "interval the devices report over")
     cli.add_mechanism_parameter_option(p)
+    p.add_argument("--slot-seconds", type=float, default=1.0, help="slot length, to date the releases (reports "
+                   "carry slot indices): slot t covers [origin + t·s, origin + (t+1)·s)")
+    p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
     p.add_argument("--output", required=True)
     p.add_argument("--baseline", action="store_true", help="the non-private count of the same reports")
     p.add_argument("--insecure-seed", type=int, help="reproducible, NOT private randomness (tests only)")
@@ -69,7 +74,7 @@ class _Parse(beam.DoFn):
         try:
             yield parse_report(line)
         except ReportRejected as reason:
-            yield beam.pvalue.TaggedOutput("dead", json.dumps({"reason": str(reason), "record": line}))
+            yield beam.pvalue.TaggedOutput("dead", json.dumps(dead_letter(str(reason), line, "parse"), sort_keys=True))
 
 
 class _Release(beam.DoFn):
@@ -107,7 +112,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise cli.ConfigError(f"{args.mechanism} device reports are numeric: give --domain LOW,HIGH")
         else:
             name, params = cli.mechanism_params(args, args.bins)
-            config = ClientReleaseConfig(name, params, *users, args.insecure_seed)
+            config = ClientReleaseConfig(name, params, *users, args.insecure_seed,
+                                         SlotClock(args.slot_seconds, args.origin))
     except (cli.ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -152,7 +158,7 @@ def _report(directory: str, read: int, name: str) -> int:
     dead = _count(directory, "dead_letters")
     duplicates = len(_count(directory, "duplicates"))
     ledgers = [json.loads(line) for line in _count(directory, "ledger")]
-    used = sum(r["reporters"] for r in releases)
+    used = sum(item["reports_used"] for item in ledgers)
     kinds = {kind: sum(r["kind"] == kind for r in releases) for kind in ("fresh", "skipped", "nullified")}
     report = {"mechanism": name, "trust": "local_client", "slots": len(releases), **kinds,
               "reports_read": read, "reports_used": used, "duplicates": duplicates, "late": 0,

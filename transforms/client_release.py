@@ -19,15 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
-from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import (REPORT_FIELDS, ReportRejected, RoundRequest, answer_round,
                                               assign_public_groups, compact_report, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
+from transforms.records import ReleaseRecord, dead_letter
+from transforms.slotting import SlotClock
 
 
 @dataclass(frozen=True)
 class ClientReleaseConfig:
-    """The method and its parameters, the registered devices and their fixed requirements (public)."""
+    """The method and its parameters, the registered devices and their fixed requirements (public); ``clock``
+    dates the release records (devices report slot indices only)."""
 
     mechanism: str
     params: dict
@@ -35,6 +37,7 @@ class ClientReleaseConfig:
     windows: tuple[int, ...]
     epsilon_units: tuple[int, ...]
     insecure_seed: int | None = None  # reproducible, NOT private randomness: tests only
+    clock: SlotClock = SlotClock(1.0)
 
     def __post_init__(self):
         mechanism = self.build()
@@ -63,8 +66,9 @@ def parse_report(line: str) -> tuple[str, tuple]:
 
 
 def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[tuple]) -> Iterator[tuple[str, dict]]:
-    """``("release", record)`` for every slot of ``stream``, ``("dead", {"reason", "record"})`` per rejected report,
-    and last ``("ledger", {...})``: the privacy ledger's verdict on every release's charges."""
+    """``("release", record)`` for every slot of ``stream`` (``schemas/release.avsc``), ``("dead", record)`` per
+    rejected report (``schemas/dead_letter.avsc``), and last ``("ledger", {...})``: the reports used and the privacy
+    ledger's verdict on every release's charges."""
     by_slot: dict[int, list[tuple]] = defaultdict(list)
     for report in reports:
         by_slot[report[_SLOT]].append(report)
@@ -80,6 +84,7 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
     assign_public_groups(mechanism, ids)
     ledger = PrivacyLedger(max(config.windows))
     first = min(by_slot)
+    used = 0
     for slot in range(first, max(by_slot) + 1):
         rounds = mechanism.start_slot(registrations if slot == first else SlotBatch.empty(), rng, clients=True)
         pending = by_slot.pop(slot, [])
@@ -92,18 +97,21 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
                 (mine if (report[_METHOD], report[_EPSILON]) == key else rest).append(report)
             pending = rest
             for record, reason in answer_round(rounds, round_request, mine, index_of):
-                yield "dead", {"reason": reason, "record": record}
+                yield "dead", _dead(stream, record, reason)
             number += 1
-        for record in pending:
-            yield "dead", {"reason": "no request of this slot matches the report's method and epsilon",
-                           "record": report_record(record)}
+        for report in pending:
+            yield "dead", _dead(stream, report_record(report),
+                                "no request of this slot matches the report's method and epsilon")
         release = rounds.release
         ledger.record(release.slot, release.charges)
-        yield "release", {"stream": stream, "slot": slot, "kind": release.kind.value,
-                          "estimate": release.estimate.tolist(), "statistic": release.estimates.value,
-                          "trust": release.trust.value, "mechanism": mechanism.name,
-                          "epsilon": units_to_decimal_string(release.epsilon_units),
-                          "reporters": int(np.count_nonzero(release.charges.units))}
+        used += int(np.count_nonzero(release.charges.units))
+        yield "release", ReleaseRecord.of(release, stream, slot, config.clock, mechanism.name)
     ledger.close()
-    yield "ledger", {"stream": stream, "violations": ledger.violation_count,
+    yield "ledger", {"stream": stream, "reports_used": used, "violations": ledger.violation_count,
                      "max_window_usage_ratio": ledger.max_usage_ratio}
+
+
+def _dead(stream: str, record: dict, reason: str):
+    user = record.get("user")
+    return dead_letter(reason, json.dumps(record, sort_keys=True), "client_release", stream,
+                       user if isinstance(user, str) else None)

@@ -225,7 +225,8 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
         else:
             yield "release", {**record, "kind": "skipped", "epsilon": "0", **last}
     violations, worst = _window_check(config, charges_of)
-    yield "ledger", {"stream": stream, "violations": violations, "max_window_usage_ratio": worst}
+    yield "ledger", {"stream": stream, "reports_used": len(seen), "violations": violations,
+                     "max_window_usage_ratio": worst}
 
 
 def _window_check(config: NumericReportConfig, charges_of: dict[int, list[tuple[int, int]]]) -> tuple[int, float]:

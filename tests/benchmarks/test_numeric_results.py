@@ -127,6 +127,9 @@ def test_page_end_to_end_on_a_tiny_data_dir(tmp_path, capsys):
         assert name in page
     assert "Sampling (Figs 6, 7)" in page and "Not run" in page
     assert summary["claims"] == len(nr.CLAIMS) * 5
+    assert "## Other base mechanisms (Fig 9)" in page and "PM-APP < PM-direct" in page
+    assert summary["fig9_claims"] == len(nr.FIG9_CLAIMS) * 2  # C6H6 and Volume
+    assert "**d = 5, mse, strict**" in page  # Fig 10 under both accountings
 
 
 @pytest.mark.parametrize("slots", [300, 3000])  # whole streams, and queries with a burn-in
@@ -134,7 +137,7 @@ def test_query_slices_line_up_with_the_truth_in_both_accountings(monkeypatch, sl
     # an identity "release" must give MSE 0: the queries read out of streams are the queries scored
     from transforms.mechanisms.numeric.perturbation import Perturbed
 
-    def identity(method, epsilon, window, accounting, x, rng):
+    def identity(method, epsilon, window, accounting, x, rng, base="sw"):
         return Perturbed(x.copy(), np.zeros(x.shape, np.int64), np.broadcast_to(np.arange(x.shape[1]), x.shape),
                          None, True)
 
@@ -160,3 +163,47 @@ def test_ss_holds_each_dimensions_last_report_and_fills_the_start_with_the_first
     data = nr.sin_data(3, 100)
     assert data.shape == (3, 100) and data.min() >= 0 and data.max() <= 1
     assert len({tuple(np.round(row[:30], 6)) for row in data}) == 3  # distinct frequencies
+
+
+@pytest.mark.parametrize("scheme", ["BS", "SS"])
+@pytest.mark.parametrize("d", [3, 5])
+def test_fig10_strict_runs_stay_within_the_window_and_the_reference_split_would_not(scheme, d):
+    w, units = 6, nr.to_units(1.0, "epsilon")
+    streams = np.repeat(nr.sin_data(d, 90)[:, None, :], 2, axis=1)
+    released, reports, spent, first = nr._high_strict(streams, d, w, units, "capp", scheme, nr.generator(3, "t"))
+    assert released.shape == streams.shape and not np.isnan(released).any()
+    assert worst_window_units(spent, first, w).max() <= units
+    if scheme == "SS":  # one dimension a slot, round robin; the others NaN
+        assert (~np.isnan(reports)).sum(axis=0).max() == 1 and (~np.isnan(reports[1][:, 1::d])).all()
+    # power: the reference's per-report budget (ε/(d·w) or ε/w) with the same memory overspends a window
+    per_report = units // (d * w) if scheme == "BS" else units // w
+    loose = np.where(spent > 0, per_report * (d if scheme == "BS" else 1), 0)
+    assert worst_window_units(loose, first, w).max() > units
+
+
+def test_long_query_sampling_is_private_under_strict_and_the_paper_readings_are_measured_apart():
+    series = nr.Series("S", np.random.default_rng(4).random((1, 200)), "")
+    config = nr.Config(repeats=2, reps=4, seed=2, epsilons=(1.0, 3.0))
+    ledger = nr.Ledger()
+    strict = nr.sampling_run(series, config, ledger, nr.LONG_QUERY_SHAPES, "strict", queries=5)
+    assert ledger.violations == 0 and ledger.unclaimed_runs == 0
+    assert max(strict["worst"].values()) <= 1
+    paper = nr.sampling_run(series, config, ledger, nr.LONG_QUERY_SHAPES, "paper", queries=5)
+    assert ledger.violations == 0 and ledger.unclaimed_runs == len(paper["worst"]) * 2
+    # APP with every deviation of a q > w query at ε/w: the first window's change moves all q reports
+    assert paper["worst"][(30, 40, "app", 1.0)] == pytest.approx(40 / 30, rel=1e-6)
+    assert ledger.unclaimed_over > 0
+
+
+def test_fig9_reuses_fig4s_sw_runs_and_runs_every_other_base():
+    series = nr.Series("S", np.random.default_rng(5).random((1, 400)), "")
+    config = nr.Config(repeats=2, reps=2, seed=1, epsilons=(1.0,))
+    fig4 = nr.nonsampling(series, config, nr.Ledger())
+    ledger = nr.Ledger()
+    bases = nr.other_bases(series, config, ledger, fig4)
+    assert ledger.violations == 0 and ledger.runs == 2 * 9 * 2  # accountings × other-base methods × repeats
+    assert set(k for _, k, _ in bases["mse"]) == set(nr.FIG9_METHODS)
+    np.testing.assert_array_equal(bases["mse"][("strict", "sw:capp", 1.0)], fig4["mse"][("strict", "capp", 1.0)])
+    claims = nr.decide("S", "strict", bases, (1.0,), nr.FIG9_CLAIMS)
+    assert [c.text for c in claims][:2] == ["SW-APP < SW-direct", "SW-APP < SW-direct"]
+    assert all(c.pairs == 2 for c in claims)

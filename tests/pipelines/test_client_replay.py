@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import schemas
 import wevent_client
 from pipelines import client_replay
 
@@ -40,15 +41,23 @@ def test_recorded_reports_are_released_and_bad_ones_dead_lettered(tmp_path, meth
     (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
     code = client_replay.run(["--input", str(tmp_path / "reports.jsonl"), "--users", str(tmp_path / "users.txt"),
                               "--requirement", "fixed:4,1", "--mechanism", method, "--epsilon", "1", "--window",
-                              "4", "--output", str(tmp_path / "out"), "--insecure-seed", "2"]
-                             + (["--param", "grouping=public"] if method == "lpu" else []))
+                              "4", "--output", str(tmp_path / "out"), "--insecure-seed", "2", "--slot-seconds", "60",
+                              "--origin", "1000"] + (["--param", "grouping=public"] if method == "lpu" else []))
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
     assert report["dead_letters"] == 4 and report["reports_used"] == len(lines) - 4
     assert report["slots"] == last and last == (5 if method == "lsp" else 8)  # to the last report
     assert report["max_window_usage_ratio"] <= 1
-    dead = [json.loads(line)["reason"] for path in sorted((tmp_path / "out").glob("dead_letters*"))
-            for line in path.read_text().splitlines()]
+    dead_letters = [json.loads(line) for path in sorted((tmp_path / "out").glob("dead_letters*"))
+                    for line in path.read_text().splitlines()]
+    releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
+    for record in dead_letters:
+        schemas.validate("dead_letter", record)
+    for record in releases:  # the same records as every other job's, dated by --slot-seconds and --origin
+        schemas.validate("release", record)
+        assert (record["slot_start"], record["slot_end"]) == (1000 + 60 * record["slot"], 1060 + 60 * record["slot"])
+    assert {record["user"] for record in dead_letters if record["stage"] == "client_release"} >= {"intruder"}
+    dead = [record["reason"] for record in dead_letters]
     assert any("malformed" in r for r in dead) and any("no request" in r for r in dead)
     assert any("unknown user" in r for r in dead) and any("second report" in r for r in dead)
 

@@ -34,6 +34,10 @@ dyadic rational that float64 holds exactly: sums do not depend on their order, a
 continues identically, and the slow per-user reference of the tests agrees bit for bit.  Draws come from the
 project's generator (secure by default): per slot one 64-bit draw per reporting user, in user order.
 
+**Other base mechanisms** (spec §3.8.1, Fig 9): ``base="laplace"``, ``"sr"`` or ``"pm"`` replaces the square
+wave of SW-direct / IPP / APP (:mod:`.bases`: exact, ε-LDP, reports mapped back to ``[0, 1]`` units); the default
+``base="sw"`` is the square wave.  CAPP is refused with another base (its bounds are SW's).
+
 **State.**  A user's state is a row of :class:`ClientState`: the remembered deviations (a ring of ``h``
 float64 cells, or one accumulating cell for unbounded memory) and the slots since the last reset.  Plain
 numpy rows, so a Beam per-user stage can keep them in state cells (``docs/numeric_ldp.md``).
@@ -50,6 +54,7 @@ import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
 from transforms.mechanisms.noise import Randomness, secure_randomness
+from transforms.mechanisms.numeric.bases import randomizer
 from transforms.mechanisms.numeric.square_wave import (DEFAULT_GRID_BITS, SquareWave, deviation_variance_at_one,
                                                        sw_mean, sw_parameters)
 
@@ -113,7 +118,8 @@ class Client:
 
     ``memory`` is the ring of remembered deviations (0 SW-direct, 1 IPP, ``h`` APP/CAPP), ``accumulate``
     remembers every deviation instead (the paper's unbounded memory; no ring), ``reset`` restarts the state
-    every so many steps, ``bounds`` are CAPP's ``(l, u, l_in, u_in)`` (``(0, 1, 0, 1)`` otherwise).
+    every so many steps, ``bounds`` are CAPP's ``(l, u, l_in, u_in)`` (``(0, 1, 0, 1)`` otherwise).  ``sw`` is
+    the randomizer: the square wave, or another base of :mod:`.bases` (the same ``perturb``/``grid_index``).
     """
 
     sw: SquareWave
@@ -143,7 +149,8 @@ class Client:
     def step(self, state: ClientState, values, rng: Randomness, in_place: bool = False
              ) -> tuple[np.ndarray, ClientState]:
         """Every user of ``state`` reports one value (``values[u]`` in ``[0, 1]``); returns the reports and the
-        new state (``in_place``: ``state``'s arrays updated, else copies).  One 64-bit draw per user, in order.
+        new state (``in_place``: ``state``'s arrays updated, else copies).  One 64-bit draw per user, in order
+        (the square wave, SR, PM; Laplace draws its exact discrete Laplace).
 
         ``x^I = x + D``; CAPP maps it by ``(x^I - l_in)/(u_in - l_in)`` and its report by ``l + (u - l)·v``
         (for the others both maps are the identity, exactly); the square wave clips its input to ``[0, 1]``.
@@ -205,7 +212,8 @@ class PerturbationParams:
     reference's per-query protocol); ``budget``: ``"strict"`` ``ε/(w + h)`` or ``"paper"`` ``ε/w``;
     ``not_w_event_private``: accept a configuration that is not w-event private (the paper's, on long
     streams), marking its results so; ``bound_mode``/``delta``: CAPP's bounds and clip parameter (default
-    :func:`capp_delta` of the per-slot budget); ``grid_bits``: the square wave's grid.
+    :func:`capp_delta` of the per-slot budget); ``grid_bits``: the square wave's grid; ``base``: the randomizer
+    (``"sw"``, or ``"laplace"``, ``"sr"``, ``"pm"`` of :mod:`.bases`, not with CAPP).
     """
 
     epsilon: float
@@ -219,6 +227,7 @@ class PerturbationParams:
     delta: float | None = None
     grid_bits: int = DEFAULT_GRID_BITS
     not_w_event_private: bool = False
+    base: str = "sw"
 
     def __post_init__(self):
         to_units(self.epsilon, "epsilon")
@@ -292,13 +301,17 @@ class PerturbationParams:
     @cached_property
     def client(self) -> Client:
         return build_client(self.report_units, self.grid_bits, self.memory_cells, self.unbounded, self.reset,
-                            self.method == "capp", self.bound_mode, self.delta)
+                            self.method == "capp", self.bound_mode, self.delta, self.base)
 
 
 def build_client(units: int, grid_bits: int, memory: int, accumulate: bool = False, reset: int | None = None,
-                 capp: bool = False, bound_mode: str = "ref", delta: float | None = None) -> Client:
-    """A client whose square wave spends ``units`` per report (CAPP's bounds when ``capp``; module doc)."""
-    sw = SquareWave.create(units, grid_bits)
+                 capp: bool = False, bound_mode: str = "ref", delta: float | None = None, base: str = "sw"
+                 ) -> Client:
+    """A client whose randomizer (the square wave, or ``base``) spends ``units`` per report (CAPP's bounds when
+    ``capp``; module doc)."""
+    if capp and base != "sw":
+        raise ValueError("CAPP's bounds are derived for the square wave only (the paper omits other bases')")
+    sw = randomizer(base, units, grid_bits)
     bounds = capp_bounds(snapped_delta(units, grid_bits, delta), bound_mode) if capp else (0.0, 1.0, 0.0, 1.0)
     return Client(sw, memory, accumulate, reset, bounds)
 

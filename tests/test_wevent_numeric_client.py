@@ -33,17 +33,22 @@ def values(n: int, seed: int) -> list[float]:
     return [rnd.uniform(LOW - 1, HIGH + 1) for _ in range(n)]  # some outside: both clip
 
 
+def paired(method: str, memory: int | None, **options):
+    """The core's client of ``method`` (a fresh state and a seeded generator) and the device's, drawing the same
+    64-bit integers."""
+    params = {"epsilon": 2.0, "window": WINDOW, "low": LOW, "high": HIGH, "out_of_range": "clip", **options}
+    if memory is not None:
+        params["memory"] = memory
+    client = make_mechanism(method, bins=1, **params).client
+    device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, memory=memory,
+                           randbits=randbits_of(insecure_seeded_randomness(5)), **options)
+    return client, client.initial_state(1), insecure_seeded_randomness(5), device
+
+
 @pytest.mark.parametrize("method, memory", [("sw-direct", None), ("ipp", None), ("app", 2), ("app", None),
                                             ("capp", None), ("capp", 3)])
 def test_device_reports_equal_the_cores_client_step(method, memory):
-    params = {"epsilon": 2.0, "window": WINDOW, "low": LOW, "high": HIGH, "out_of_range": "clip"}
-    if memory is not None:
-        params["memory"] = memory
-    mechanism = make_mechanism(method, bins=1, **params)
-    client = mechanism.client
-    state = client.initial_state(1)
-    core_rng, device_rng = insecure_seeded_randomness(5), insecure_seeded_randomness(5)
-    device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, memory=memory, randbits=randbits_of(device_rng))
+    client, state, core_rng, device = paired(method, memory)
     assert device.report_units == client.sw.epsilon_units and device.wave.realised_units == client.report_units
     assert (device.wave.half_band, device.wave.keep, device.wave.other) == (client.sw.half_band, client.sw.keep,
                                                                             client.sw.other)
@@ -128,15 +133,7 @@ def test_device_sampling_reports_equal_the_cores_segment_means_through_client_st
     """Segments of 3 slots; the device misses some slots, some of them a segment's last (it then closes the
     segment later): every report is the core's ``Client.step`` of the segment's mean, bit for bit, at the
     segment's last slot, at the registered mechanism's strict per-sample budget."""
-    params = {"epsilon": 2.0, "window": WINDOW, "low": LOW, "high": HIGH, "out_of_range": "clip", "segment": 3}
-    if memory is not None:
-        params["memory"] = memory
-    mechanism = make_mechanism(method, bins=1, **params)
-    client = mechanism.client
-    state = client.initial_state(1)
-    core_rng, device_rng = insecure_seeded_randomness(5), insecure_seeded_randomness(5)
-    device = NumericClient("u", method, WINDOW, BUDGET, LOW, HIGH, memory=memory, segment=3,
-                           randbits=randbits_of(device_rng))
+    client, state, core_rng, device = paired(method, memory, segment=3)
     assert device.report_units == client.sw.epsilon_units and device.memory == client.memory
     assert device.bounds == (client.bounds if method == "capp-s" else (0.0, 1.0, 0.0, 1.0))
     held = [t for t in range(30) if t % 7 not in (2, 5)]  # misses slots 2, 5, 9, 12, ...: some segment ends

@@ -518,69 +518,44 @@ class _ClientCells(beam.DoFn):
         yield from _counted(outputs, self.counters)
 
 
-class UserClientState(_ClientCells):
-    """Streaming, SW-direct / IPP / APP / CAPP (the ``client`` cell holds the ``ClientRow``, ``ClientRowCoder``)
-    and ToPL (no state: the cell stays empty)."""
+def _client_cells(name: str, coder, doc: str) -> type:
+    """A streaming per-user DoFn of :class:`_ClientCells` whose ``client`` cell has ``coder`` (a timer spec serves
+    one class: each class gets its own ``close``).  Named as the module attribute it is bound to, so it pickles by
+    reference."""
+    client_spec = ReadModifyWriteStateSpec("client", coder)
+    close_spec = TimerSpec("close", TimeDomain.WATERMARK)
+    events, requirement = _ClientCells.EVENTS, _ClientCells.REQUIREMENT
+    last_closed, next_close = _ClientCells.LAST_CLOSED, _ClientCells.NEXT_CLOSE
 
-    CLIENT = ReadModifyWriteStateSpec("client", ClientRowCoder())
-    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+    class Cells(_ClientCells):
+        CLIENT, CLOSE = client_spec, close_spec
 
-    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+        def process(self, element, events_state=beam.DoFn.StateParam(events),
+                    last_closed_state=beam.DoFn.StateParam(last_closed),
+                    next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec)):
+            return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
 
-    @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
-                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
-                 client_state=beam.DoFn.StateParam(CLIENT)):
-        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
-                         client_state)
+        @on_timer(close_spec)
+        def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(events),
+                     requirement_state=beam.DoFn.StateParam(requirement),
+                     last_closed_state=beam.DoFn.StateParam(last_closed),
+                     next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec),
+                     client_state=beam.DoFn.StateParam(client_spec)):
+            return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
+                             client_state)
 
-
-class UserSampledState(_ClientCells):
-    """Streaming, PP-S / APP-S / CAPP-S / Sampling: the ``client`` cell holds the user's ``SampledRow``
-    (``SampledRowCoder``): the base client and the open segment's sum."""
-
-    CLIENT = ReadModifyWriteStateSpec("client", SampledRowCoder())
-    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
-
-    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
-
-    @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
-                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
-                 client_state=beam.DoFn.StateParam(CLIENT)):
-        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
-                         client_state)
+    Cells.__name__ = Cells.__qualname__ = name
+    Cells.__doc__ = doc
+    return Cells
 
 
-class UserAbsorptionState(_ClientCells):
-    """Streaming, BA-SW: the ``client`` cell holds the user's ``AbsorptionRow`` (``AbsorptionRowCoder``)."""
-
-    CLIENT = ReadModifyWriteStateSpec("client", AbsorptionRowCoder())
-    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
-
-    def process(self, element, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE)):
-        return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
-
-    @on_timer(CLOSE)
-    def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(_ClientCells.EVENTS),
-                 requirement_state=beam.DoFn.StateParam(_ClientCells.REQUIREMENT),
-                 last_closed_state=beam.DoFn.StateParam(_ClientCells.LAST_CLOSED),
-                 next_close_state=beam.DoFn.StateParam(_ClientCells.NEXT_CLOSE), close=beam.DoFn.TimerParam(CLOSE),
-                 client_state=beam.DoFn.StateParam(CLIENT)):
-        return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
-                         client_state)
+UserClientState = _client_cells("UserClientState", ClientRowCoder(), """Streaming, SW-direct / IPP / APP / CAPP (the
+``client`` cell holds the ``ClientRow``, ``ClientRowCoder``) and ToPL (no state: the cell stays empty).""")
+UserSampledState = _client_cells("UserSampledState", SampledRowCoder(), """Streaming, PP-S / APP-S / CAPP-S /
+Sampling: the ``client`` cell holds the user's ``SampledRow`` (``SampledRowCoder``): the base client and the open
+segment's sum.""")
+UserAbsorptionState = _client_cells("UserAbsorptionState", AbsorptionRowCoder(), """Streaming, BA-SW: the
+``client`` cell holds the user's ``AbsorptionRow`` (``AbsorptionRowCoder``).""")
 
 
 def state_fn(config: ClientStageConfig) -> UserClientState:

@@ -145,7 +145,7 @@ class SampledMethod(UserMethod):
             raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
         self.accounting = accounting
         p = mechanism.params
-        memory = mechanism.fixed_memory if mechanism.fixed_memory is not None else None
+        memory = mechanism.fixed_memory  # None: APP-S/CAPP-S, a parameter
         if accounting == "strict":
             self.segment, self.client = mechanism.segment, mechanism.client
             self.memory = self.client.memory
@@ -220,10 +220,11 @@ class AbsorptionMethod(UserMethod):
         return self._units[shares]
 
     def run(self, users, rows, horizons, draws):
-        fresh = self.params.initial_state(1)
-        columns = [np.array([(row if row is not None else tuple(c[0] for c in fresh))[f] for row in rows])
-                   for f in range(4)]
-        state = AbsorptionState(columns[0].astype(np.float64), *(c.astype(np.int64) for c in columns[1:]))
+        state = self.params.initial_state(len(rows))
+        for i, row in enumerate(rows):
+            if row is not None:
+                for column, value in zip(state, row):
+                    column[i] = value
         counts = np.array([len(u.slots) for u in users], np.int64)
         reports: list = [[] for _ in users]
         dc_units = self.params.wave(1).realised_units

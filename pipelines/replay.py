@@ -89,6 +89,7 @@ class ReplayConfig:
     numeric: NumericDomain | None = None  # --domain: numeric events for the numeric mechanisms (numeric_events)
     per_user_clients: bool = False  # the clients in the per-user stage (transforms.numeric_clients)
     sma: tuple | None = None  # --sma K --sma-mode M: figures.sma on every numeric release (spec 3.5)
+    accounting: tuple = ("strict", False)  # --sampling-accounting, --not-w-event-private (the per-user stage)
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -157,7 +158,8 @@ def build_config(argv=None) -> ReplayConfig:
             requirements_parse=requirements_parse, requirements_csv=req_columns or (),
             csv_header=columns or (),
             max_rejected_fraction=args.max_rejected_fraction, numeric=numeric,
-            per_user_clients=check_per_user_clients(args, numeric), sma=check_sma(args, numeric))
+            per_user_clients=check_per_user_clients(args, numeric), sma=check_sma(args, numeric),
+            accounting=(args.sampling_accounting, args.not_w_event_private))
         if args.resume_from and not config.per_user_clients and holds_clients_only(args.resume_from):
             raise ConfigError(f"--resume-from {args.resume_from}: written with --per-user-clients; resume with it")
         transform = histogram(config)  # builds and validates the mechanism and the slot clock
@@ -215,7 +217,11 @@ def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the client methods, without a release range."""
+    """``--per-user-clients``: only for the numeric methods, without a release range; the paper's sampling
+    accounting only with it."""
+    if (args.sampling_accounting != "strict" or args.not_w_event_private) and not args.per_user_clients:
+        raise ConfigError("--sampling-accounting and --not-w-event-private are for the per-user stage: give "
+                          "--per-user-clients (the registered mechanisms take only w-event private settings)")
     if not args.per_user_clients:
         return False
     if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
@@ -243,6 +249,11 @@ def parser() -> argparse.ArgumentParser:
                    "simulated in the release stage")
     p.add_argument("--out-of-range", choices=OUT_OF_RANGE_POLICIES, default="dead-letter",
                    help="with --domain: a value outside [LOW, HIGH] is clipped into it (counted) or a dead letter")
+    p.add_argument("--sampling-accounting", choices=("strict", "paper"), default="strict", help="with "
+                   "--per-user-clients, pp-s/app-s/capp-s/sampling: the strict n_w (default) or the paper's "
+                   "n_w = ceil(w/L), not w-event private on a stream (needs --not-w-event-private; releases marked)")
+    p.add_argument("--not-w-event-private", action="store_true", help="accept a configuration that is not w-event "
+                   "private (its releases carry figures.w_event_private = 0)")
     p.add_argument("--sma", type=int, metavar="K", help="with --domain: each release also carries figures.sma, the "
                    "simple moving average of K released values of its stream (spec 3.5; post-processing)")
     p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered", help="--sma: centred (the "
@@ -293,7 +304,8 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericCl
                                      origin=config.origin, allowed_lateness=config.allowed_lateness,
                                      policy=config.policy, insecure_seed=config.insecure_seed,
                                      ledger_detail=config.ledger_detail, bounded=True,
-                                     resume_from=config.resume_from, carry=config.checkpoint_dir is not None)
+                                     resume_from=config.resume_from, carry=config.checkpoint_dir is not None,
+                                     accounting=config.accounting[0], not_w_event_private=config.accounting[1])
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,

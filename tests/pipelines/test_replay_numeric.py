@@ -196,6 +196,30 @@ def _grid():
     (["--mechanism", "pbd", "--binning", "int:4", "--per-user-clients"], "--per-user-clients runs the clients of"),
     (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--start", "0", "--end", "60"],
      "--start, --end not supported with --per-user-clients"),
+    (["--mechanism", "pp-s", "--domain", "0,1", "--sampling-accounting", "paper"],
+     "are for the per-user stage: give --per-user-clients"),
+    (["--mechanism", "pp-s", "--domain", "0,1", "--per-user-clients", "--sampling-accounting", "paper",
+      "--param", "segment=2"], "is not w-event private on a stream (trap T3"),
+    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--sampling-accounting", "paper",
+      "--not-w-event-private"], "accounting applies to the sampling methods"),
+    (["--mechanism", "capp", "--domain", "0,1", "--sma", "4"], "--sma: a centred window has an odd size"),
+    (["--mechanism", "pbd", "--binning", "int:4", "--sma", "3"], "--sma smooths numeric releases"),
 ])
 def test_per_user_clients_configuration_errors(tmp_path, capsys, args, message):
     test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message)
+
+
+def test_the_paper_sampling_accounting_runs_only_flagged_and_marks_its_releases(tmp_path):
+    """--sampling-accounting paper --not-w-event-private: the per-user stage's PP-S at the paper's n_w, every
+    release marked; the strict run of the same events releases other numbers (a larger per-sample budget)."""
+    write_events(tmp_path / "events.jsonl")
+    flags = ("--out-of-range", "clip", "--per-user-clients", "--param", "segment=2")
+    code, report, paper, _ = run_replay(tmp_path, "pp-s", *flags, "--sampling-accounting", "paper",
+                                        "--not-w-event-private", ranged=False)
+    assert code == 0 and report["reconciles"]
+    assert [r["slot"] for r in paper] == [1, 3, 5, 7]
+    assert all(r["figures"] == {"w_event_private": 0.0} for r in paper)
+    (tmp_path / "out").rename(tmp_path / "paper")
+    code, _, strict, _ = run_replay(tmp_path, "pp-s", *flags, ranged=False)
+    assert code == 0 and all(r["figures"] == {} for r in strict)
+    assert [r["epsilon"] for r in strict] != [r["epsilon"] for r in paper]

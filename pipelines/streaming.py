@@ -67,7 +67,6 @@ from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.loaders import TDRIVE_START
-from transforms.mechanisms.numeric import server
 from transforms.numeric_clients import PrivateNumericClients, SmoothReleases
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid
 from transforms.private_histogram import PrivateStreamHistogram
@@ -195,6 +194,7 @@ def warn_without_range(args) -> None:
 def numeric_domain(args) -> NumericDomain | None:
     """``--domain``/``--out-of-range`` checked as the replay checks them (None for the histogram mechanisms), and
     the numeric-only flags (``--sma``, ``--per-user-clients``)."""
+    from pipelines.replay import check_sma
     from pipelines.replay import numeric_domain as checked
 
     if args.domain is not None and args.clients:
@@ -202,19 +202,15 @@ def numeric_domain(args) -> NumericDomain | None:
                           "public schedule): replay their reports with pipelines.client_replay --domain")
     binning = args.binning or ("tdrive" if args.demo and args.domain is None else None)  # the demo's default
     numeric = checked(argparse.Namespace(**{**vars(args), "binning": binning}, evaluate=False))
-    if numeric is None and (args.sma is not None or args.per_user_clients):
-        raise ConfigError("--sma and --per-user-clients are for the numeric mechanisms (--domain)")
+    if numeric is None and args.per_user_clients:
+        raise ConfigError("--per-user-clients is for the numeric mechanisms (--domain)")
+    check_sma(args, numeric)
     if args.watch and (args.sma is not None or args.per_user_clients):
         raise ConfigError("--sma and --per-user-clients run in the Beam job: the --watch loop releases each slot as "
                           "it closes, through the central numeric path")
     if args.per_user_clients and (args.start or args.end or args.checkpoint_dir or args.resume_from):
         raise ConfigError("--per-user-clients keeps its state in the runner's cells: not with --start, --end, "
                           "--checkpoint-dir or --resume-from")
-    if args.sma is not None:
-        try:
-            server.sma([0.0], args.sma, args.sma_mode)
-        except ValueError as error:
-            raise ConfigError(f"--sma: {error}") from None
     return numeric
 
 

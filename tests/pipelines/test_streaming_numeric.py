@@ -78,10 +78,11 @@ def test_a_bad_numeric_configuration_fails_before_the_job_with_one_line(tmp_path
 
 def test_sma_and_per_user_clients_without_a_domain_are_refused(tmp_path, capsys):
     args = ["--demo", "--epsilon", "2", "--window", "3", "--output", str(tmp_path / "out")]
-    for extra in (["--sma", "3"], ["--per-user-clients"]):
+    for extra, message in ((["--sma", "3"], "--sma smooths numeric releases: it needs --domain"),
+                           (["--per-user-clients"], "is for the numeric mechanisms (--domain)")):
         assert streaming.run(args + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "are for the numeric mechanisms (--domain)" in err[0]
+        assert len(err) == 1 and message in err[0]
 
 
 def _demo_lines_file(tmp_path, slots: int, slot_seconds: float) -> str:

@@ -296,7 +296,7 @@ class _UserClients:
     def __init__(self, config: ClientStageConfig):
         mechanism = config.build()
         self.config, self.method = config, config.method()
-        self.steps = mechanism.params.high  # grid units: the grid's steps
+        self.steps = config.domain.steps
         self.translator = DeclarationTranslator(mechanism, config.policy)
         self.kind = kind_name(mechanism.requirement_kind)
         self.secure = secure_randomness() if config.insecure_seed is None else None
@@ -397,7 +397,7 @@ class CloseUserClients(beam.DoFn):
         before = carried.get((stream, user)) if carried else None
         outputs: list = []
         first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
-        horizon = max(horizons[stream], first_open - 1) if horizons else None
+        horizon = max(horizons.get(stream, -1), first_open - 1) if horizons is not None else None
         if first_open:  # the stream's slots the checkpoint closed, for every user (new ones too)
             slot_of = self.config.clock.slot_of
             late = [r for r in events if slot_of(r[0]) < first_open]

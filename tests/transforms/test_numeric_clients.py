@@ -492,3 +492,18 @@ def test_streaming_sma_equals_the_bounded_sma_on_the_same_events(mechanism, para
     assert np.allclose([bounded[slot][1] for slot in sorted(bounded)], server.sma(estimates, size, mode),
                        rtol=0, atol=1e-12)
     assert bounded[4][1] != pytest.approx(estimates[4])  # power: the figure is smoothed
+
+
+def test_a_carried_open_segment_of_a_stream_without_new_events_stays_open():
+    """Resuming PP-S on input of another stream only: the carried segments of stream "s" have no closed last slot
+    (nothing of "s" came), so they report nothing and are carried on unchanged."""
+    params = {"epsilon": EPSILON, "window": WINDOW, "segment": 3}
+    events = [e for e in make_numeric_events() if e.time < 4 * SLOT]
+    first = _run_carrying(events, "pp-s", params)
+    carried = dict(first["carry"])
+    open_segments = {key for key, c in carried.items() if c.row is not None and c.row.count}
+    assert open_segments  # slot 3 opened the segment 3-5
+    second = _run_carrying([Event("t", "user9", 7 * SLOT + 1, 5, None, "t|9|7")], "pp-s", params, carried)
+    assert {r["stream"] for r in second["releases"]} <= {"t"}
+    again = dict(second["carry"])
+    assert all(encode_value(tuple(again[key].row)) == encode_value(tuple(carried[key].row)) for key in open_segments)

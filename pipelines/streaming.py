@@ -30,8 +30,9 @@ On a runner (exact command lines in the README):
 * Numeric events (``--domain LOW,HIGH``, seed 003's methods): from Pub/Sub, Kafka, ``--demo`` (a generated
   numeric stream, :func:`numeric_demo_lines`) or ``--watch`` (the loop's central numeric path); in a Beam job
   ``--per-user-clients`` runs each user's client in the per-user stage's cells and ``--sma K`` adds each
-  release's simple moving average (``transforms.numeric_clients.SmoothReleases``).  ``--clients`` is refused
-  with ``--domain``: numeric devices are asked nothing, their reports are replayed by ``pipelines.client_replay``.
+  release's simple moving average (``transforms.numeric_clients.SmoothReleases``).  ``--clients --domain``:
+  numeric devices are asked nothing; their reports come from ``--reports-subscription`` (event time: when they
+  were published) and each slot is released once the watermark passes its close.
 * Client devices (local DP, trust model ``local_client``): ``--clients --requests-topic projects/P/topics/T
   --reports-subscription projects/P/subscriptions/S --users users.txt --mechanism lpd ...``: a tick at
   every slot start (``PeriodicImpulse``) starts the slot, each round's requests go to the topic and the
@@ -69,6 +70,11 @@ from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.loaders import TDRIVE_START
 from transforms.numeric_clients import PrivateNumericClients, SmoothReleases
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid
+from transforms.numeric_report_release import DeviceStreamConfig, NumericReportConfig, StreamNumericReports
+from transforms.client_release import parse_report
+from transforms.mechanisms.ldp.client import ReportRejected
+from transforms.records import dead_letter
+from transforms.slotting import SlotClock
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range
 from transforms.sinks import WriteRecords
@@ -197,9 +203,6 @@ def numeric_domain(args) -> NumericDomain | None:
     from pipelines.replay import check_sma
     from pipelines.replay import numeric_domain as checked
 
-    if args.domain is not None and args.clients:
-        raise ConfigError("--clients runs request rounds, and numeric devices are asked nothing (they report on their "
-                          "public schedule): replay their reports with pipelines.client_replay --domain")
     binning = args.binning or ("tdrive" if args.demo and args.domain is None else None)  # the demo's default
     numeric = checked(argparse.Namespace(**{**vars(args), "binning": binning}, evaluate=False))
     if numeric is None and args.per_user_clients:
@@ -289,9 +292,68 @@ def runner_source(pipeline, args):
             | "Values" >> beam.Map(lambda kv: kv[1].decode("utf-8")))
 
 
+def numeric_reports_config(args) -> DeviceStreamConfig:
+    """``--clients --domain``: numeric devices push their reports on their public schedule (nothing is asked of
+    them): the method, the devices and the subscription, checked before the pipeline starts."""
+    if not args.reports_subscription or not args.users:
+        raise ConfigError("--clients --domain needs --reports-subscription and --users")
+    if args.requests_topic:
+        raise ConfigError("--requests-topic: numeric devices are asked nothing (they report on their public "
+                          "schedule); give --reports-subscription only")
+    for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume-from", args.resume_from),
+                        ("--start", args.start), ("--end", args.end), ("--levels", args.levels),
+                        ("--per-user-clients", args.per_user_clients)):
+        if value:
+            raise ConfigError(f"{flag} is not supported with --clients")
+    numeric = numeric_domain(args)
+    try:
+        ids, requirements = read_users(args.users, args.requirement)
+    except OSError as error:
+        raise ConfigError(f"--users: {error}") from None
+    name, params = cli.mechanism_params(args, 1, **numeric.mechanism_params())
+    try:
+        config = NumericReportConfig(name, params, numeric, tuple(ids), tuple(int(w) for w in requirements.window),
+                                     tuple(int(e) for e in requirements.epsilon_units))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return DeviceStreamConfig(config, SlotClock(args.slot_seconds, 0.0, args.allowed_lateness))
+
+
+def numeric_report_source(pipeline, args):
+    """The devices' report lines from ``--reports-subscription`` (event time: when they were published)."""
+    try:
+        reports = pipeline | "Reports" >> beam.io.ReadFromPubSub(subscription=args.reports_subscription)
+    except ValueError as error:
+        raise ConfigError(f"--reports-subscription: {error}") from None
+    return reports | "DecodeReports" >> beam.Map(lambda b: b.decode("utf-8"))
+
+
+def _parsed_report(line: str):
+    try:
+        yield parse_report(line)
+    except ReportRejected as reason:
+        yield beam.pvalue.TaggedOutput("dead", dead_letter(str(reason), line, "parse"))
+
+
+def build_numeric_reports(pipeline, args) -> None:
+    """Numeric device reports, streaming: each slot's exact average once the watermark passes the slot's close
+    (``transforms.numeric_report_release.StreamNumericReports``), dead letters, the ledger's usage."""
+    config = numeric_reports_config(args)
+    parsed = (numeric_report_source(pipeline, args)
+              | "ParseReports" >> beam.FlatMap(_parsed_report).with_outputs("dead", main="reports"))
+    outputs = parsed.reports | "Devices" >> StreamNumericReports(config, args.max_window)
+    releases = outputs["releases"]
+    if args.sma is not None:
+        releases = releases | "SMA" >> SmoothReleases(args.sma, args.sma_mode, bounded=False)
+    out = lambda name: os.path.join(args.output, name)  # noqa: E731
+    releases | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(out("releases"))
+    ((outputs["dead_letters"], parsed.dead) | "AllDead" >> beam.Flatten()
+     | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=args.slot_seconds))
+    outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=args.slot_seconds)
+
+
 def client_config(args) -> ClientRoundsConfig:
     """``--clients``: the method, the devices and the Pub/Sub names, checked before the pipeline starts."""
-    numeric_domain(args)  # --domain is refused with --clients, in one line naming why
     client_flags = (("--requests-topic", args.requests_topic), ("--reports-subscription", args.reports_subscription),
                     ("--users", args.users))
     for flag, value in client_flags:
@@ -318,8 +380,11 @@ def client_config(args) -> ClientRoundsConfig:
 
 def build_clients(pipeline, args) -> None:
     """The client-device graph: slot ticks and Pub/Sub reports in, requests to Pub/Sub, releases and dead letters
-    to files."""
+    to files (numeric devices, ``--domain``: :func:`build_numeric_reports`)."""
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    if args.domain is not None:
+        return build_numeric_reports(pipeline, args)
 
     config = client_config(args)
     try:

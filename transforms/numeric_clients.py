@@ -587,9 +587,11 @@ class SlotSums(beam.CombineFn):
         return SlotSumCoder()
 
 
-def release_record(element, config: ClientStageConfig, method: UserMethod, variance: float) -> ReleaseRecord:
+def release_record(element, config, method: UserMethod, variance: float, trust: str = "local_simulated"
+                   ) -> ReleaseRecord:
     """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units (ToPL's
-    average de-biased: ``method.unit_estimate``)."""
+    average de-biased: ``method.unit_estimate``).  ``config`` has the mechanism's name, the domain and the slot
+    clock (:class:`ClientStageConfig`, or the device reports' ``DeviceStreamConfig``)."""
     (stream, slot), (n, total, units) = element
     Metrics.counter(NAMESPACE, "slots_fresh").inc()
     domain, clock = config.domain, config.clock
@@ -600,7 +602,7 @@ def release_record(element, config: ClientStageConfig, method: UserMethod, varia
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
         "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
-        "estimate": [estimate], "trust": "local_simulated",
+        "estimate": [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
 

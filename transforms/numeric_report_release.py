@@ -31,11 +31,29 @@ exact per-user window check over the accepted reports' realised charges is the l
 
 from __future__ import annotations
 
+import json
+import typing
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import VarIntCoder
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.transforms.window import FixedWindows, GlobalWindows
+from apache_beam.utils.timestamp import Timestamp
+
+from transforms.coders import ValueCoder
+from transforms.engine import ChargeChunk
+from transforms.ledger import ENTRIES, VIOLATIONS, UserLedgerFn
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.domain import Interval
@@ -48,9 +66,20 @@ from transforms.mechanisms.ldp.client import (
 )
 from transforms.mechanisms.numeric import server
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
-from transforms.numeric_clients import _scaled
+from transforms.numeric_clients import (
+    CHARGES,
+    DEAD_LETTERS,
+    PARTS,
+    SlotSums,
+    _scaled,
+    release_record,
+)
 from transforms.numeric_events import NumericDomain
+from transforms.numeric_records import SlotSum
 from transforms.numeric_user_methods import user_method
+from transforms.records import KEY_SEPARATOR, ReleaseRecord, dead_letter
+from transforms.slotting import SlotClock
+from transforms.user_state import LATE
 
 DEVICE_METHODS = tuple(NUMERIC_STREAMS)
 """The numeric methods whose device reports are replayed: all of them (every schedule is public)."""
@@ -246,3 +275,140 @@ def _window_check(config: NumericReportConfig, charges_of: dict[int, list[tuple[
         violations += most > budget
         worst = max(worst, most / budget)
     return violations, worst
+
+
+# ---------------------------------------------------------------------------------------------- streaming (Beam)
+
+
+@dataclass(frozen=True)
+class DeviceStreamConfig:
+    """A streaming job's numeric device reports: the replay's configuration and the slot clock (slot ``t`` closes
+    when the watermark passes ``clock.close_time(t)``: a report for it after that is late)."""
+
+    reports: NumericReportConfig
+    clock: SlotClock
+
+    @property
+    def mechanism(self) -> str:
+        return self.reports.mechanism
+
+    @property
+    def domain(self) -> NumericDomain:
+        return self.reports.domain
+
+
+class DeviceReportCells(beam.DoFn):
+    """Streaming, keyed by ``(stream, user)``: a device's reports wait in ``reports`` until their slot closes (the
+    event-time timer ``close``), then go through the schedule's checks in slot order (BA-SW's public rule from the
+    user's ``absorbed`` cell); each accepted report leaves as its slot's partial sum and its charge.  A report for a
+    closed slot is late, a second one of a slot a duplicate, a refused one a dead letter with its reason."""
+
+    REPORTS = BagStateSpec("reports", ValueCoder())  # compact reports (schemas/report.avsc fields)
+    LAST_CLOSED = ReadModifyWriteStateSpec("last_closed", VarIntCoder())
+    NEXT_CLOSE = ReadModifyWriteStateSpec("next_close", VarIntCoder())
+    ABSORBED = ReadModifyWriteStateSpec("absorbed", ValueCoder())  # BA-SW: [published, last, shares, age]
+    CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
+
+    def __init__(self, config: DeviceStreamConfig):
+        self.config = config
+
+    def setup(self):
+        self.schedule = _Schedule(self.config.reports)
+
+    def process(self, element, reports=beam.DoFn.StateParam(REPORTS),
+                last_closed=beam.DoFn.StateParam(LAST_CLOSED), next_close=beam.DoFn.StateParam(NEXT_CLOSE),
+                close=beam.DoFn.TimerParam(CLOSE)):
+        (stream, user), report = element
+        slot, last = report[_SLOT], last_closed.read()
+        if last is not None and slot <= last:
+            yield beam.pvalue.TaggedOutput(LATE, dead_letter(f"late: slot {slot} closed", _raw(report),
+                                                             "numeric_reports", stream, user))
+            return
+        reports.add(report)
+        pending = next_close.read()
+        if pending is None or slot < pending:
+            next_close.write(slot)
+            close.set(Timestamp(micros=self.config.clock.close_micros(slot)))
+
+    @on_timer(CLOSE)
+    def on_close(self, key=beam.DoFn.KeyParam, reports=beam.DoFn.StateParam(REPORTS),
+                 last_closed=beam.DoFn.StateParam(LAST_CLOSED), next_close=beam.DoFn.StateParam(NEXT_CLOSE),
+                 close=beam.DoFn.TimerParam(CLOSE), absorbed=beam.DoFn.StateParam(ABSORBED)):
+        stream, user = key
+        armed, held = next_close.read(), list(reports.read())
+        reports.clear()
+        due = sorted((r for r in held if r[_SLOT] <= armed), key=lambda r: r[_SLOT])  # stable: arrival order
+        later = [r for r in held if r[_SLOT] > armed]
+        for report in later:
+            reports.add(report)
+        next_close.clear()
+        if later:
+            next_close.write(min(r[_SLOT] for r in later))
+            close.set(Timestamp(micros=self.config.clock.close_micros(min(r[_SLOT] for r in later))))
+        last_closed.write(armed)
+        schedule, index = self.schedule, self.schedule.index_of.get(user)
+        if index is not None and schedule.absorption is not None:
+            schedule.absorbed[index] = absorbed.read() or [0.0, -1, 1, 0]
+        seen, charges = set(), []
+        for report in due:
+            if schedule.absorption is not None and report[_SLOT] in seen:
+                yield _refused(DUPLICATE_REPORT, report, stream, user)
+                continue
+            try:
+                index, scaled, units = schedule.check(report)
+            except ReportRejected as reason:
+                yield _refused(str(reason), report, stream, user)
+                continue
+            if report[_SLOT] in seen:
+                yield _refused(DUPLICATE_REPORT, report, stream, user)
+                continue
+            seen.add(report[_SLOT])
+            yield (stream, report[_SLOT]), SlotSum(1, scaled, units)
+            charges.append((report[_SLOT], units, 0, units, self.config.reports.windows[index],
+                            self.config.reports.epsilon_units[index]))
+        if index is not None and schedule.absorption is not None:
+            absorbed.write(schedule.absorbed.pop(index))
+        if charges:
+            name = f"{stream}{KEY_SEPARATOR}{user}"
+            yield beam.pvalue.TaggedOutput(CHARGES, (name, ChargeChunk(name, np.array(charges, np.int64), "fixed",
+                                                                       PARTS, False, False)))
+
+
+def _raw(report: tuple) -> str:
+    return json.dumps(report_record(report), sort_keys=True)
+
+
+def _refused(reason: str, report: tuple, stream: str, user) -> beam.pvalue.TaggedOutput:
+    return beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, _raw(report), "numeric_reports", stream,
+                                                              user if isinstance(user, str) else None))
+
+
+class StreamNumericReports(beam.PTransform):
+    """Numeric device reports on an unbounded source (``(stream, compact report)`` elements, event time = when they
+    were sent): each slot's release once the watermark passes its close (the exact average, as
+    :func:`release_numeric_stream`; trust ``local_client``), dead letters and late reports, the per-user ledger."""
+
+    def __init__(self, config: DeviceStreamConfig, ledger_max_window: int = 1000):
+        super().__init__()
+        self.config = config
+        self.method = _Schedule(config.reports).user_method
+        self.ledger_max_window = max(ledger_max_window, max(config.reports.windows))
+
+    def expand(self, reports):
+        clock = self.config.clock
+        closed = (reports
+                  | "ByUser" >> beam.Map(lambda sr: ((sr[0], sr[1][_USER]), sr[1])).with_output_types(
+                      typing.Tuple[typing.Tuple[str, typing.Any], typing.Any])
+                  | "DeviceReports" >> beam.ParDo(DeviceReportCells(self.config)).with_outputs(
+                      CHARGES, DEAD_LETTERS, LATE, main="sums"))
+        sums = (closed.sums
+                | "SlotWindows" >> beam.WindowInto(FixedWindows(
+                    clock.slot_seconds, offset=(clock.origin + clock.allowed_lateness) % clock.slot_seconds))
+                | "SlotSums" >> beam.CombinePerKey(SlotSums())
+                | "Global" >> beam.WindowInto(GlobalWindows()))
+        releases = sums | "Release" >> beam.Map(release_record, self.config, self.method, self.method.variance(),
+                                                 "local_client").with_output_types(ReleaseRecord)
+        ledger = (closed[CHARGES] | "PrivacyLedger" >> beam.ParDo(UserLedgerFn(self.ledger_max_window))
+                  .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
+        dead = (closed[LATE], closed[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
+        return {"releases": releases, "dead_letters": dead, "usage": ledger.usage, "violations": ledger[VIOLATIONS]}

@@ -58,8 +58,7 @@ def test_streamed_numeric_releases_equal_the_replays(tmp_path, monkeypatch, mech
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--clients", "--requests-topic", "projects/p/topics/t", "--reports-subscription", "projects/p/subscriptions/s",
-      "--users", "users.txt"], "numeric devices are asked nothing"),
+    (["--clients", "--reports-subscription", "projects/p/subscriptions/s"], "needs --reports-subscription and --users"),
     (["--demo", "--sma", "2"], "--sma: a centred window has an odd size"),
     (["--demo", "--per-user-clients", "--checkpoint-dir", "cp"], "--per-user-clients keeps its state"),
     (["--watch", ".", "--sma", "3"], "the --watch loop releases each slot"),
@@ -138,3 +137,56 @@ def test_a_watched_directory_of_numeric_events_releases_what_the_replay_releases
                   map(json.loads, (tmp_path / "live" / "releases-live.jsonl").read_text().splitlines()))
     assert live == _releases(tmp_path / "batch") and len(live) == 6
     assert all(-5 <= estimate[0] <= 15 for _, _, estimate, _ in live)
+
+
+@pytest.mark.parametrize("method, segment", [("capp", None), ("pp-s", 3), ("ba-sw", None)])
+def test_streamed_numeric_device_reports_release_what_the_client_replay_releases(tmp_path, monkeypatch, capsys,
+                                                                                  method, segment):
+    """--clients --domain: the devices' reports (wevent_client.NumericClient) through a TestStream, each slot
+    released once the watermark passes its close: the same estimates as pipelines.client_replay on the same
+    reports; a report for a closed slot is late, a forged one a dead letter; nothing is asked of the devices."""
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    from pipelines import client_replay
+    from tests.pipelines.test_client_replay_numeric import BUDGET, HIGH, LOW, WINDOW, _method_devices
+
+    lines, values = _method_devices(tmp_path, method, users=12, slots=9, segment=segment)
+    forged = json.dumps({**json.loads(lines[0]), "epsilon": BUDGET, "slot": 8})  # not the schedule's budget
+    late = json.dumps({**json.loads(lines[0]), "slot": 0})  # sent after slot 0 closed
+
+    def source(pipeline, args):  # each slot's reports sent during the slot, the watermark past its close
+        stream = TestStream()
+        for slot in range(9):
+            mine = [line for line in lines + [forged] if json.loads(line)["slot"] == slot]
+            stream = stream.add_elements([TimestampedValue(line, slot * SLOT + 1) for line in mine])
+            stream = stream.advance_watermark_to((slot + 1) * SLOT + 1)
+        stream = stream.add_elements([TimestampedValue(late, 9 * SLOT + 1)])
+        return pipeline | stream.advance_watermark_to_infinity()
+
+    monkeypatch.setattr(streaming, "numeric_report_source", source)
+    common = ["--mechanism", method, "--epsilon", BUDGET, "--window", str(WINDOW), f"--domain={LOW},{HIGH}",
+              "--users", str(tmp_path / "users.txt"), "--requirement", f"fixed:{WINDOW},{BUDGET}", "--quiet",
+              *(["--param", f"segment={segment}"] if segment else [])]
+    assert streaming.run(["--clients", "--reports-subscription", "projects/p/subscriptions/s", "--slot-seconds",
+                          str(SLOT), "--allowed-lateness", "0", "--output", str(tmp_path / "stream"),
+                          "--runner", "BundleBasedDirectRunner", *common]) == 0
+    streamed = {r["slot"]: r for r in read_records(os.path.join(tmp_path / "stream", "releases-*"), "jsonl")}
+    (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    assert client_replay.run(["--input", str(tmp_path / "reports.jsonl"), "--output", str(tmp_path / "batch"),
+                              *(a for a in common if a != "--quiet")]) == 0
+    batch = {r["slot"]: r for path in (tmp_path / "batch").glob("releases*")
+             for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "fresh"}
+    assert sorted(streamed) == sorted(batch) == sorted(values)
+    assert all(streamed[s]["estimate"] == batch[s]["estimate"] and streamed[s]["trust"] == "local_client"
+               for s in batch)
+    dead = [d["reason"] for d in read_records(os.path.join(tmp_path / "stream", "dead_letters-*"), "jsonl")]
+    assert len(dead) == 2
+    assert sum(r.startswith("late: slot 0 closed") for r in dead) == 1
+    if method != "ba-sw":  # BA-SW reads the duplicate or the parts the rule allows before the budget
+        assert sum("not the schedule's" in r for r in dead) == 1
+    usage = list(read_records(os.path.join(tmp_path / "stream", "usage-*"), "jsonl"))
+    assert usage and all(u["violations"] == 0 for u in usage)
+    assert streaming.run(["--clients", "--reports-subscription", "projects/p/subscriptions/s", "--requests-topic",
+                          "projects/p/topics/t", "--output", str(tmp_path / "x"), *common]) == 2
+    assert "numeric devices are asked nothing" in capsys.readouterr().err

@@ -1,4 +1,6 @@
-"""Recorded numeric device reports released slot by slot: the Beam-free core of ``pipelines.client_replay --domain``.
+"""Numeric device reports released slot by slot: :func:`release_numeric_stream`, the Beam-free core of
+``pipelines.client_replay --domain``, and :class:`StreamNumericReports`, the same checks on unbounded input
+(``pipelines.streaming --clients --domain``: each device's reports held in state cells until their slot closes).
 
 The devices (``wevent_client.NumericClient``) run every numeric method of seed 003 themselves and send
 reports (``schemas/report.avsc``, oracle ``"sw"``, payload: square wave output cells).  Every method's schedule

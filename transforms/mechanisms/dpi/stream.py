@@ -326,9 +326,10 @@ class _DPI(Mechanism):
             self._matrix = matrix
         return self._matrix
 
-    def distances(self, truth: np.ndarray) -> tuple[list[int], int]:
-        """The exact l1 numerators of ``pdf(truth)`` to every pool entry and their denominator
-        (:func:`.exponential.l1_numerators_of_matrix`), from the cache or else block by block (memory: one block).
+    def distances(self, truth: np.ndarray) -> tuple[list[int], int, int]:
+        """The exact l1 numerators of ``pdf(truth)`` to every pool entry, their denominator
+        (:func:`.exponential.l1_numerators_of_matrix`) and the least numerator, from the cache or else block by
+        block (memory: one block).
 
         The last result is kept by truth: mechanisms that share the pool (:meth:`share_pool`) and see the same
         truth in lock step (an evaluation over several budgets) compute it once; the numbers are the same."""
@@ -343,7 +344,7 @@ class _DPI(Mechanism):
                     part, denominator = l1_numerators_of_matrix(truth, block, n_units)
                     numerators += part
                 value = numerators, denominator
-            self._memo.update(key=key, value=value)
+            self._memo.update(key=key, value=(*value, min(value[0])))
         return self._memo["value"]
 
     def share_pool(self, other: _DPI) -> None:
@@ -533,8 +534,8 @@ class SoundDPI(_DPI):
         per_draw = units // (len(p.queries) * p.draws)
         outputs, statistics = [], []
         for q, truth in zip(p.queries, truths):
-            numerators, denominator = self.distances(truth)
-            picks = [exponential_draw(numerators, denominator, per_draw, rng) for _ in range(p.draws)]
+            numerators, denominator, lowest = self.distances(truth)
+            picks = [exponential_draw(numerators, denominator, per_draw, rng, lowest=lowest) for _ in range(p.draws)]
             outputs.append(self.counts(np.asarray(picks)).astype(np.int64).sum(axis=0))
             statistics.append((f"synopses:{q}", per_draw, p.draws))
         return np.stack(outputs), per_draw * p.draws * len(p.queries), statistics

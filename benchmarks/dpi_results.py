@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks import dpi_audit
+from benchmarks.dpi_pool import memory_mb
 from pipelines.evaluation.stats import holm, paired_lower
 from pipelines.evaluation_data import DEFAULT_DATA_DIR
 from transforms.mechanisms import (
@@ -52,8 +53,8 @@ from transforms.mechanisms import (
     SlotBatch,
     make_mechanism,
 )
-from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.base import ReleaseKind
+from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.dpi.theory import kl_divergence, pdf_mse
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
@@ -332,15 +333,6 @@ def paired_rows(runs: list[dict]) -> list[dict]:
 
 
 # -- the long run --------------------------------------------------------------------------------------------------
-def memory_mb(field: str = "VmRSS") -> float:
-    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), in MB (Linux ``/proc``).
-
-    Not ``ru_maxrss``: that survives ``exec``, so a child would report its parent's peak."""
-    with open("/proc/self/status") as handle:
-        line = next(line for line in handle if line.startswith(field + ":"))
-    return int(line.split()[1]) / 1024
-
-
 def long_run(slots: int, bins: int, epsilon: float, seed: int, marks: int = 10) -> dict:
     """``dpi-sound`` (Algorithm 3, the paper's Λ = 1e8: every slot fresh) on a synthetic-A-like stream over
     ``bins`` items for ``slots`` slots; resident memory and the median KL/MSE at ``marks`` evenly spaced points."""
@@ -498,7 +490,7 @@ def synthetic_b_section(runs: list[dict], paired: list[dict], streams: list[dict
         main = [r for r in runs if r["stream"] == stream["name"] and r["sweep"] is None]
         epsilons = sorted({r["epsilon"] for r in main})
 
-        def spread(method, metric):
+        def spread(method, metric, main=main, epsilons=epsilons):
             means = [summarise([r["results"][method][metric] for r in main if r["epsilon"] == e])[0] for e in epsilons]
             return f"{min(means):.3g} to {max(means):.3g}"
 

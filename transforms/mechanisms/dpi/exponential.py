@@ -152,7 +152,8 @@ def select_synopses(histogram, pool: SynopsisPool, epsilon_units: int, draws: in
     if whole_pool:  # block by block: memory one block, never the pool
         rows = (row for _, block in pool.blocks() for row in block)
     else:
-        rows = (row for start in range(0, len(candidates), BLOCK) for row in pool.counts_of(candidates[start:start + BLOCK]))
+        rows = (row for start in range(0, len(candidates), BLOCK)
+                for row in pool.counts_of(candidates[start:start + BLOCK]))
     numerators, denominator = l1_numerators(histogram, rows, pool.n_units)
     per_draw = int(epsilon_units) // draws
     lowest = min(numerators)

@@ -70,13 +70,13 @@ from transforms.mechanisms.base import (
     ReleaseKind,
     same_for_every_row,
 )
+from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import (
     UNITS_PER_EPSILON,
     to_epsilon,
     to_fraction,
     to_units,
 )
-from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.domain import Estimate
 from transforms.mechanisms.dpi.budgets import (
     DEFAULT_RANGES,

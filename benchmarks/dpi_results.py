@@ -1,13 +1,16 @@
 """Issue #16's evaluation of DPI: one command writes ``docs/results_dpi.md`` (and its figures).
 
-    nice -n 10 python -m benchmarks.dpi_results --data-dir /work/shared/data
+    nice -n 10 python -m benchmarks.dpi_results --data-dir /work/shared/data --long-slots 200000 --workers 2
 
 Streams (spec §4.1): **COVID-19** (JHU daily counts, ``covid19_jhu_daily``: each new case is a record whose
 item is its country; the 109 countries with the most cases and one "other" item make k = 110; 48,925 records
 drawn from all cases, each placed uniformly within its day, split into 1,000 equal slots), **synthetic A**
-(k = 100, each slot's item counts ~ N(100, σ²), σ drawn from 1..10 per slot), **synthetic B** (k = 1,000,
-counts ~ N(1000, σ²), the dataset with σ = 10) and a **Zipf(1.5)** stream (k = 100, 10,000 records a slot:
-the skewed stress test the paper lacks).  Records are users, as in the paper (spec §1.2).
+(k = 100, 3,000 slots, each slot's item counts ~ N(100, σ²), σ drawn from 1..10 per slot), **synthetic B**
+(App. E.2: the ten k = 1,000 datasets, counts ~ N(1000, j²) for dataset j, and k = 10,000 ones with the same
+mean, σ from ``--b10k-sigmas``; 2,700 slots over the spec's 11 ε; drawn one slot at a time as count vectors,
+10^6 and 10^7 records a slot) and a **Zipf(1.5)** stream (k = 100, 10,000 records a slot: the skewed stress
+test the paper lacks).  Records are users, as in the paper (spec §1.2): the DPI mechanisms read each slot's
+count vector (``step_counts``), the w-event baseline one user per record (it does not run on synthetic B).
 
 Methods, all answering the accumulative query (truth: the PDF of every record so far): ``dpi`` (the paper's
 loop, charged its sound upper bound; its ``eps_claimed`` is reported beside), ``dpi-sound`` (exact exponential
@@ -15,7 +18,9 @@ mechanism, lifetime budget), **uniform** (data-independent), **exact** (not priv
 mechanism, w = 10, ε per window: **a different guarantee**, its per-slot counts summed, clipped at 0 and
 normalised).  Metrics (spec §4.2): per-bin MSE and KL(true || released), averaged over the slots; mean ±
 standard deviation over the repeats; DPI against uniform by the paired sign-flip test of
-:mod:`pipelines.evaluation.stats` (same data and seed for every method).  Then the hyper-parameter sweeps of
+:mod:`pipelines.evaluation.stats` (same data and seed for every method; every ε of a stream and repeat in
+lock step, in ``--workers`` processes).  The privacy ledger checks every mechanism's charges in every slot;
+an overspend stops the command.  Then the hyper-parameter sweeps of
 Fig. 3 (λ, μ, ζ and the RBA, on COVID-19), the long run of Fig. 11 (``dpi-sound`` alone, in a child process so
 that its peak memory is its own) and the privacy audit (TV10, :mod:`benchmarks.dpi_audit`).
 

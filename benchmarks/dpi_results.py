@@ -180,6 +180,7 @@ def make_streams(slots: dict[str, int], data_dir: str, b_sigmas=B_SIGMAS, b10k_s
 
 @functools.lru_cache(maxsize=2)
 def _covid_daily(path: str) -> np.ndarray:
+    """The daily new cases of ``path``, read once per process (every repeat draws its records from them)."""
     return load_covid_daily(path)[1]
 
 

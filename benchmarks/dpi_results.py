@@ -1,13 +1,16 @@
 """Issue #16's evaluation of DPI: one command writes ``docs/results_dpi.md`` (and its figures).
 
-    nice -n 10 python -m benchmarks.dpi_results --data-dir /work/shared/data
+    nice -n 10 python -m benchmarks.dpi_results --data-dir /work/shared/data --long-slots 200000 --workers 2
 
 Streams (spec §4.1): **COVID-19** (JHU daily counts, ``covid19_jhu_daily``: each new case is a record whose
 item is its country; the 109 countries with the most cases and one "other" item make k = 110; 48,925 records
 drawn from all cases, each placed uniformly within its day, split into 1,000 equal slots), **synthetic A**
-(k = 100, each slot's item counts ~ N(100, σ²), σ drawn from 1..10 per slot), **synthetic B** (k = 1,000,
-counts ~ N(1000, σ²), the dataset with σ = 10) and a **Zipf(1.5)** stream (k = 100, 10,000 records a slot:
-the skewed stress test the paper lacks).  Records are users, as in the paper (spec §1.2).
+(k = 100, 3,000 slots, each slot's item counts ~ N(100, σ²), σ drawn from 1..10 per slot), **synthetic B**
+(App. E.2: the ten k = 1,000 datasets, counts ~ N(1000, j²) for dataset j, and k = 10,000 ones with the same
+mean, σ from ``--b10k-sigmas``; 2,700 slots over the spec's 11 ε; drawn one slot at a time as count vectors,
+10^6 and 10^7 records a slot) and a **Zipf(1.5)** stream (k = 100, 10,000 records a slot: the skewed stress
+test the paper lacks).  Records are users, as in the paper (spec §1.2): the DPI mechanisms read each slot's
+count vector (``step_counts``), the w-event baseline one user per record (it does not run on synthetic B).
 
 Methods, all answering the accumulative query (truth: the PDF of every record so far): ``dpi`` (the paper's
 loop, charged its sound upper bound; its ``eps_claimed`` is reported beside), ``dpi-sound`` (exact exponential
@@ -15,7 +18,9 @@ mechanism, lifetime budget), **uniform** (data-independent), **exact** (not priv
 mechanism, w = 10, ε per window: **a different guarantee**, its per-slot counts summed, clipped at 0 and
 normalised).  Metrics (spec §4.2): per-bin MSE and KL(true || released), averaged over the slots; mean ±
 standard deviation over the repeats; DPI against uniform by the paired sign-flip test of
-:mod:`pipelines.evaluation.stats` (same data and seed for every method).  Then the hyper-parameter sweeps of
+:mod:`pipelines.evaluation.stats` (same data and seed for every method; every ε of a stream and repeat in
+lock step, in ``--workers`` processes).  The privacy ledger checks every mechanism's charges in every slot;
+an overspend stops the command.  Then the hyper-parameter sweeps of
 Fig. 3 (λ, μ, ζ and the RBA, on COVID-19), the long run of Fig. 11 (``dpi-sound`` alone, in a child process so
 that its peak memory is its own) and the privacy audit (TV10, :mod:`benchmarks.dpi_audit`).
 
@@ -27,31 +32,45 @@ the figures), from which ``--render-only`` rewrites the document without running
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import lzma
 import os
 import subprocess
 import sys
 import time
+import zlib
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from benchmarks import dpi_audit
+from benchmarks.dpi_pool import memory_mb
 from pipelines.evaluation.stats import holm, paired_lower
 from pipelines.evaluation_data import DEFAULT_DATA_DIR
 from transforms.mechanisms import (
     FixedRequirement,
     LifetimeRequirement,
+    PrivacyLedger,
     SlotBatch,
     make_mechanism,
 )
 from transforms.mechanisms.base import ReleaseKind
+from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.dpi.theory import kl_divergence, pdf_mse
 from transforms.mechanisms.noise import insecure_seeded_randomness
 
 COVID_FILE = os.path.join("covid19_jhu_daily", "timeseries_2020-01-22_to_2020-08-17.json.xz")
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
+B_EPSILONS = (0.5, *map(float, range(1, 11)))
+"""Spec §4.1 (App. E.2): ε in [0.5, 10], 11 values."""
+B_SIGMAS = tuple(range(1, 11))
+"""App. E.2's k = 1,000 datasets: dataset j has σ = j."""
+B10K_SIGMAS = (1, 10)
+"""The k = 10,000 datasets run (the paper has ten, σ = 1..10)."""
 DEFAULTS = {"lam": 0.3, "mu": 0.1, "zeta": 0.2, "rba": "ranges"}
 """The DPI settings of every run unless swept: the spec's own runs, with Algorithm 4 so that ε matters."""
 SWEEPS = {"lam": (0.05, 0.1, 0.5), "mu": (0.05, 0.2, 0.3), "zeta": (0.1, 0.3, 0.5), "rba": ("exponential",)}
@@ -68,15 +87,25 @@ ALPHA = 0.05
 # -- streams -----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Stream:
-    """A stream as per-slot item counts (``slots x k``); each count is that many one-record users."""
+    """One evaluated stream: its public shape and how its per-slot item counts are drawn (:func:`stream_rows`).
+
+    ``kind`` is covid19, synthetic_a, synthetic_b or zipf; ``sigma`` and ``mean`` are synthetic B's per-item
+    N(mean, σ²); ``wevent`` says whether the w-event baseline runs on it (it reads users, one per record)."""
 
     name: str
+    kind: str
     description: str
-    counts: np.ndarray
+    bins: int
+    slots: int
+    epsilons: tuple[float, ...]
+    records_per_slot: float
+    wevent: bool = True
+    sigma: float = 0.0
+    mean: float = 0.0
 
     @property
-    def bins(self) -> int:
-        return self.counts.shape[1]
+    def methods(self) -> tuple[str, ...]:
+        return METHODS if self.wevent else tuple(m for m in METHODS if m != WEVENT)
 
 
 def load_covid_daily(path: str) -> tuple[list[str], np.ndarray]:
@@ -123,25 +152,51 @@ def zipf_counts(slots: int, bins: int, records: int, exponent: float, gen: np.ra
     return gen.multinomial(records, weights / weights.sum(), size=slots).astype(np.int64)
 
 
-def make_streams(seed: int, slots: dict[str, int], data_dir: str) -> tuple[list[Stream], str | None]:
-    """The four streams of repeat ``seed`` (COVID-19 left out, with the reason returned, when its file is absent)."""
-    gen = np.random.default_rng(seed)
+def make_streams(slots: dict[str, int], data_dir: str, b_sigmas=B_SIGMAS, b10k_sigmas=B10K_SIGMAS,
+                 epsilons=EPSILONS, b_epsilons=B_EPSILONS) -> tuple[list[Stream], str | None]:
+    """Every evaluated stream (COVID-19 left out, with the reason returned, when its file is absent).
+
+    Synthetic B: App. E.2's k = 1,000 datasets j (σ = j) and k = 10,000 ones (the paper leaves their mean
+    open; here 1,000, as at k = 1,000), over the spec's ε grid; the w-event baseline does not run on them
+    (10^6 records a slot, as users, through a user-level mechanism)."""
     streams, missing = [], None
     path = os.path.join(data_dir, COVID_FILE)
     if os.path.exists(path):
-        _, daily = load_covid_daily(path)
-        streams.append(Stream("covid19", "JHU daily new cases, 48,925 records, 109 countries + other",
-                              covid_counts(daily, slots["covid19"], 48_925, 110, gen)))
+        streams.append(Stream("covid19", "covid19", "JHU daily new cases, 48,925 records, 109 countries + other", 110,
+                              slots["covid19"], tuple(epsilons), 48_925 / slots["covid19"]))
     else:
         missing = f"COVID-19 skipped: {path} is not on this machine"
-    streams.append(Stream("synthetic_a", "N(100, σ²) per item, σ from 1..10 per slot",
-                          synthetic_counts(slots["synthetic_a"], 100, 100, gen.integers(1, 11, slots["synthetic_a"]),
-                                           gen)))
-    streams.append(Stream("synthetic_b", "N(1000, 10²) per item (App. E.2's dataset j = 10)",
-                          synthetic_counts(slots["synthetic_b"], 1000, 1000, np.array(10.0), gen)))
-    streams.append(Stream("zipf", "Zipf(1.5), 10,000 records a slot",
-                          zipf_counts(slots["zipf"], 100, 10_000, 1.5, gen)))
+    streams.append(Stream("synthetic_a", "synthetic_a", "N(100, σ²) per item, σ from 1..10 per slot", 100,
+                          slots["synthetic_a"], tuple(epsilons), 100 * 100))
+    streams.append(Stream("zipf", "zipf", "Zipf(1.5), 10,000 records a slot", 100, slots["zipf"], tuple(epsilons),
+                          10_000))
+    for bins, sigmas in ((1000, b_sigmas), (10_000, b10k_sigmas)):
+        for sigma in sigmas:
+            streams.append(Stream(f"synthetic_b_k{bins}_s{sigma:g}", "synthetic_b",
+                                  f"N(1000, {sigma:g}²) per item (App. E.2, k = {bins:,})", bins, slots["synthetic_b"],
+                                  tuple(b_epsilons), 1000.0 * bins, wevent=False, sigma=float(sigma), mean=1000.0))
     return streams, missing
+
+
+@functools.lru_cache(maxsize=2)
+def _covid_daily(path: str) -> np.ndarray:
+    """The daily new cases of ``path``, read once per process (every repeat draws its records from them)."""
+    return load_covid_daily(path)[1]
+
+
+def stream_rows(stream: Stream, seed: int, data_dir: str) -> Iterator[np.ndarray]:
+    """The item counts of ``stream`` in repeat ``seed``, slot by slot (synthetic B is drawn one slot at a time:
+    memory one slot, never ``slots x k``); a fresh draw per repeat and stream."""
+    gen = np.random.default_rng([seed, zlib.crc32(stream.name.encode())])
+    if stream.kind == "covid19":
+        yield from covid_counts(_covid_daily(os.path.join(data_dir, COVID_FILE)), stream.slots, 48_925, 110, gen)
+    elif stream.kind == "synthetic_a":
+        yield from synthetic_counts(stream.slots, 100, 100, gen.integers(1, 11, stream.slots), gen)
+    elif stream.kind == "zipf":
+        yield from zipf_counts(stream.slots, 100, 10_000, 1.5, gen)
+    else:
+        for _ in range(stream.slots):
+            yield synthetic_counts(1, stream.bins, stream.mean, np.array(stream.sigma), gen)[0]
 
 
 # -- running the methods -------------------------------------------------------------------------------------------
@@ -152,8 +207,9 @@ def to_pdf(counts: np.ndarray) -> np.ndarray:
     return clipped / total if total > 0 else np.full(clipped.size, 1 / clipped.size)
 
 
-_POOLS: dict[tuple, np.ndarray] = {}
-"""Pool matrices by (k, N, n_units, public seed): built once per process, not once per run (read-only arrays)."""
+_POOLS: dict[tuple, object] = {}
+"""One mechanism per pool (k, N, n_units, public seed) whose cache and distance memo the others share
+(:meth:`share_pool`): built once per process, not once per run."""
 
 
 def build(method: str, bins: int, epsilon: float, settings: dict):
@@ -166,55 +222,93 @@ def build(method: str, bins: int, epsilon: float, settings: dict):
     pool = mechanism.params.pool
     key = (pool.k, pool.size, pool.n_units, pool.seed)
     if key in _POOLS:
-        mechanism._matrix = _POOLS[key]
+        mechanism.share_pool(_POOLS[key])
     else:
-        _POOLS[key] = mechanism.pool_matrix()
+        mechanism.pool_matrix()
+        _POOLS[key] = mechanism
     return mechanism
 
 
-def run_methods(counts: np.ndarray, epsilon: float, seed: int, methods=METHODS, settings: dict | None = None) -> dict:
-    """Every method on one stream in lock step (same batches, each with ``insecure_seeded_randomness(seed)``).
+REPRESENTATIVE = SlotBatch.of([0], [NO_VALUE])
+"""The one registered user the DPI mechanisms are fed with the slot's counts (:meth:`step_counts`): every record's
+user is charged alike, so the ledger checks that user's charges, which are each record's."""
 
-    Returns per method the mean MSE and KL over the slots of the accumulative query, its seconds, and for the
-    DPI variants the claimed and charged ε at the end and the first slot skipped for want of budget."""
+
+def run_stream(rows: Iterable[np.ndarray], epsilons, seed: int, methods=METHODS, settings: dict | None = None
+               ) -> dict[float, dict]:
+    """Every method at every ε on one stream in lock step (same slots; each mechanism with
+    ``insecure_seeded_randomness(seed)``); the privacy ledger checks every mechanism's charges every slot.
+
+    DPI reads the slot's count vector (:meth:`step_counts`); the w-event baseline reads one user per record.
+    Returns per ε and method the mean MSE and KL over the slots of the accumulative query, its seconds, and for
+    the DPI variants the claimed and charged ε at the end and the first slot skipped for want of budget.
+    Raises when a ledger finds a charge over a budget."""
     settings = {**DEFAULTS, **(settings or {})}
-    slots, bins = counts.shape
-    mechanisms = {m: build(m, bins, epsilon, settings) for m in methods if m not in ("uniform", "exact")}
-    rngs = {m: insecure_seeded_randomness(seed) for m in mechanisms}
-    sums = {m: [0.0, 0.0] for m in methods}
+    epsilons = [float(e) for e in epsilons]
+    mechanisms = {(m, e): None for m in methods if m not in ("uniform", "exact") for e in epsilons}
+    bins = slots = 0
+    sums = {(m, e): [0.0, 0.0] for m in methods for e in epsilons}
     seconds = dict.fromkeys(mechanisms, 0.0)
-    cumulative, wevent_sum = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
-    uniform = np.full(bins, 1 / bins)
     last, stopped = {}, {}
-    for t in range(slots):
-        cumulative += counts[t]
+    for t, counts in enumerate(rows):
+        if t == 0:
+            bins = counts.size
+            cumulative, uniform = np.zeros(bins, np.int64), np.full(bins, 1 / bins)
+            mechanisms = {key: build(key[0], bins, key[1], settings) for key in mechanisms}
+            rngs = {key: insecure_seeded_randomness(seed) for key in mechanisms}
+            ledgers = {key: PrivacyLedger(WINDOW if key[0] == WEVENT else 1) for key in mechanisms}
+            wevent_sums = {e: np.zeros(bins, np.int64) for e in epsilons}
+        slots += 1
+        cumulative += counts
         truth = to_pdf(cumulative)
-        batch = SlotBatch.of(range(int(counts[t].sum())), np.repeat(np.arange(bins), counts[t]))
-        estimates = {"uniform": uniform, "exact": truth}
-        for m, mechanism in mechanisms.items():
+        fixed = {"uniform": uniform, "exact": truth}
+        for m in ("uniform", "exact"):
+            if m in methods:
+                mse, kl = pdf_mse(fixed[m], truth), kl_divergence(truth, fixed[m])
+                for e in epsilons:
+                    sums[m, e][0] += mse
+                    sums[m, e][1] += kl
+        records = None
+        for key, mechanism in mechanisms.items():
+            m, e = key
             start = time.perf_counter()
-            release = mechanism.step(batch, rngs[m])
-            seconds[m] += time.perf_counter() - start
             if m == WEVENT:
-                wevent_sum += release.histogram
-                estimates[m] = to_pdf(wevent_sum)
+                if records is None:
+                    records = SlotBatch.of(range(int(counts.sum())), np.repeat(np.arange(bins), counts))
+                release = mechanism.step(records, rngs[key])
+                wevent_sums[e] += release.histogram
+                estimate = to_pdf(wevent_sums[e])
             else:
-                estimates[m] = release.values
-                last[m] = release
-                if release.kind is ReleaseKind.SKIPPED and m not in stopped:
-                    stopped[m] = t
+                release = mechanism.step_counts(counts, rngs[key], REPRESENTATIVE)
+                estimate = release.values
+                last[key] = release
+                if release.kind is ReleaseKind.SKIPPED and key not in stopped:
+                    stopped[key] = t
+            seconds[key] += time.perf_counter() - start
+            ledgers[key].record(release.slot, release.charges)
+            sums[key][0] += pdf_mse(estimate, truth)
+            sums[key][1] += kl_divergence(truth, estimate)
+    for key, ledger in (ledgers.items() if slots else ()):
+        if not ledger.ok:
+            raise RuntimeError(f"the privacy ledger found an overspend by {key[0]} at ε = {key[1]}: "
+                               f"{ledger.violations[0]}")
+    results = {}
+    for e in epsilons:
+        result = results[e] = {}
         for m in methods:
-            sums[m][0] += pdf_mse(estimates[m], truth)
-            sums[m][1] += kl_divergence(truth, estimates[m])
-    result = {}
-    for m in methods:
-        result[m] = {"mse": sums[m][0] / slots, "kl": sums[m][1] / slots}
-        if m in mechanisms:
-            result[m]["seconds"] = seconds[m]
-        if m in last:
-            result[m].update(eps_claimed=last[m].figures["eps_claimed"],
-                             eps_charged=last[m].figures["eps_charged_total"], stopped_at=stopped.get(m))
-    return result
+            result[m] = {"mse": sums[m, e][0] / slots, "kl": sums[m, e][1] / slots}
+            if (m, e) in mechanisms:
+                result[m].update(seconds=seconds[m, e], ledger_slots=slots)
+            if (m, e) in last:
+                figures = last[m, e].figures
+                result[m].update(eps_claimed=figures["eps_claimed"], eps_charged=figures["eps_charged_total"],
+                                 stopped_at=stopped.get((m, e)))
+    return results
+
+
+def run_methods(counts: np.ndarray, epsilon: float, seed: int, methods=METHODS, settings: dict | None = None) -> dict:
+    """:func:`run_stream` at one ε over a ``slots x k`` count matrix."""
+    return run_stream(iter(counts), [epsilon], seed, methods, settings)[float(epsilon)]
 
 
 def summarise(values) -> tuple[float, float]:
@@ -245,15 +339,6 @@ def paired_rows(runs: list[dict]) -> list[dict]:
 
 
 # -- the long run --------------------------------------------------------------------------------------------------
-def memory_mb(field: str = "VmRSS") -> float:
-    """This process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), in MB (Linux ``/proc``).
-
-    Not ``ru_maxrss``: that survives ``exec``, so a child would report its parent's peak."""
-    with open("/proc/self/status") as handle:
-        line = next(line for line in handle if line.startswith(field + ":"))
-    return int(line.split()[1]) / 1024
-
-
 def long_run(slots: int, bins: int, epsilon: float, seed: int, marks: int = 10) -> dict:
     """``dpi-sound`` (Algorithm 3, the paper's Λ = 1e8: every slot fresh) on a synthetic-A-like stream over
     ``bins`` items for ``slots`` slots; resident memory and the median KL/MSE at ``marks`` evenly spaced points."""
@@ -291,14 +376,21 @@ def rba_memory_mb(rba) -> float:
     return sum(sys.getsizeof(part) + integer * len(part) for part in (free.starts, free.ends)) / 2 ** 20
 
 
-def long_run_in_child(slots: int, bins: int, epsilon: float, seed: int) -> dict:
-    """:func:`long_run` in a fresh interpreter, so that its peak memory is the run's alone."""
+def long_run_child(slots: int, bins: int, epsilon: float, seed: int) -> subprocess.Popen:
+    """:func:`long_run` started in a fresh interpreter (so that its peak memory is the run's alone), running
+    beside the other runs; :func:`long_run_result` waits for it."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.dpi_results", "--long-run-only", "--long-slots",
-                           str(slots), "--long-bins", str(bins), "--seed", str(seed)], cwd=root, env=env,
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.dpi_results", "--long-run-only", "--long-slots",
+                             str(slots), "--long-bins", str(bins), "--seed", str(seed)], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def long_run_result(child: subprocess.Popen) -> dict:
+    out, err = child.communicate()
+    if child.returncode:
+        raise RuntimeError(f"the long run failed ({child.returncode}): {err.strip()[-500:]}")
+    return json.loads(out)
 
 
 # -- the document --------------------------------------------------------------------------------------------------
@@ -354,18 +446,99 @@ def sweep_table(runs: list[dict], stream: str, name: str) -> list[str]:
     return lines
 
 
+def timing_line(runs: list[dict], streams: list[str], slots: int) -> str:
+    """Mechanism time per slot, mean over the streams' runs (every ε)."""
+    point = [r["results"] for r in runs if r["stream"] in streams and r["sweep"] is None]
+    timing = {m: summarise([p[m]["seconds"] for p in point])[0] / slots for m in point[0] if "seconds" in point[0][m]}
+    return ("Mechanism time per slot (mean over the runs above and their ε, on the shared machine; building the pool "
+            "is not timed; `dpi-sound` measures the pool once a slot for all ε, which share it): "
+            + ", ".join(f"`{m}` {1e3 * t:.2f} ms" for m, t in timing.items()) + ".")
+
+
+def paper_table(results: dict) -> list[str]:
+    """What ran here against what the paper ran (spec §4.1)."""
+    config, streams = results["config"], results["streams"]
+    b = {bins: sorted(s["sigma"] for s in streams if s["kind"] == "synthetic_b" and s["bins"] == bins)
+         for bins in (1000, 10_000)}
+    b_slots = config["slots"]["synthetic_b"]
+
+    def sigmas(values):
+        return ", ".join(f"{v:g}" for v in values) or "none"
+
+    b_eps = next((s["epsilons"] for s in streams if s["kind"] == "synthetic_b"), ())
+    main_eps = next((s["epsilons"] for s in streams if s["kind"] == "synthetic_a"), ())
+    return ["", "| set | the paper | here |", "|---|---|---|",
+            (f"| synthetic A (§6.4) | 3,000 slots, k = 100, ε not stated | {config['slots']['synthetic_a']:,} slots, "
+             f"ε ∈ {{{', '.join(map(_eps, main_eps))}}}, {config['repeats']} repeats |"),
+            (f"| synthetic B, k = 1,000 (App. E.2) | 10 datasets (σ = 1..10), 2,700 slots, 11 ε in [0.5, 10], "
+             f"10 repetitions | σ ∈ {{{sigmas(b[1000])}}}, {b_slots:,} slots, ε ∈ {{{', '.join(map(_eps, b_eps))}}}, "
+             f"{config['b_repeats']} repeats |"),
+            (f"| synthetic B, k = 10,000 (App. E.2) | 10 datasets, \"similar settings\" (mean not stated), 2,700 "
+             f"slots | σ ∈ {{{sigmas(b[10_000])}}} with mean 1,000 (our choice: App. E.2's k = 1,000 setting with the "
+             f"larger domain, 10^7 records a slot), {b_slots:,} slots, the same ε, {config['b_repeats']} repeats |"),
+            (f"| long run (Fig. 11) | 200,000 slots, k = 10,000 | {config['long_slots']:,} slots, k = "
+             f"{results['long_run']['bins'] if 'long_run' in results else '-'} (below) |")]
+
+
+def synthetic_b_section(runs: list[dict], paired: list[dict], streams: list[dict], figures: list[str]) -> list[str]:
+    """One row per dataset σ: each method's mean error (over the repeats) as its range over ε, and the paired
+    verdicts against uniform."""
+    bins = streams[0]["bins"]
+    out = ["", f"## Synthetic B, k = {bins:,} (App. E.2)", "",
+           (f"Per dataset (σ), the mean over the repeats at each ε; DPI's columns give the range of those means over "
+            f"the {len(streams[0]['epsilons'])} ε (uniform's and exact's do not depend on ε; exact is 0). "
+            "\"worse\" and \"better\" count the (ε, metric) comparisons where the paired test finds DPI "
+            "significantly worse or better than uniform. `dpi` stops for want of budget at the slot given (first "
+            "repeat, smallest to largest ε)."), "",
+           ("| σ | uniform MSE | `dpi` MSE | `dpi-sound` MSE | uniform KL | `dpi` KL | `dpi-sound` KL | `dpi`: worse / "
+            "better | `dpi-sound`: worse / better | `dpi` stops at slot |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for stream in sorted(streams, key=lambda s: s["sigma"]):
+        main = [r for r in runs if r["stream"] == stream["name"] and r["sweep"] is None]
+        epsilons = sorted({r["epsilon"] for r in main})
+
+        def spread(method, metric, main=main, epsilons=epsilons):
+            means = [summarise([r["results"][method][metric] for r in main if r["epsilon"] == e])[0] for e in epsilons]
+            return f"{min(means):.3g} to {max(means):.3g}"
+
+        cells = [_pm([r["results"]["uniform"]["mse"] for r in main if r["epsilon"] == epsilons[0]]),
+                 spread("dpi", "mse"), spread("dpi-sound", "mse"),
+                 _pm([r["results"]["uniform"]["kl"] for r in main if r["epsilon"] == epsilons[0]]),
+                 spread("dpi", "kl"), spread("dpi-sound", "kl")]
+        for variant in DPI_METHODS:
+            rows = [row for row in paired if row["stream"] == stream["name"] and row["variant"] == variant]
+            cells.append(f"{sum(row['p_worse'] < ALPHA for row in rows)} / "
+                         f"{sum(row['verdict'] == 'better than uniform' for row in rows)} of {len(rows)}")
+        first = min(r["seed"] for r in main)
+        stops = [next(r["results"]["dpi"]["stopped_at"] for r in main if r["seed"] == first and r["epsilon"] == e)
+                 for e in epsilons]
+        cells.append(f"{min(s for s in stops if s is not None) if any(s is not None for s in stops) else 'never'} "
+                     f"to {'never' if None in stops else max(stops)}")
+        out.append(f"| {stream['sigma']:g} | " + " | ".join(cells) + " |")
+    out += ["", timing_line(runs, [s["name"] for s in streams], streams[0]["slots"])]
+    out += [""] + [f"![synthetic B, k = {bins}](results_dpi/{f})" for f in figures if f == f"synthetic_b_k{bins}.png"]
+    return out
+
+
 def render(results: dict, figures: list[str] | None = None) -> str:
     """The Markdown document from a results object (see :func:`main`)."""
     runs, paired, config = results["runs"], results["paired"], results["config"]
     streams = results["streams"]
+    ledger_slots = sum(result.get("ledger_slots", 0) for r in runs for result in r["results"].values())
     out = ["# DPI: the evaluation of issue #16", "",
            (f"Generated by `{config['command']}` in {config['wall_seconds']:.0f} s of wall time "
            f"(the figures and this file excluded) on a machine with {os.cpu_count()} cores. Spec: `../shared/spec/dpi.md` §4; the mechanisms "
            "and the readings chosen: [docs/dpi.md](dpi.md). Every generator is seeded: the numbers are "
            "reproducible and these releases are **not** private (a deployment uses the secure generator)."), "",
            "## Set-up", "",
-           (f"- Repeats: {config['repeats']} per point (seeds {config['seed']}..{config['seed'] + config['repeats'] - 1});"
-           " every method sees the same data and the same seed in a repeat, so the comparisons are paired."),
+           (f"- Repeats: {config['repeats']} per point (seeds {config['seed']}..{config['seed'] + config['repeats'] - 1}),"
+           f" {config['b_repeats']} for synthetic B; every method sees the same data and the same seed in a repeat "
+           "(all ε in lock step over the same slots), so the comparisons are paired. The data are drawn afresh "
+           "per repeat and stream."),
+           ("- The privacy ledger (`transforms/mechanisms/ledger.py`) checked every mechanism's charges in every slot "
+           f"of every run ({ledger_slots:,} slot charges; a run with an overspend would have stopped this "
+           "command): none was over its budget. The DPI mechanisms read each slot's count vector (`step_counts`: "
+           "at 10^6 and 10^7 records a slot, the counts are what the mechanism reads), one registered user standing "
+           "for every record's user, who are all charged alike; `bd` reads one user per record."),
            ("- Query: the accumulative distribution (truth: the PDF of every record so far); metrics (spec §4.2, "
            "I-16, I-17): per-bin MSE of the PDFs and KL(true ‖ released) in nats (release smoothed by 1e-10), "
            "averaged over the slots; tables give mean ± standard deviation over the repeats."),
@@ -376,9 +549,11 @@ def render(results: dict, figures: list[str] | None = None) -> str:
            (f"- Baselines: uniform (data-independent), exact (not private: its KL is 0 up to the smoothing), and "
            f"**{WEVENT_LABEL}**: each slot's noisy counts, summed, clipped at 0 and normalised; ε is its budget per "
            f"window of {WINDOW} slots, so over T slots a user can lose up to ε·T/{WINDOW}."),
-           "", "| stream | k | slots | records a slot (mean) | what |", "|---|---|---|---|---|"]
+           "", "| stream | k | slots | records a slot (mean) | ε | methods | what |", "|---|---|---|---|---|---|---|"]
     for s in streams:
-        out.append(f"| {s['name']} | {s['bins']} | {s['slots']} | {s['records_per_slot']:,.0f} | {s['description']} |")
+        out.append(f"| {s['name']} | {s['bins']:,} | {s['slots']:,} | {s['records_per_slot']:,.0f} | "
+                   f"{', '.join(map(_eps, s['epsilons']))} | {'all' if s['wevent'] else f'all but {WEVENT}'} | "
+                   f"{s['description']} |")
     if results.get("missing"):
         out += ["", f"**{results['missing']}.**"]
     out += ["", ("COVID-19 preprocessing (spec §4.1; the paper's Kaggle file is not available offline): the JHU "
@@ -386,15 +561,14 @@ def render(results: dict, figures: list[str] | None = None) -> str:
             "item is its country, the 109 countries with the most cases keep their item and the rest share "
             "\"other\" (k = 110); 48,925 records are drawn from all cases (a fresh draw per repeat), each placed "
             "uniformly within its day, and the 209 days are split into 1,000 equal slots of about 5 h (the paper: "
-            "4.38 h). Synthetic B is one of App. E.2's ten k = 1,000 datasets (σ = 10, the farthest from uniform), "
-            f"run for {config['slots']['synthetic_b']} slots instead of 2,700 to fit the time budget; synthetic A "
-            f"runs {config['slots']['synthetic_a']} of its 3,000 slots.")]
+            "4.38 h).")] + paper_table(results)
     verdicts = [row for row in paired if row["verdict"] == "no better than uniform"]
+    fewest = min(config["repeats"], config["b_repeats"])
     out += ["", "## Plainly", "",
             (f"Of {len(paired)} paired comparisons of a DPI variant with releasing the uniform distribution (per "
             f"stream, ε and metric), DPI is **no better than uniform in {len(verdicts)}** (one-sided paired "
-            f"sign-flip test over the repeats, p ≥ {ALPHA}; with {config['repeats']} pairs the smallest possible "
-            f"p is {1 / 2 ** config['repeats']:.3f}). Per stream and variant, over every ε (ratios are geometric "
+            f"sign-flip test over the repeats, p ≥ {ALPHA}; with {fewest} pairs the smallest possible "
+            f"p is {1 / 2 ** fewest:.3f}). Per stream and variant, over every ε (ratios are geometric "
             "means over the repeats of DPI's error divided by uniform's):"), "",
             "| stream | variant | DPI/uniform MSE | DPI/uniform KL | significantly worse than uniform | better |",
             "|---|---|---|---|---|---|"]
@@ -406,7 +580,7 @@ def render(results: dict, figures: list[str] | None = None) -> str:
                                                               for r in ratios.values())
                        + f" | {sum(row['p_worse'] < ALPHA for row in rows)} of {len(rows)} | "
                        f"{sum(row['verdict'] == 'better than uniform' for row in rows)} of {len(rows)} |")
-    main = [r for r in runs if r["sweep"] is None]
+    main = [r for r in runs if r["sweep"] is None and WEVENT in r["results"]]
     points = sorted({(r["stream"], r["epsilon"]) for r in main})
     wevent_better = sum(summarise([r["results"][WEVENT]["mse"] for r in main if (r["stream"], r["epsilon"]) == k])[0]
                         < summarise([r["results"]["uniform"]["mse"] for r in main
@@ -415,29 +589,37 @@ def render(results: dict, figures: list[str] | None = None) -> str:
                  f"{WINDOW} slots) has a lower mean MSE than uniform at {wevent_better} of {len(points)} (stream, ε) "
                  "points. It is not a competitor under DPI's guarantee: over these streams a user's loss under it "
                  f"grows to ε·T/{WINDOW}. It shows what the data allow when the budget is renewed.")]
+    worse = sum(row["p_worse"] < ALPHA for row in paired)
+    b_rows = [row for row in paired if row["stream"].startswith("synthetic_b") and row["metric"] == "mse"]
+    out += ["", (f"DPI is significantly **worse** than uniform in {worse} of the {len(paired)} comparisons. "
+                 + (f"On synthetic B its MSE is {min(r['ratio'] for r in b_rows):.3g} to "
+                    f"{max(r['ratio'] for r in b_rows):.3g} times uniform's, the same whatever σ and ε: the truth is "
+                    "within about 0.01 (L1) of uniform while the pool's entries (n_units = k) are about 0.74 from "
+                    "it (2/e, spec TV11), and the weights barely move (§2.10.3). " if b_rows else "")
+                 + "Where the truth is far from uniform (COVID-19, Zipf), no pool entry comes close to it either, "
+                 "and both variants stay within a few percent of uniform.")]
     better = [row for row in paired if row["verdict"] == "better than uniform"]
     if better:
         out += ["", "DPI beats uniform only here: " + "; ".join(
             f"{row['stream']} ε = {_eps(row['epsilon'])} `{row['variant']}` {row['metric'].upper()} "
             f"(ratio {row['ratio']:.3g}, p = {row['p_better']:.3f})" for row in better) + "."]
-    for stream in [s["name"] for s in streams]:
+    for stream in [s["name"] for s in streams if s["kind"] != "synthetic_b"]:
         out += ["", f"## {stream}", ""] + stream_table(runs, stream)
         slots = next(s["slots"] for s in streams if s["name"] == stream)
-        timing = {m: summarise([r["results"][m]["seconds"] for r in runs if r["stream"] == stream
-                                and r["sweep"] is None])[0] / slots for m in METHODS if m in runs[0]["results"]
-                  and "seconds" in runs[0]["results"][m]}
-        out += ["", "Mechanism time per slot (mean over the runs above, on the shared machine; building the pool is not "
-                "timed): "
-                + ", ".join(f"`{m}` {1e3 * t:.2f} ms" for m, t in timing.items()) + "."]
+        out += ["", timing_line(runs, [stream], slots)]
         if figures:
             out += [""] + [f"![{stream}](results_dpi/{f})" for f in figures if f.startswith(stream)]
+    for bins in sorted({s["bins"] for s in streams if s["kind"] == "synthetic_b"}):
+        out += synthetic_b_section(runs, paired, [s for s in streams if s["kind"] == "synthetic_b"
+                                                  and s["bins"] == bins], figures or [])
     out += ["", "## DPI against uniform: paired tests", "",
             ("One-sided sign-flip tests on the log ratio over the repeats (`pipelines/evaluation/stats.py`): "
             "`p(better)` tests \"DPI < uniform\", `p(worse)` tests \"uniform < DPI\"; Holm adjusts `p(better)` "
-            "over every row."), "",
+            "over every comparison, synthetic B's included (those rows are in `results_dpi/results.json`, summed up "
+            "in the tables above)."), "",
             "| stream | ε | variant | metric | DPI/uniform | DPI wins | p(better) | Holm | p(worse) | verdict |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in paired:
+    for row in (row for row in paired if not row["stream"].startswith("synthetic_b")):
         out.append(f"| {row['stream']} | {_eps(row['epsilon'])} | `{row['variant']}` | {row['metric'].upper()} | "
                    f"{row['ratio']:.3g} | {row['wins']}/{row['pairs']} | {row['p_better']:.3f} | "
                    f"{row['p_better_holm']:.3f} | {row['p_worse']:.3f} | {row['verdict']} |")
@@ -464,8 +646,9 @@ def render(results: dict, figures: list[str] | None = None) -> str:
                 (f"`dpi-sound`, k = {lr['bins']}, ε = {_eps(lr['epsilon'])}, Algorithm 3 (Λ = 1e8, so every slot is "
                 f"fresh), a synthetic-A-like stream (100 ± σ records per item): **{lr['slots']:,} slots** "
                 f"({lr['fresh']:,} fresh) in {lr['wall_seconds']:.0f} s, **{lr['ms_per_slot']:.2f} ms per slot** "
-                f"(data generation and metrics included), **peak RSS {lr['peak_rss_mb']:.0f} MB** (a child "
-                f"process of its own). Resident memory went from {first['rss_mb']:.1f} MB at slot {first['slot']:,} "
+                f"(data generation and metrics included; it ran beside the evaluation's {config.get('workers', 1)} "
+                "worker process(es) on the shared machine, so its time is inflated by theirs), **peak RSS "
+                f"{lr['peak_rss_mb']:.0f} MB** (a child process of its own). Resident memory went from {first['rss_mb']:.1f} MB at slot {first['slot']:,} "
                 f"to {end['rss_mb']:.1f} MB at slot {end['slot']:,} ({100 * (end['rss_mb'] / first['rss_mb'] - 1):+.1f}%)"
                 f"; ε charged at the end: {lr['eps_charged']:.3g}. Algorithm 3 keeps the series indices it handed "
                 f"out (it must never hand one out twice), {lr['rba_indices']:,} of them at the end, as runs of "
@@ -503,7 +686,26 @@ def plot(results: dict, directory: str) -> list[str]:
         return []
     os.makedirs(directory, exist_ok=True)
     runs, names = results["runs"], []
-    for stream in [s["name"] for s in results["streams"]]:
+    for bins in sorted({s["bins"] for s in results["streams"] if s["kind"] == "synthetic_b"}):
+        streams = sorted((s for s in results["streams"] if s["kind"] == "synthetic_b" and s["bins"] == bins),
+                         key=lambda s: s["sigma"])
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        for ax, metric in zip(axes, ("mse", "kl")):
+            for s, colour in zip(streams, plt.cm.viridis(np.linspace(0, 0.9, len(streams)))):
+                main = [r for r in runs if r["stream"] == s["name"] and r["sweep"] is None]
+                epsilons = sorted({r["epsilon"] for r in main})
+                for m, style in (("dpi-sound", "-"), ("uniform", ":")):
+                    ax.plot(epsilons, [summarise([r["results"][m][metric] for r in main if r["epsilon"] == e])[0]
+                                       for e in epsilons], style, color=colour, marker="o" if m != "uniform" else None,
+                            markersize=3, label=f"σ = {s['sigma']:g}" if m == "dpi-sound" else None)
+            ax.set(xscale="log", yscale="log", xlabel="ε", ylabel=metric.upper(),
+                   title=f"synthetic B, k = {bins:,}: {metric.upper()} (solid dpi-sound, dotted uniform)")
+        axes[0].legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        names.append(f"synthetic_b_k{bins}.png")
+        fig.savefig(os.path.join(directory, names[-1]), dpi=90)
+        plt.close(fig)
+    for stream in [s["name"] for s in results["streams"] if s["kind"] != "synthetic_b"]:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
         epsilons = sorted({r["epsilon"] for r in runs if r["stream"] == stream and r["sweep"] is None})
         for ax, metric in zip(axes, ("mse", "kl")):
@@ -554,28 +756,40 @@ def plot(results: dict, directory: str) -> list[str]:
 
 
 # -- the command ---------------------------------------------------------------------------------------------------
-def evaluate(repeats: int, seed: int, epsilons, slots: dict[str, int], data_dir: str) -> dict:
-    """The main sweep (every stream, ε, repeat, method) and Fig. 3's sweeps on the first stream."""
-    runs, described, missing = [], [], None
-    for repeat in range(repeats):
-        streams, missing = make_streams(seed + repeat, slots, data_dir)
-        if repeat == 0:
-            described = [{"name": s.name, "description": s.description, "bins": s.bins, "slots": s.counts.shape[0],
-                          "records_per_slot": float(s.counts.sum(axis=1).mean())} for s in streams]
-        for stream in streams:
-            for epsilon in epsilons:
-                runs.append({"stream": stream.name, "epsilon": epsilon, "seed": seed + repeat, "sweep": None,
-                             "results": run_methods(stream.counts, epsilon, seed + repeat)})
-        sweep = streams[0]
-        for name, values in SWEEPS.items():
-            for value in values:
-                methods = ("dpi",) if name == "lam" else DPI_METHODS
-                for epsilon in SWEEP_EPSILONS:
-                    runs.append({"stream": sweep.name, "epsilon": epsilon, "seed": seed + repeat,
-                                 "sweep": [name, value],
-                                 "results": run_methods(sweep.counts, epsilon, seed + repeat, methods, {name: value})})
-    return {"runs": runs, "streams": described, "missing": missing, "sweep_stream": described[0]["name"],
-            "sweep_min_distance": min_pool_distance(sweep.counts)}
+def run_task(task: tuple) -> list[dict]:
+    """One stream in one repeat, every ε in lock step (a sweep value when ``sweep`` is given): its run records."""
+    stream, seed, sweep, data_dir = task
+    methods = (("dpi",) if sweep[0] == "lam" else DPI_METHODS) if sweep else stream.methods
+    epsilons = SWEEP_EPSILONS if sweep else stream.epsilons
+    results = run_stream(stream_rows(stream, seed, data_dir), epsilons, seed, methods,
+                         {sweep[0]: sweep[1]} if sweep else None)
+    return [{"stream": stream.name, "epsilon": e, "seed": seed, "sweep": list(sweep) if sweep else None,
+             "results": result} for e, result in results.items()]
+
+
+def evaluate(repeats: int, seed: int, streams: list[Stream], data_dir: str, workers: int = 1,
+             b_repeats: int | None = None) -> dict:
+    """The main sweep (every stream, ε, repeat, method) and Fig. 3's sweeps on the first stream, over
+    ``workers`` processes (the costliest tasks first); synthetic B runs ``b_repeats`` repeats (default
+    ``repeats``)."""
+    b_repeats = repeats if b_repeats is None else b_repeats
+    tasks = [(stream, seed + r, None, data_dir) for stream in streams
+             for r in range(b_repeats if stream.kind == "synthetic_b" else repeats)]
+    sweep_stream = streams[0]
+    tasks += [(sweep_stream, seed + r, (name, value), data_dir) for name, values in SWEEPS.items()
+              for value in values for r in range(repeats)]
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i][0].bins * tasks[i][0].slots
+                   * len(SWEEP_EPSILONS if tasks[i][2] else tasks[i][0].epsilons))
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            done = dict(zip(order, pool.map(run_task, [tasks[i] for i in order])))
+    else:
+        done = {i: run_task(tasks[i]) for i in order}
+    runs = [run for i in range(len(tasks)) for run in done[i]]
+    described = [{**dataclasses.asdict(s), "methods": list(s.methods)} for s in streams]
+    sweep_counts = np.array(list(stream_rows(sweep_stream, seed, data_dir)))
+    return {"runs": runs, "streams": described, "sweep_stream": sweep_stream.name,
+            "sweep_min_distance": min_pool_distance(sweep_counts)}
 
 
 def min_pool_distance(counts: np.ndarray) -> float:
@@ -595,24 +809,40 @@ def main(argv=None) -> int:
     parser.add_argument("--render-only", action="store_true", help="re-render --out from --json-out, run nothing")
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="holds covid19_jhu_daily/ (read only)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--b-repeats", type=int, default=None, help="synthetic B's repeats (default --repeats)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epsilons", default=",".join(_eps(e) for e in EPSILONS))
-    parser.add_argument("--slots", default="covid19=1000,synthetic_a=1000,synthetic_b=200,zipf=1000",
+    parser.add_argument("--epsilons", default=",".join(_eps(e) for e in EPSILONS),
+                        help="ε of COVID-19, synthetic A and Zipf")
+    parser.add_argument("--b-epsilons", default=",".join(_eps(e) for e in B_EPSILONS), help="ε of synthetic B")
+    parser.add_argument("--b-sigmas", default=",".join(map(str, B_SIGMAS)), help="σ of the k = 1,000 datasets")
+    parser.add_argument("--b10k-sigmas", default=",".join(map(str, B10K_SIGMAS)),
+                        help="σ of the k = 10,000 datasets (empty: none)")
+    parser.add_argument("--slots", default="covid19=1000,synthetic_a=3000,synthetic_b=2700,zipf=1000",
                         help="slots per stream")
+    parser.add_argument("--workers", type=int, default=1, help="processes for the runs (the long run has its own)")
     parser.add_argument("--long-slots", type=int, default=50_000, help="the long run's slots (0: none)")
     parser.add_argument("--long-bins", type=int, default=1000)
     parser.add_argument("--long-run-only", action="store_true", help="run only the long run and print its JSON")
     parser.add_argument("--audit-slots", type=int, default=1000)
     args = parser.parse_args(argv)
+
+    def numbers(text: str, kind=float) -> list:
+        return [kind(v) for v in text.split(",") if v.strip()]
+
     try:
-        epsilons = [float(e) for e in args.epsilons.split(",")]
+        epsilons, b_epsilons = numbers(args.epsilons), numbers(args.b_epsilons)
+        b_sigmas, b10k_sigmas = numbers(args.b_sigmas), numbers(args.b10k_sigmas)
         slots = {k: int(v) for k, v in (item.split("=") for item in args.slots.split(","))}
     except ValueError:
-        parser.error("--epsilons takes numbers and --slots NAME=COUNT pairs, separated by commas")
+        parser.error("--epsilons, --b-epsilons and the σ lists take numbers and --slots NAME=COUNT pairs, "
+                     "separated by commas")
     if set(slots) != {"covid19", "synthetic_a", "synthetic_b", "zipf"} or min(slots.values()) < 1:
         parser.error("--slots needs covid19, synthetic_a, synthetic_b and zipf, each at least 1")
-    if args.repeats < 1 or args.long_slots < 0 or args.long_bins < 2 or args.audit_slots < 1 or min(epsilons) <= 0:
-        parser.error("--repeats and --audit-slots must be >= 1, --long-slots >= 0, --long-bins >= 2, ε > 0")
+    if args.repeats < 1 or (args.b_repeats is not None and args.b_repeats < 1) or args.long_slots < 0 \
+            or args.long_bins < 2 or args.audit_slots < 1 or args.workers < 1 or not epsilons or not b_epsilons \
+            or min(epsilons + b_epsilons) <= 0 or min(b_sigmas + b10k_sigmas, default=1) <= 0:
+        parser.error("--repeats, --b-repeats, --workers and --audit-slots must be >= 1, --long-slots >= 0, "
+                     "--long-bins >= 2, every ε and σ > 0")
     if args.render_only:
         with open(args.json_out) as handle:
             results = json.load(handle)
@@ -623,15 +853,19 @@ def main(argv=None) -> int:
         print(json.dumps(long_run(args.long_slots, args.long_bins, 2.0, args.seed)))
         return 0
     start = time.perf_counter()
-    results = evaluate(args.repeats, args.seed, epsilons, slots, args.data_dir)
+    child = long_run_child(args.long_slots, args.long_bins, 2.0, args.seed) if args.long_slots else None
+    streams, missing = make_streams(slots, args.data_dir, b_sigmas, b10k_sigmas, epsilons, b_epsilons)
+    results = evaluate(args.repeats, args.seed, streams, args.data_dir, args.workers, args.b_repeats)
+    results["missing"] = missing
     results["paired"] = paired_rows(results["runs"])
-    if args.long_slots:
-        results["long_run"] = long_run_in_child(args.long_slots, args.long_bins, 2.0, args.seed)
     results["audit"] = {"slots": args.audit_slots,
                         "variants": {n: dpi_audit.audit(n, args.audit_slots, 2000) for n in DPI_METHODS}}
+    if child is not None:
+        results["long_run"] = long_run_result(child)
     results["config"] = {"command": "python -m benchmarks.dpi_results " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
-                         "repeats": args.repeats, "seed": args.seed, "slots": slots, "long_slots": args.long_slots,
+                         "repeats": args.repeats, "b_repeats": args.b_repeats or args.repeats, "seed": args.seed,
+                         "slots": slots, "long_slots": args.long_slots, "workers": args.workers,
                          "sweep_stream": results.pop("sweep_stream"), "wall_seconds": time.perf_counter() - start}
     figures = plot(results, args.figures)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -4,6 +4,7 @@ Deterministic (seeded generators, exact sign-flip enumeration): nothing here can
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 import math
@@ -14,10 +15,12 @@ import pytest
 
 from benchmarks import dpi_results
 from pipelines.evaluation_data import DEFAULT_DATA_DIR
+from transforms.mechanisms.dpi.stream import SoundDPI
 from transforms.mechanisms.dpi.theory import KL_SMOOTHING
 
 REAL_COVID = os.path.join(DEFAULT_DATA_DIR, dpi_results.COVID_FILE)
 TINY_SLOTS = {"covid19": 6, "synthetic_a": 6, "synthetic_b": 2, "zipf": 6}
+FULL_SLOTS = {"covid19": 1000, "synthetic_a": 3000, "synthetic_b": 2700, "zipf": 1000}
 
 
 def write_fixture(path, cumulative: dict[str, list[int]]) -> None:
@@ -49,19 +52,42 @@ def test_covid_preprocessing_on_a_fixture(tmp_path):
 @pytest.mark.skipif(not os.path.exists(REAL_COVID), reason=f"{REAL_COVID} is not on this machine (the JHU COVID-19 "
                     "series lives in ../shared/data, never in the repository)")
 def test_the_real_covid_stream_has_the_papers_shape():
-    streams, missing = dpi_results.make_streams(0, {**TINY_SLOTS, "covid19": 1000}, DEFAULT_DATA_DIR)
+    streams, missing = dpi_results.make_streams(FULL_SLOTS, DEFAULT_DATA_DIR)
     covid = streams[0]
     assert missing is None and covid.name == "covid19"
-    assert covid.counts.shape == (1000, 110) and covid.counts.sum() == 48_925
-    assert covid.counts[:50].sum() < covid.counts[-50:].sum()  # the pandemic grows over the period
+    counts = np.array(list(dpi_results.stream_rows(covid, 0, DEFAULT_DATA_DIR)))
+    assert counts.shape == (1000, 110) and counts.sum() == 48_925
+    assert counts[:50].sum() < counts[-50:].sum()  # the pandemic grows over the period
 
 
-def test_without_the_covid_file_the_stream_is_skipped_saying_why(tmp_path):
-    streams, missing = dpi_results.make_streams(0, TINY_SLOTS, str(tmp_path))
-    assert [s.name for s in streams] == ["synthetic_a", "synthetic_b", "zipf"]
+def test_the_streams_are_the_papers_set_ups_and_without_the_covid_file_it_is_skipped_saying_why(tmp_path):
+    streams, missing = dpi_results.make_streams(FULL_SLOTS, str(tmp_path))
     assert "COVID-19 skipped" in missing and str(tmp_path) in missing
-    a, b = streams[0].counts, streams[1].counts
-    assert a.shape == (6, 100) and abs(a.mean() - 100) < 2 and b.shape == (2, 1000) and abs(b.mean() - 1000) < 2
+    by_name = {s.name: s for s in streams}
+    assert [s.name for s in streams[:2]] == ["synthetic_a", "zipf"]
+    assert by_name["synthetic_a"].slots == 3000 and by_name["synthetic_a"].bins == 100
+    b = [s for s in streams if s.kind == "synthetic_b"]
+    assert [(s.bins, s.sigma) for s in b] == [(1000, j) for j in range(1, 11)] + [(10_000, 1), (10_000, 10)]
+    assert all(s.slots == 2700 and s.epsilons == (0.5, *range(1, 11)) and dpi_results.WEVENT not in s.methods
+               for s in b)
+    assert dpi_results.WEVENT in by_name["synthetic_a"].methods
+    a = np.array(list(dpi_results.stream_rows(dataclasses.replace(by_name["synthetic_a"], slots=6), 0, "unused")))
+    assert a.shape == (6, 100) and abs(a.mean() - 100) < 2
+
+
+def test_synthetic_b_is_drawn_slot_by_slot_with_its_law_and_afresh_per_repeat():
+    """N(1000, σ²) per item: over 20 slots x 1,000 items the mean is within 6 standard errors (σ/141) of 1,000
+    and the standard deviation within 5% of σ (about 10 of its standard errors): false failure below 1e-8."""
+    stream = dpi_results.make_streams({**FULL_SLOTS, "synthetic_b": 20}, "unused", b_sigmas=(7,), b10k_sigmas=())[0][-1]
+    assert stream.name == "synthetic_b_k1000_s7"
+    rows = dpi_results.stream_rows(stream, 3, "unused")
+    first = next(rows)
+    assert first.shape == (1000,) and first.dtype == np.int64
+    counts = np.array([first, *rows])
+    assert counts.shape == (20, 1000)
+    assert abs(counts.mean() - 1000) < 6 * 7 / math.sqrt(counts.size) and abs(counts.std() / 7 - 1) < 0.05
+    assert np.array_equal(counts, np.array(list(dpi_results.stream_rows(stream, 3, "unused"))))
+    assert not np.array_equal(counts, np.array(list(dpi_results.stream_rows(stream, 4, "unused"))))
 
 
 def test_uniform_and_exact_metrics_by_hand():
@@ -78,6 +104,34 @@ def test_uniform_and_exact_metrics_by_hand():
 def test_to_pdf_clips_and_falls_back_to_uniform():
     assert dpi_results.to_pdf(np.array([-3, 1, 3])).tolist() == [0, 0.25, 0.75]
     assert dpi_results.to_pdf(np.array([-1, 0, 0, 0])).tolist() == [0.25] * 4
+
+
+def test_every_epsilon_in_lock_step_gives_what_each_run_alone_gives():
+    """The ε of a stream share the data, the seed, the pool and its distances: the same numbers as separate runs."""
+    counts = dpi_results.zipf_counts(12, 8, 40, 1.5, np.random.default_rng(2))
+    together = dpi_results.run_stream(iter(counts), [0.5, 4.0], 5)
+    for epsilon in (0.5, 4.0):
+        alone = dpi_results.run_methods(counts, epsilon, 5)
+        assert set(alone) == set(together[epsilon])
+        for m, result in alone.items():
+            assert {k: v for k, v in result.items() if k != "seconds"} \
+                == {k: v for k, v in together[epsilon][m].items() if k != "seconds"}
+            if m not in ("uniform", "exact"):
+                assert result["ledger_slots"] == 12
+
+
+def test_an_overspend_stops_the_evaluation(monkeypatch):
+    """The privacy ledger checks every run: a mechanism charging beyond its lifetime budget raises."""
+    original = SoundDPI._run
+
+    def overcharging(self, data, truths, units, rng):
+        outputs, charged, statistics = original(self, data, truths, units, rng)
+        return outputs, charged + self.params.epsilon_units, statistics
+
+    monkeypatch.setattr(SoundDPI, "_run", overcharging)
+    counts = dpi_results.zipf_counts(3, 8, 40, 1.5, np.random.default_rng(2))
+    with pytest.raises(RuntimeError, match="privacy ledger found an overspend by dpi-sound"):
+        dpi_results.run_stream(iter(counts), [1.0], 0, ("dpi-sound",))
 
 
 def test_every_method_runs_within_its_budget_and_dpi_reports_both_figures():
@@ -121,24 +175,25 @@ def test_the_long_run_stays_fresh_and_reports_memory():
     assert result["peak_rss_mb"] >= result["checkpoints"][-1]["rss_mb"] * 0.99
 
 
-def tiny_streams(seed, slots, data_dir):
-    """Two small streams in ``make_streams``'s shape (the real ones cost seconds: synthetic B is 1e6 records a
-    slot); COVID-19 reported missing."""
-    gen = np.random.default_rng(seed)
-    return ([dpi_results.Stream("synthetic_a", "tiny A", dpi_results.synthetic_counts(6, 10, 20, np.array(3.0), gen)),
-             dpi_results.Stream("zipf", "tiny Zipf", dpi_results.zipf_counts(6, 10, 40, 1.5, gen))],
-            "COVID-19 skipped: not in this test")
+def tiny_streams():
+    """Small streams of ``make_streams``'s kinds (the real synthetic B is 10^6 records a slot over 2,700 slots)."""
+    streams, _ = dpi_results.make_streams(TINY_SLOTS, "unused", b_sigmas=(1, 10), b10k_sigmas=(),
+                                          epsilons=(1.0,), b_epsilons=(1.0, 2.0))
+    return [s if s.kind != "synthetic_b" else dataclasses.replace(s, bins=20, name=s.name.replace("k1000", "k20"))
+            for s in streams]
 
 
-def test_the_document_has_every_method_and_the_labels(monkeypatch):
-    monkeypatch.setattr(dpi_results, "make_streams", tiny_streams)
-    results = dpi_results.evaluate(2, 0, [1.0], TINY_SLOTS, "unused")  # no COVID: sweeps on synthetic A
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_document_has_every_method_and_the_labels(workers):
+    streams = tiny_streams()  # no COVID: sweeps on synthetic A
+    results = dpi_results.evaluate(2, 0, streams, "unused", workers=workers)
+    results["missing"] = "COVID-19 skipped: not in this test"
     results["paired"] = dpi_results.paired_rows(results["runs"])
     results["long_run"] = dpi_results.long_run(20, 10, 2.0, 0, marks=2)
     results["audit"] = {"slots": 20, "variants": {n: dpi_results.dpi_audit.audit(n, 20, 50)
                                                   for n in dpi_results.DPI_METHODS}}
-    results["config"] = {"command": "test", "repeats": 2, "seed": 0, "slots": TINY_SLOTS, "long_slots": 20,
-                         "sweep_stream": results.pop("sweep_stream"), "wall_seconds": 1.0}
+    results["config"] = {"command": "test", "repeats": 2, "b_repeats": 2, "seed": 0, "slots": TINY_SLOTS,
+                         "long_slots": 20, "sweep_stream": results.pop("sweep_stream"), "wall_seconds": 1.0}
     document = dpi_results.render(results)
     for stream in ("synthetic_a", "zipf"):
         section = document.split(f"## {stream}\n")[1].split("\n## ")[0]
@@ -148,7 +203,13 @@ def test_the_document_has_every_method_and_the_labels(monkeypatch):
         assert dpi_results.WEVENT_LABEL in header and "w-event, not lifetime" in header
         assert section.count("| 1 | MSE |") == 1 and section.count("| 1 | KL |") == 1
     assert "COVID-19 skipped" in document and "## Hyper-parameter sweeps (Fig. 3) on synthetic_a" in document
-    assert document.count("better than uniform |") == 8  # 2 streams x 2 variants x 2 metrics
+    assert document.count("better than uniform |") == 8  # 2 streams x 2 variants x 2 metrics (B's: in the JSON)
+    assert len(results["paired"]) == 8 + 2 * 2 * 2 * 2  # B: 2 datasets x 2 ε x 2 variants x 2 metrics
+    section = document.split("## Synthetic B, k = 20 (App. E.2)\n")[1].split("\n## ")[0]
+    assert section.count("\n| 1 | ") == 1 and section.count("\n| 10 | ") == 1 and " of 4 |" in section
+    assert "| synthetic B, k = 1,000 (App. E.2) | 10 datasets" in document
+    assert "none was over its budget" in document
+    assert [r["seed"] for r in results["runs"] if r["stream"] == "zipf"] == [0, 1]  # the repeats, in order
     assert "Scaled down from the paper's 200,000 slots" in document and "| `dpi` | " in document
     assert "| `dpi-sound` | " in document and "(unaffected)" in document  # λ does not enter dpi-sound
     for stream in ("synthetic_a", "zipf"):

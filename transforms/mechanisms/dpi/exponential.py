@@ -39,7 +39,7 @@ from numbers import Integral
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
-from transforms.mechanisms.dpi.pool import SynopsisPool
+from transforms.mechanisms.dpi.pool import BLOCK, SynopsisPool
 from transforms.mechanisms.noise import Randomness, secure_randomness
 from transforms.mechanisms.noise.coins import bernoulli_exp
 
@@ -104,16 +104,17 @@ def l1_numerators_of_matrix(histogram, matrix: np.ndarray, n_units: int, chunk: 
 
 
 def exponential_draw(numerators, denominator: int, epsilon_units: int, rng: Randomness,
-                     sensitivity: int = SENSITIVITY) -> int:
+                     sensitivity: int = SENSITIVITY, lowest: int | None = None) -> int:
     """A position ``p`` drawn with probability proportional to ``exp(-eps·(D_p/denominator)/(2·sensitivity))``.
 
-    ``eps = epsilon_units/10**12``; exact rejection sampler of the module doc.
+    ``eps = epsilon_units/10**12``; exact rejection sampler of the module doc.  ``lowest`` is
+    ``min(numerators)`` when the caller has it (many draws from the same numerators).
     """
     if len(numerators) == 0:
         raise ValueError("the exponential mechanism needs at least one candidate")
     if isinstance(epsilon_units, bool) or not isinstance(epsilon_units, Integral) or epsilon_units < 0:
         raise ValueError(f"epsilon_units must be a non-negative int, got {epsilon_units!r}")
-    lowest = min(numerators)
+    lowest = min(numerators) if lowest is None else lowest
     gamma_denominator = 2 * sensitivity * denominator * UNITS_PER_EPSILON
     randbelow = rng.randbelow
     while True:
@@ -144,10 +145,18 @@ def select_synopses(histogram, pool: SynopsisPool, epsilon_units: int, draws: in
     if isinstance(epsilon_units, bool) or not isinstance(epsilon_units, Integral) or epsilon_units < 0:
         raise ValueError(f"epsilon_units must be a non-negative int, got {epsilon_units!r}")
     rng = rng or secure_randomness()
-    candidates = list(range(pool.size)) if candidates is None else [int(j) for j in candidates]
+    whole_pool = candidates is None
+    candidates = list(range(pool.size)) if whole_pool else [int(j) for j in candidates]
     if len(np.asarray(histogram).ravel()) != pool.k:
         raise ValueError(f"histogram must have the pool's domain size {pool.k}")
-    numerators, denominator = l1_numerators(histogram, (pool.counts(j) for j in candidates), pool.n_units)
+    if whole_pool:  # block by block: memory one block, never the pool
+        rows = (row for _, block in pool.blocks() for row in block)
+    else:
+        rows = (row for start in range(0, len(candidates), BLOCK)
+                for row in pool.counts_of(candidates[start:start + BLOCK]))
+    numerators, denominator = l1_numerators(histogram, rows, pool.n_units)
     per_draw = int(epsilon_units) // draws
-    picks = tuple(candidates[exponential_draw(numerators, denominator, per_draw, rng)] for _ in range(draws))
+    lowest = min(numerators)
+    picks = tuple(candidates[exponential_draw(numerators, denominator, per_draw, rng, lowest=lowest)]
+                  for _ in range(draws))
     return SynopsisDraw(picks, per_draw, per_draw * draws)

@@ -70,6 +70,7 @@ from transforms.mechanisms.base import (
     ReleaseKind,
     same_for_every_row,
 )
+from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import (
     UNITS_PER_EPSILON,
     to_epsilon,
@@ -89,7 +90,6 @@ from transforms.mechanisms.dpi.budgets import (
 from transforms.mechanisms.dpi.exponential import (
     SENSITIVITY,
     exponential_draw,
-    l1_numerators,
     l1_numerators_of_matrix,
 )
 from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool
@@ -213,7 +213,9 @@ class DPIParams(MechanismParams):
         _choice(self.update, "update", UPDATES)
         _choice(self.restart, "restart", RESTARTS)
         object.__setattr__(self, "ranges", _parse_ranges(self.ranges))
-        _positive_int(self.pool_cache_mb, "pool_cache_mb")
+        if isinstance(self.pool_cache_mb, bool) or not isinstance(self.pool_cache_mb, (int, np.integer)) \
+                or self.pool_cache_mb < 0:
+            raise ValueError(f"pool_cache_mb must be a non-negative integer (0: no cache), got {self.pool_cache_mb!r}")
         ExponentialRBA(self.series, self.rate, _NO_COINS)  # validate rate and ranges, whichever RBA runs
         RangesRBA(self.series, self.ranges, _NO_COINS)
 
@@ -270,6 +272,8 @@ class _DPI(Mechanism):
         self.epoch, self.total_units, self.exhausted = 1, 0, False
         self.outputs = np.zeros((len(params.queries), params.bins), np.int64)  # counts of each query's release
         self._matrix: np.ndarray | None = None
+        self._memo: dict = {}  # the last distances computed, by truth (shared with share_pool)
+        self._given_counts: np.ndarray | None = None
         self._new_epoch()
         if isinstance(params.default_requirement, LifetimeRequirement):
             self.validate_requirements(LifetimeRequirements.uniform(params.default_requirement, 1))
@@ -316,11 +320,53 @@ class _DPI(Mechanism):
             return None
         if self._matrix is None:
             matrix = np.empty((pool.size, pool.k), kind)
-            for j in range(pool.size):
-                matrix[j] = pool.counts(j)
+            for start, block in pool.blocks():
+                matrix[start:start + len(block)] = block
             matrix.flags.writeable = False
             self._matrix = matrix
         return self._matrix
+
+    def distances(self, truth: np.ndarray) -> tuple[list[int], int, int]:
+        """The exact l1 numerators of ``pdf(truth)`` to every pool entry, their denominator
+        (:func:`.exponential.l1_numerators_of_matrix`) and the least numerator, from the cache or else block by
+        block (memory: one block).
+
+        The last result is kept by truth: mechanisms that share the pool (:meth:`share_pool`) and see the same
+        truth in lock step (an evaluation over several budgets) compute it once; the numbers are the same."""
+        key = np.asarray(truth, np.int64).tobytes()
+        if self._memo.get("key") != key:
+            matrix, n_units = self.pool_matrix(), self.params.pool.n_units
+            if matrix is not None:
+                value = l1_numerators_of_matrix(truth, matrix, n_units)
+            else:
+                numerators, denominator = [], 0
+                for _, block in self.params.pool.blocks():
+                    part, denominator = l1_numerators_of_matrix(truth, block, n_units)
+                    numerators += part
+                value = numerators, denominator
+            self._memo.update(key=key, value=(*value, min(value[0])))
+        return self._memo["value"]
+
+    def share_pool(self, other: _DPI) -> None:
+        """Use ``other``'s pool cache and distance memo (the same public pool: read-only, never data-dependent
+        state), so that many mechanisms over one pool hold it once."""
+        if other.params.pool != self.params.pool:
+            raise ValueError("share_pool needs the same pool (k, pool_size, pool_seed, n_units)")
+        self._matrix, self._memo = other.pool_matrix(), other._memo
+
+    def step_counts(self, counts, rng: Randomness, batch: SlotBatch | None = None) -> Release:
+        """One slot whose data are ``batch``'s records plus ``counts[i]`` one-record users in bin ``i`` that are
+        not tracked one by one (an evaluation at 10^6 records a slot feeds the count vector, which is all the
+        mechanism reads).  The release is the one a batch of those users would get; the charges go to the
+        registered users, each charged what every record's user would be (all are charged alike)."""
+        counts = np.asarray(counts)
+        if counts.shape != (self.params.bins,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+            raise ValueError(f"counts must be {self.params.bins} non-negative integers, one per bin")
+        self._given_counts = counts.astype(np.int64)
+        try:
+            return self.step(SlotBatch.empty() if batch is None else batch, rng)
+        finally:
+            self._given_counts = None
 
     def truths(self, histogram: np.ndarray) -> list[np.ndarray]:
         """Each configured query's true count vector (read only by the draws and the updates)."""
@@ -337,6 +383,8 @@ class _DPI(Mechanism):
     def decide(self, data: SlotData, rng: Randomness) -> Decision:
         p = self.params
         histogram = data.cells.histogram(p.bins)
+        if self._given_counts is not None:
+            histogram = histogram + self._given_counts
         self.cumulative = self.cumulative + histogram
         self._slot_figures = {}
         ran = None
@@ -380,7 +428,7 @@ class _DPI(Mechanism):
     # -- state ---------------------------------------------------------------------------------------------------
     def __getstate__(self) -> dict:
         """Pickled without the pool's cache (rebuilt on first use from the public seed)."""
-        return {**self.__dict__, "_matrix": None}
+        return {**self.__dict__, "_matrix": None, "_memo": {}}
 
     def extra_state(self) -> dict[str, np.ndarray]:
         state = {"cumulative": self.cumulative, "outputs": self.outputs,
@@ -445,14 +493,20 @@ class PaperDPI(_DPI):
         e_synopses, e_queries = split_units(units)
         sampled = _sample_without_replacement(self.query_weights, p.sampled_queries, rng)
         drawn = [_sample(self.weights[i], p.draws, rng) for i in range(len(p.queries))]
-        outputs = np.stack([self.counts(np.asarray(j)).astype(np.int64).sum(axis=0) for j in drawn])
+        unique, positions = np.unique(np.concatenate(drawn), return_inverse=True)
+        rows = self.counts(unique).astype(np.int64)  # each drawn candidate once (a lazy pool draws its block once)
+        outputs = np.stack([rows[part].sum(axis=0) for part in np.split(positions.ravel(), len(drawn))])
         _, alpha_a, _ = learning_rate(to_epsilon(e_synopses) / len(sampled), p.mu, SENSITIVITY)
         _, alpha_q, _ = learning_rate(to_epsilon(e_queries), p.mu, SENSITIVITY)
         for i in sampled:
             y = pdf(truths[i])
-            updated = np.unique(drawn[i]) if p.update == "sampled" else np.arange(p.pool_size)
-            reweight_synopses(self.weights[i], updated, self.counts(updated) / p.pool.n_units, y, alpha_a, p.lam,
-                              p.mu)
+            if p.update == "sampled":
+                updated = np.unique(drawn[i])
+                candidates = rows[np.searchsorted(unique, updated)]
+            else:
+                updated = np.arange(p.pool_size)
+                candidates = self.counts(updated)
+            reweight_synopses(self.weights[i], updated, candidates / p.pool.n_units, y, alpha_a, p.lam, p.mu)
             reweight_query(self.query_weights, i, outputs[i] / (p.draws * p.pool.n_units), y, alpha_q, p.lam, p.mu)
             self.synopsis_rate_units[i] += e_synopses
         self.query_rate_units += e_queries
@@ -479,14 +533,9 @@ class SoundDPI(_DPI):
         p = self.params
         per_draw = units // (len(p.queries) * p.draws)
         outputs, statistics = [], []
-        matrix = self.pool_matrix()
         for q, truth in zip(p.queries, truths):
-            if matrix is not None:
-                numerators, denominator = l1_numerators_of_matrix(truth, matrix, p.pool.n_units)
-            else:
-                numerators, denominator = l1_numerators(truth, (p.pool.counts(j) for j in range(p.pool_size)),
-                                                        p.pool.n_units)
-            picks = [exponential_draw(numerators, denominator, per_draw, rng) for _ in range(p.draws)]
+            numerators, denominator, lowest = self.distances(truth)
+            picks = [exponential_draw(numerators, denominator, per_draw, rng, lowest=lowest) for _ in range(p.draws)]
             outputs.append(self.counts(np.asarray(picks)).astype(np.int64).sum(axis=0))
             statistics.append((f"synopses:{q}", per_draw, p.draws))
         return np.stack(outputs), per_draw * p.draws * len(p.queries), statistics

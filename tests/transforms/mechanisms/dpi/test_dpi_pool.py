@@ -6,11 +6,13 @@ The TV11 comparisons are statistical expectations of the spec's seeded run; the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from transforms.mechanisms.dpi.exponential import select_synopses
-from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool, new_public_seed
+from transforms.mechanisms.dpi.pool import BLOCK, CATEGORICAL_RATIO, MAX_SEED, SynopsisPool, new_public_seed
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 
 
@@ -23,6 +25,41 @@ def test_same_seed_same_pool_in_any_order_and_from_any_instance():
     assert forward.shape == (100, 50) and forward.dtype == np.int64
     assert (forward.sum(axis=1) == 50).all() and (forward >= 0).all()
     assert len({row.tobytes() for row in forward}) == 100  # distinct entries
+
+
+def test_a_candidate_depends_on_seed_and_index_only_never_on_the_pool_size():
+    """Candidates come in blocks of BLOCK from one generator: a pool of 5 and one of 100 share their first 5
+    entries, and the block iterator gives the same rows as one-by-one access (memory: one block)."""
+    small, large = SynopsisPool(k=30, size=5, seed=7), SynopsisPool(k=30, size=3 * BLOCK + 2, seed=7)
+    assert np.array_equal(small.counts_of(range(5)), large.counts_of(range(5)))
+    rows = np.concatenate([block for _, block in large.blocks()])
+    assert rows.shape == (large.size, 30) and [s for s, _ in large.blocks()] == [0, BLOCK, 2 * BLOCK, 3 * BLOCK]
+    assert np.array_equal(rows, large.counts_of(range(large.size)))
+    assert np.array_equal(rows[BLOCK + 3], large.counts(BLOCK + 3))
+    with pytest.raises(IndexError):
+        large.counts_of([0, large.size])
+
+
+@pytest.mark.parametrize("k, n_units", [(6, 9), (4, CATEGORICAL_RATIO * 4 + 5)])
+def test_both_ways_of_drawing_give_the_multinomial_law(k, n_units):
+    """Categorical draws counted (n_units <= 8k) and numpy's multinomial (above): each count is
+    Binomial(n, 1/k) and two counts have covariance -n/k².  Over 4,000 entries the checks are at 6 standard
+    errors (false failure below 1e-8 each); a pool drawn from a non-uniform law (item 0 at twice the others'
+    probability) fails the first check by 60 standard errors or more (the power check)."""
+    entries = 4000
+    counts = SynopsisPool(k=k, size=entries, seed=31, n_units=n_units).counts_of(range(entries))
+    assert (counts.sum(axis=1) == n_units).all()
+    p = 1 / k
+    mean_se = math.sqrt(n_units * p * (1 - p) / entries)
+    assert np.abs(counts.mean(axis=0) - n_units * p).max() < 6 * mean_se
+    variance = n_units * p * (1 - p)
+    assert np.abs(counts.var(axis=0) / variance - 1).max() < 6 * math.sqrt(2 / entries) * 1.5
+    covariance = np.cov(counts[:, 0], counts[:, 1])[0, 1]
+    assert abs(covariance + n_units * p * p) < 6 * variance / math.sqrt(entries)
+    weights = np.full(k, 1.0)
+    weights[0] = 2
+    skewed = np.random.default_rng(0).multinomial(n_units, weights / weights.sum(), size=entries)
+    assert abs(skewed.mean(axis=0)[0] - n_units * p) > 6 * mean_se
 
 
 def test_different_seed_different_pool():

@@ -362,11 +362,61 @@ def test_the_lazy_pool_gives_the_cached_pools_releases(name):
     batches, _ = stream(users=10, bins=5, slots=8, seed=10)
     kwargs = {"bins": 5, "epsilon": 2.0, "pool_size": 30, "draws": 4, "rba": "ranges"}
     cached = make_mechanism(name, **kwargs)
-    lazy = make_mechanism(name, **kwargs)
-    lazy.pool_matrix = lambda: None  # as when N·k exceeds pool_cache_mb
+    lazy = make_mechanism(name, pool_cache_mb=0, **kwargs)  # regenerated block by block every slot
     for a, b in zip(run(cached, batches, 3), run(lazy, batches, 3)):
         assert np.array_equal(a.histogram, b.histogram)
     assert cached._matrix is not None and lazy._matrix is None
+    truth = np.arange(5) * 7
+    numerators, _, lowest = lazy.distances(truth)
+    assert lazy.distances(truth) == cached.distances(truth) and lowest == min(numerators)
+
+
+def records_of(counts) -> SlotBatch:
+    """One one-record user per count (users 0..n-1), as the evaluation's records are users."""
+    return SlotBatch.of(range(int(counts.sum())), np.repeat(np.arange(counts.size), counts))
+
+
+@pytest.mark.parametrize("name", ["dpi", "dpi-sound"])
+def test_feeding_counts_releases_what_a_batch_of_one_record_users_would(name):
+    """``step_counts`` (the evaluation at 10^6 records a slot) against the same records as users: the same
+    releases and figures; the one registered user is charged what each record's user is."""
+    gen = np.random.default_rng(4)
+    counts = [gen.integers(0, 6, 5) for _ in range(10)]
+    kwargs = {"bins": 5, "epsilon": 2.0, "pool_size": 30, "draws": 4, "rba": "ranges",
+              "default_requirement": LifetimeRequirement(2.0)}
+    by_records, by_counts = make_mechanism(name, **kwargs), make_mechanism(name, **kwargs)
+    one = SlotBatch.of([0], [-1])  # a registered user without a value (NO_VALUE)
+    rng_a, rng_b = insecure_seeded_randomness(5), insecure_seeded_randomness(5)
+    ledger = PrivacyLedger(1)
+    for c in counts:
+        a, b = by_records.step(records_of(c), rng_a), by_counts.step_counts(c, rng_b, one)
+        ledger.record(b.slot, b.charges)
+        assert np.array_equal(a.histogram, b.histogram) and a.figures == b.figures and a.kind == b.kind
+        assert set(a.charges.units.tolist()) <= {b.epsilon_units} and b.charges.units.tolist() == [b.epsilon_units]
+    assert ledger.ok and np.array_equal(by_records.cumulative, by_counts.cumulative)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        by_counts.step_counts(np.array([1, -1, 0, 0, 0]), rng_b)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        by_counts.step_counts(np.ones(4, np.int64), rng_b)
+
+
+def test_mechanisms_sharing_a_pool_release_what_each_would_alone():
+    """Budgets in lock step over one stream share the pool's cache and distances (computed once a slot)."""
+    gen = np.random.default_rng(8)
+    counts = [gen.integers(0, 9, 6) for _ in range(8)]
+    kwargs = {"bins": 6, "pool_size": 40, "draws": 3, "rba": "ranges"}
+    alone = {e: make_mechanism("dpi-sound", epsilon=e, **kwargs) for e in (0.5, 4.0)}
+    shared = {e: make_mechanism("dpi-sound", epsilon=e, **kwargs) for e in (0.5, 4.0)}
+    shared[4.0].share_pool(shared[0.5])
+    assert shared[4.0]._matrix is shared[0.5]._matrix and shared[4.0]._memo is shared[0.5]._memo
+    rngs = {(kind, e): insecure_seeded_randomness(1) for kind in ("alone", "shared") for e in (0.5, 4.0)}
+    for c in counts:
+        for e in (0.5, 4.0):
+            a = alone[e].step_counts(c, rngs["alone", e])
+            b = shared[e].step_counts(c, rngs["shared", e])
+            assert np.array_equal(a.histogram, b.histogram) and a.figures == b.figures
+    with pytest.raises(ValueError, match="same pool"):
+        make_mechanism("dpi-sound", epsilon=1.0, **{**kwargs, "pool_seed": 3}).share_pool(shared[0.5])
 
 
 def test_empty_slots_release_and_charge_like_any_other():
@@ -385,6 +435,7 @@ def test_empty_slots_release_and_charge_like_any_other():
     ({"pool_size": 10, "draws": 11}, "pool"), ({"queries": "acc,sum"}, "queries"), ({"rba": "random"}, "rba"),
     ({"restart": "never"}, "restart"), ({"update": "some"}, "update"), ({"ranges": "5:1"}, "ranges"),
     ({"rate": -1.0}, "rate"), ({"sampled_queries": 2}, "sampled_queries"), ({"pool_seed": -1}, "pool_seed"),
+    ({"pool_cache_mb": -1}, "pool_cache_mb"),
 ])
 @pytest.mark.parametrize("name", ["dpi", "dpi-sound"])
 def test_bad_parameters_fail_with_one_line(name, kwargs, message):

@@ -923,8 +923,8 @@ def render(args, config, series, missing, by_window, claims, sampled, table_one,
               ("* Fig 9: CAPP on Laplace, SR and PM (its bounds are the square wave's; the paper omits the others' "
               "and Eq. 11 does not transfer, `transforms/mechanisms/numeric/bases.py` says why); SR rescaled to "
               "±1/a (only the raw ±1 the paper names)."),
-              *([f"* Figs 4/5 at w = {', '.join(map(str, sorted(set(WINDOWS) - set(by_window))))}: not run "
-                 "(`--windows`)."] if set(WINDOWS) - set(by_window) else []),
+              *([(f"* Figs 4/5 at w = {', '.join(map(str, sorted(set(WINDOWS) - set(by_window))))}: not run "
+                  "(`--windows`).")] if set(WINDOWS) - set(by_window) else []),
               "* Power (UCR ElectricDevices): the data are not available.",
               ("* On Volume and C6H6 the strict runs read queries out of short streams (burn-in 4w), not out of one "
               "run over the whole series; docs/numeric_ldp.md's indicative table has whole-series runs."), "",
@@ -1052,9 +1052,9 @@ def claims_section(claims: list[Claim], title: str = "The paper's ordering claim
     lines = [f"## {title}", "",
              ("Claim \"A < B\": one-sided paired sign-flip test of mean log(A/B) < 0 over the (ε, repeat) pairs "
              "(same data and seed for A and B), Holm-adjusted over the one-sided claims of all datasets within "
-             f"an accounting and a w; it holds when the adjusted p < {ALPHA}. Claim \"A ≈ B\" holds when the geometric-mean "
-             f"ratio is within ±{EQUIVALENCE:.0%} (the two-sided p of a difference is shown). Ratio = geometric "
-             "mean of A/B; wins = pairs where A < B."), "",
+             f"an accounting and a w; it holds when the adjusted p < {ALPHA}. Claim \"A ≈ B\" holds when the "
+             f"geometric-mean ratio is within ±{EQUIVALENCE:.0%} (the two-sided p of a difference is shown). "
+             "Ratio = geometric mean of A/B; wins = pairs where A < B."), "",
              "| w | dataset | accounting | metric | claim | pairs | wins | ratio A/B | p | Holm p | holds |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in claims:

@@ -216,3 +216,10 @@ def test_fig9_reuses_fig4s_sw_runs_and_runs_every_other_base():
     claims = nr.decide("S", "strict", bases, (1.0,), nr.FIG9_CLAIMS)
     assert [c.text for c in claims][:2] == ["SW-APP < SW-direct", "SW-APP < SW-direct"]
     assert all(c.pairs == 2 for c in claims)
+
+
+@pytest.mark.parametrize("windows", ["30,50", "10,x", "10,60", "0,10"])
+def test_bad_windows_fail_before_any_run(windows, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        nr.main(["--data-dir", str(tmp_path), "--output", str(tmp_path / "p.md"), "--windows", windows])
+    assert "--windows must" in capsys.readouterr().err and not (tmp_path / "p.md").exists()

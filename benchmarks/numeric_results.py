@@ -5,7 +5,8 @@
 
 * non-sampling (Figs 4, 5, Table I): MSE of query means and cosine distance of the published query slices vs ε
   for SW-direct, IPP, APP, CAPP, BA-SW and ToPL(PM) on Volume, C6H6, the T-Drive latitudes and the synthetic
-  Constant / Pulse / Sinusoidal series, under two accountings:
+  Constant / Pulse / Sinusoidal series at w = q ∈ ``--windows`` (10, 30, 50; ``--wide-reps`` repetitions above
+  w = 10), under two accountings:
 
   - ``reference``: the paper's protocol (§6.2.1), each query of ``q = w`` slots perturbed from scratch at
     ``ε/w`` per report (w-event private because a query is all that is reported);
@@ -16,7 +17,7 @@
   each ``--repeats`` times (mean ± standard deviation over repeats), every method of a repeat from the same
   data and the same seed;
 * the paper's ordering claims decided by paired sign-flip tests (``pipelines.evaluation.stats``) over
-  (ε, repeat) pairs, Holm-adjusted per accounting;
+  (ε, repeat) pairs, Holm-adjusted per accounting and w;
 * the sampling experiment (Figs 6, 7) under the strict ``n_w`` (q <= w), and with queries longer than the
   window (q > w) under the strict and the paper-intent ``n_w``; crowd-level Wasserstein on T-Drive (Fig 8) and
   the δ sweep (Fig 11);
@@ -41,7 +42,7 @@ import math
 import sys
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -81,6 +82,7 @@ METHODS = ("sw", "ipp", "app", "capp", "ba-sw", "topl")
 LABELS = {"sw": "SW-direct", "ipp": "IPP", "app": "APP", "capp": "CAPP", "ba-sw": "BA-SW", "topl": "ToPL(PM)",
           "sampling": "Sampling", "pp-s": "PP-S", "app-s": "APP-S", "capp-s": "CAPP-S"}
 EPSILONS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+WINDOWS = (10, 30, 50)  # Figs 4, 5: w = q (spec §6.2.1); the other experiments run at their own w
 ACCOUNTINGS = ("reference", "strict")
 QUERIES = 40       # evenly spaced query starts (the reference code's h = floor(len/40))
 BURN_IN = 4        # strict, long series: the stream starts BURN_IN·w slots before each query
@@ -405,6 +407,7 @@ class Claim:
     ratio: float
     p_value: float
     adjusted: float = 1.0
+    window: int = 10
 
     @property
     def holds(self) -> bool:
@@ -417,8 +420,10 @@ class Claim:
         return f"{LABELS[self.a]} {self.kind} {LABELS[self.b]}"
 
 
-def decide(dataset: str, accounting: str, results: dict, epsilons, claims_to_test=CLAIMS) -> list[Claim]:
-    """The paired tests of ``claims_to_test`` over (ε, repeat) pairs (same data and seed for both methods)."""
+def decide(dataset: str, accounting: str, results: dict, epsilons, claims_to_test=CLAIMS, window: int = 10
+           ) -> list[Claim]:
+    """The paired tests of ``claims_to_test`` over (ε, repeat) pairs (same data and seed for both methods) of the
+    runs at ``window``."""
     claims = []
     for metric, a, b, kind in claims_to_test:
         first = np.concatenate([results[metric][(accounting, a, e)] for e in epsilons])
@@ -428,15 +433,17 @@ def decide(dataset: str, accounting: str, results: dict, epsilons, claims_to_tes
         if kind == "≈":  # two-sided: is there a detectable difference at all
             logs = np.log(first) - np.log(second)
             p = min(1.0, 2 * min(sign_flip_p_value(logs), sign_flip_p_value(-logs)))
-        claims.append(Claim(dataset, accounting, metric, a, b, kind, test.pairs, test.wins, test.ratio, p))
+        claims.append(Claim(dataset, accounting, metric, a, b, kind, test.pairs, test.wins, test.ratio, p,
+                            window=window))
     return claims
 
 
 def adjust(claims: list[Claim]) -> list[Claim]:
-    """Holm over the one-sided claims of one accounting (the family the page reports as holding or not)."""
+    """Holm over the one-sided claims of one accounting and window (the family the page reports as holding or
+    not: each w is its own experiment, so adding a w leaves the others' verdicts as they were)."""
     out = list(claims)
-    for accounting in ACCOUNTINGS:
-        index = [i for i, c in enumerate(out) if c.accounting == accounting and c.kind == "<"]
+    for accounting, window in {(c.accounting, c.window) for c in out}:
+        index = [i for i, c in enumerate(out) if (c.accounting, c.window) == (accounting, window) and c.kind == "<"]
         for i, p in zip(index, holm([out[i].p_value for i in index])):
             out[i] = Claim(**{**out[i].__dict__, "adjusted": p})
     return out
@@ -728,6 +735,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", type=Path, default=Path("docs/results_numeric.md"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reps", type=int, default=40, help="repetitions of each query per repeat (one-user data)")
+    parser.add_argument("--windows", default=",".join(map(str, WINDOWS)),
+                        help="comma-separated w = q of Figs 4, 5 (must include 10: the other parts use w = 10's runs)")
+    parser.add_argument("--wide-reps", type=int, default=None,
+                        help="--reps for the windows above 10 (default: --reps)")
     parser.add_argument("--taxi-users", type=int, default=200)
     parser.add_argument("--no-plots", action="store_true", help="write no PNGs")
     parser.add_argument("--synthetic-length", type=int, default=SYNTHETIC_LENGTH)
@@ -737,8 +748,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip", default="",
                         help="comma-separated parts to leave out: sampling,table1,delta,fig9,fig10")
     args = parser.parse_args(argv)
-    if args.repeats < 2 or args.reps < 1:
-        parser.error("--repeats must be >= 2 (a spread) and --reps >= 1")
+    if args.repeats < 2 or args.reps < 1 or (args.wide_reps is not None and args.wide_reps < 1):
+        parser.error("--repeats must be >= 2 (a spread) and --reps, --wide-reps >= 1")
+    try:
+        windows = tuple(sorted({int(w) for w in args.windows.split(",")}))
+    except ValueError:
+        parser.error(f"--windows must be comma-separated integers, got {args.windows!r}")
+    if 10 not in windows or windows[0] < 1 or windows[-1] > 50:
+        parser.error(f"--windows must include 10 and lie in 1..50 (queries on --synthetic-length), got {windows}")
     try:
         epsilons = tuple(float(e) for e in args.epsilons.split(","))
     except ValueError:
@@ -746,18 +763,23 @@ def main(argv: list[str] | None = None) -> dict:
     if args.synthetic_length < 100:
         parser.error("--synthetic-length must be >= 100 (40 queries and a burn-in)")
     config = Config(repeats=args.repeats, reps=args.reps, seed=args.insecure_seed, epsilons=epsilons)
+    wide_reps = args.reps if args.wide_reps is None else args.wide_reps
     started = time.perf_counter()
     series, missing = load(args.data_dir, args.taxi_users, args.synthetic_length)
     timings = {"load": time.perf_counter() - started}
     ledger = Ledger()
-    results, claims = {}, []
-    for s in series:
-        clock = time.perf_counter()
-        results[s.name] = nonsampling(s, config, ledger)
-        timings[s.name] = time.perf_counter() - clock
-        for accounting in ACCOUNTINGS:
-            claims += decide(s.name, accounting, results[s.name], config.epsilons)
+    by_window, claims = {}, []  # Figs 4, 5: window -> dataset -> results; the claims at every window
+    for w in windows:
+        at_w = replace(config, window=w, reps=config.reps if w == 10 else wide_reps)
+        by_window[w] = {}
+        for s in series:
+            clock = time.perf_counter()
+            by_window[w][s.name] = nonsampling(s, at_w, ledger)
+            timings[s.name if w == 10 else f"{s.name} w={w}"] = time.perf_counter() - clock
+            for accounting in ACCOUNTINGS:
+                claims += decide(s.name, accounting, by_window[w][s.name], config.epsilons, window=w)
     claims = adjust(claims)
+    results = by_window[10]
     skip = set(filter(None, args.skip.split(",")))
     by_name = {s.name: s for s in series}
     sampled, long_queries = {}, {}
@@ -800,13 +822,14 @@ def main(argv: list[str] | None = None) -> dict:
         sweep = {name: delta_sweep(by_name[name], config, ledger) for name in ("Volume", "C6H6") if name in by_name}
         timings["delta sweep"] = time.perf_counter() - clock
     timings["total"] = time.perf_counter() - started
-    page = render(args, config, series, missing, results, claims, sampled, table_one, sweep, high, ledger, timings,
-                  bases, base_claims, long_queries)
+    page = render(args, config, series, missing, by_window, claims, sampled, table_one, sweep, high, ledger, timings,
+                  bases, base_claims, long_queries, wide_reps)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(page)
     summary = {"output": str(args.output), "violations": ledger.violations, "runs": ledger.runs,
-               "claims_holding": {a: sum(c.holds for c in claims if c.accounting == a) for a in ACCOUNTINGS},
-               "claims": len(claims) // 2,
+               "claims_holding": {w: {a: sum(c.holds for c in claims if (c.accounting, c.window) == (a, w))
+                                      for a in ACCOUNTINGS} for w in windows},
+               "claims": {w: sum(c.window == w for c in claims) // 2 for w in windows},
                "fig9_claims_holding": {a: sum(c.holds for c in base_claims if c.accounting == a) for a in ACCOUNTINGS},
                "fig9_claims": len(base_claims) // 2, "paper_readings_over": ledger.unclaimed_over,
                "seconds": {k: round(v, 1) for k, v in timings.items()}}
@@ -814,11 +837,13 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
-def render(args, config, series, missing, results, claims, sampled, table_one, sweep, high, ledger, timings,
-           bases=None, base_claims=(), long_queries=None) -> str:
+def render(args, config, series, missing, by_window, claims, sampled, table_one, sweep, high, ledger, timings,
+           bases=None, base_claims=(), long_queries=None, wide_reps=None) -> str:
     figures = None if args.no_plots else args.output.with_suffix("")
     rel = args.output.with_suffix("").name
     eps = list(config.epsilons)
+    results, wide = by_window[10], [w for w in by_window if w != 10]
+    wide_reps = config.reps if wide_reps is None else wide_reps
     lines = ["# Numeric local-DP streams: the paper's Section VI (seed 003, issue #15)", "",
              "Generated by `python -m benchmarks.numeric_results "
              + " ".join(a for a in sys.argv[1:]) + "` "
@@ -835,15 +860,20 @@ def render(args, config, series, missing, results, claims, sampled, table_one, s
                 "them exceed ε in some window ([their spend](#sampling-with-q--w-figs-6-7-and-36))."
                 if ledger.unclaimed_runs else "")), ""]
     lines += [f"* {f}" for f in ledger.failures[:20]]
-    lines += claims_summary(claims)
+    lines += claims_summary([c for c in claims if c.window == 10], "Summary: the ordering claims at w = 10")
+    lines += [claims_count(claims, w, f"#{_anchor(wide_title(w))}") for w in wide]
+    lines += ["", "Details, tests and p-values: [the ordering claims](#the-papers-ordering-claims).", ""]
     lines += ["## Data", ""] + [f"* **{s.name}** ({s.values.shape[0]} × {s.values.shape[1]}): {s.note}"
                                 for s in series]
     lines += [f"* not run: {m}" for m in missing]
     lines += ["", "## Protocol and scale", "",
-              (f"* w = q = {config.window}; ε ∈ {eps}; {len(query_starts(10 ** 6, 10))} evenly spaced queries "
-              f"per user; {config.repeats} repeats, each with {config.reps} repetitions of every query on one-user "
-              "series (1 on T-Drive: its users give the repetitions). Cells are mean ± standard deviation over "
-              "the repeats."),
+              (f"* Figs 4, 5: w = q ∈ {{{', '.join(map(str, by_window))}}}; ε ∈ {eps}; {QUERIES} evenly spaced "
+              f"queries per user; {config.repeats} repeats, each with {config.reps} repetitions of every query on "
+              "one-user series (1 on T-Drive: its users give the repetitions)"
+              + (f", {wide_reps} at w = {', '.join(map(str, wide))} (to keep the page's run within minutes)"
+                 if wide and wide_reps != config.reps else "")
+              + ". Cells are mean ± standard deviation over the repeats. Fig 8, the acceptance ranges and Fig 9 "
+              "use the w = 10 runs."),
               ("* **reference** (the paper's reading, spec §6.2.1): every query perturbed from scratch at ε/w per "
               "report; APP and CAPP remember every deviation of the query; BA-SW at the true w (not the "
               "reference code's window, T18); ToPL(PM) at ε/w."),
@@ -859,18 +889,7 @@ def render(args, config, series, missing, results, claims, sampled, table_one, s
         r = results[s.name]
         lines += [f"## {s.name}", ""]
         for accounting in ACCOUNTINGS:
-            for metric, title in (("mse", "MSE of means (Fig 4)"), ("cos", "cosine distance (Fig 5)")):
-                lines += [f"**{title}, {accounting}**", ""]
-                lines += table(eps, [LABELS[m] for m in METHODS],
-                               lambda e, c, r=r, metric=metric, accounting=accounting:
-                               cell(r[metric][(accounting, _key(c), e)]))
-                lines.append("")
-                name = f"{s.name.lower()}_{accounting}_{metric}.png"
-                curves = {LABELS[m]: (eps, [np.mean(r[metric][(accounting, m, e)]) for e in eps],
-                                      [np.std(r[metric][(accounting, m, e)], ddof=1) for e in eps])
-                          for m in METHODS if m != "topl" or metric == "cos"}
-                if plot(figures, name, f"{s.name}, {accounting}", curves, "ε", metric):
-                    lines += [f"![{s.name} {accounting} {metric}]({rel}/{name})", ""]
+            lines += fig45_tables(s.name, r, 10, accounting, eps, figures, rel)
             if r["w1"]:
                 lines += [(f"**Crowd-level Wasserstein W1 between the users' true and estimated query means "
                           f"(Fig 8), averaged over queries, {accounting}**"), ""]
@@ -882,6 +901,18 @@ def render(args, config, series, missing, results, claims, sampled, table_one, s
     if "Volume" in results:
         lines += acceptance_section(results["Volume"], eps)
     lines += claims_section(claims)
+    for w in wide:
+        lines += [f"## {wide_title(w)}", "",
+                  (f"The protocol of w = 10 (both accountings, the same queries' layout: {QUERIES} evenly spaced, "
+                   f"a burn-in of {BURN_IN}·w on Volume and C6H6 under strict) at w = q = {w}"
+                   + (f", {wide_reps} repetitions of every query on one-user series" if wide_reps != config.reps
+                      else "") + "."), "",
+                  claims_count(claims, w), ""]
+        lines += claims_summary([c for c in claims if c.window == w], f"The ordering claims at w = {w}", "###")
+        for s in series:
+            lines += [f"### {s.name}, w = {w}", ""]
+            for accounting in ACCOUNTINGS:
+                lines += fig45_tables(s.name, by_window[w][s.name], w, accounting, eps, figures, rel)
     lines += table_one_section(table_one)
     lines += sampling_section(sampled, eps, figures, rel)
     lines += delta_section(sweep, figures, rel)
@@ -892,12 +923,48 @@ def render(args, config, series, missing, results, claims, sampled, table_one, s
               ("* Fig 9: CAPP on Laplace, SR and PM (its bounds are the square wave's; the paper omits the others' "
               "and Eq. 11 does not transfer, `transforms/mechanisms/numeric/bases.py` says why); SR rescaled to "
               "±1/a (only the raw ±1 the paper names)."),
-              "* Figs 4/5 at w = 30/50: only w = 10 (Table I's w = 20/40/60 at ε = 1 above).",
+              *([(f"* Figs 4/5 at w = {', '.join(map(str, sorted(set(WINDOWS) - set(by_window))))}: not run "
+                  "(`--windows`).")] if set(WINDOWS) - set(by_window) else []),
               "* Power (UCR ElectricDevices): the data are not available.",
               ("* On Volume and C6H6 the strict runs read queries out of short streams (burn-in 4w), not out of one "
               "run over the whole series; docs/numeric_ldp.md's indicative table has whole-series runs."), "",
               "## Timings (s)", ""] + [f"* {k}: {v:.1f}" for k, v in timings.items()]
     return "\n".join(lines) + "\n"
+
+
+def fig45_tables(name: str, r: dict, w: int, accounting: str, eps, figures: Path | None, rel: str) -> list[str]:
+    """Figs 4 and 5 of one dataset, window and accounting: a table and a plot per metric (w = 10's plots keep
+    their names without the window)."""
+    lines = []
+    for metric, title in (("mse", "MSE of means (Fig 4)"), ("cos", "cosine distance (Fig 5)")):
+        tag = "" if w == 10 else f", w = {w}"
+        lines += [f"**{title}, {accounting}{tag}**", ""]
+        lines += table(eps, [LABELS[m] for m in METHODS],
+                       lambda e, c, metric=metric: cell(r[metric][(accounting, _key(c), e)]))
+        lines.append("")
+        png = f"{name.lower()}{'' if w == 10 else f'_w{w}'}_{accounting}_{metric}.png"
+        curves = {LABELS[m]: (eps, [np.mean(r[metric][(accounting, m, e)]) for e in eps],
+                              [np.std(r[metric][(accounting, m, e)], ddof=1) for e in eps])
+                  for m in METHODS if m != "topl" or metric == "cos"}
+        if plot(figures, png, f"{name}, {accounting}{tag}", curves, "ε", metric):
+            lines += [f"![{name} {accounting}{tag} {metric}]({rel}/{png})", ""]
+    return lines
+
+
+def wide_title(w: int) -> str:
+    return f"Figs 4, 5 at w = {w}"
+
+
+def _anchor(title: str) -> str:
+    """The Markdown renderer's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_").replace(" ", "-")
+
+
+def claims_count(claims: list[Claim], w: int, link: str = "") -> str:
+    """One line: how many of the claims at ``w`` hold under each accounting (``link``: to the details)."""
+    counts = [f"{sum(c.holds for c in mine)} of {len(mine)} {'claims hold ' if a == ACCOUNTINGS[0] else ''}under "
+              f"the {a}" for a in ACCOUNTINGS for mine in [[c for c in claims if (c.window, c.accounting) == (w, a)]]]
+    return f"* w = {w}: " + ", ".join(counts) + " accounting" + (f" ([per dataset]({link}))" if link else "") + "."
 
 
 def _key(label: str) -> str:
@@ -985,34 +1052,34 @@ def claims_section(claims: list[Claim], title: str = "The paper's ordering claim
     lines = [f"## {title}", "",
              ("Claim \"A < B\": one-sided paired sign-flip test of mean log(A/B) < 0 over the (ε, repeat) pairs "
              "(same data and seed for A and B), Holm-adjusted over the one-sided claims of all datasets within "
-             f"an accounting; it holds when the adjusted p < {ALPHA}. Claim \"A ≈ B\" holds when the geometric-mean "
-             f"ratio is within ±{EQUIVALENCE:.0%} (the two-sided p of a difference is shown). Ratio = geometric "
-             "mean of A/B; wins = pairs where A < B."), "",
-             "| dataset | accounting | metric | claim | pairs | wins | ratio A/B | p | Holm p | holds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"an accounting and a w; it holds when the adjusted p < {ALPHA}. Claim \"A ≈ B\" holds when the "
+             f"geometric-mean ratio is within ±{EQUIVALENCE:.0%} (the two-sided p of a difference is shown). "
+             "Ratio = geometric mean of A/B; wins = pairs where A < B."), "",
+             "| w | dataset | accounting | metric | claim | pairs | wins | ratio A/B | p | Holm p | holds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in claims:
-        lines.append(f"| {c.dataset} | {c.accounting} | {c.metric} | {c.text} | {c.pairs} | {c.wins} | "
+        lines.append(f"| {c.window} | {c.dataset} | {c.accounting} | {c.metric} | {c.text} | {c.pairs} | {c.wins} | "
                      f"{c.ratio:.3f} | {c.p_value:.2g} | {c.adjusted:.2g}{'' if c.kind == '<' else ' (—)'} | "
                      f"{'yes' if c.holds else '**no**'} |")
     lines.append("")
-    for accounting in ACCOUNTINGS:
-        mine = [c for c in claims if c.accounting == accounting]
-        lines.append(f"* {accounting}: {sum(c.holds for c in mine)} of {len(mine)} claims hold.")
+    for w in dict.fromkeys(c.window for c in claims):
+        lines.append(claims_count(claims, w))
     return lines + [""]
 
 
-def claims_summary(claims: list[Claim]) -> list[str]:
-    """One line per claim, one column per dataset: does it hold under the reference / the strict accounting."""
+def claims_summary(claims: list[Claim], title: str, level: str = "##") -> list[str]:
+    """One line per claim, one column per dataset: does it hold under the reference / the strict accounting
+    (``claims`` of one window)."""
     datasets = list(dict.fromkeys(c.dataset for c in claims))
     by = {(c.dataset, c.accounting, c.metric, c.a, c.b): c.holds for c in claims}
     mark = {True: "yes", False: "no"}
-    lines = ["## Summary: the ordering claims (reference / strict)", "",
+    lines = [f"{level} {title} (reference / strict)", "",
              "| metric | claim | " + " | ".join(datasets) + " |", "|" + "---|" * (len(datasets) + 2)]
     for metric, a, b, kind in CLAIMS:
         lines.append(f"| {metric} | {LABELS[a]} {kind} {LABELS[b]} | " + " | ".join(
             f"{mark[by[(d, 'reference', metric, a, b)]]} / {mark[by[(d, 'strict', metric, a, b)]]}"
             for d in datasets) + " |")
-    return lines + ["", "Details, tests and p-values: [the ordering claims](#the-papers-ordering-claims).", ""]
+    return lines + [""]
 
 
 def sampling_section(sampled: dict, eps, figures: Path | None, rel: str) -> list[str]:

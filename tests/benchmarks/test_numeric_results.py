@@ -118,7 +118,7 @@ def test_page_end_to_end_on_a_tiny_data_dir(tmp_path, capsys):
     out = tmp_path / "page.md"
     summary = nr.main(["--data-dir", str(tmp_path), "--output", str(out), "--repeats", "2", "--reps", "1",
                        "--insecure-seed", "5", "--skip", "sampling,table1", "--synthetic-length", "200",
-                       "--epsilons", "0.5,2", "--no-plots"])
+                       "--epsilons", "0.5,2", "--no-plots", "--windows", "10,30", "--wide-reps", "2"])
     page = out.read_text()
     assert summary["violations"] == 0 and "**0 violations**" in page
     assert "T-Drive absent" in page  # absent data is said, not hidden
@@ -126,7 +126,16 @@ def test_page_end_to_end_on_a_tiny_data_dir(tmp_path, capsys):
                  "## δ sweep"):
         assert name in page
     assert "Sampling (Figs 6, 7)" in page and "Not run" in page
-    assert summary["claims"] == len(nr.CLAIMS) * 5
+    assert summary["claims"] == {10: len(nr.CLAIMS) * 5, 30: len(nr.CLAIMS) * 5}
+    # the second window: its own section, tables per dataset and accounting, its own claims and counts
+    assert "## Figs 4, 5 at w = 30" in page and "### The ordering claims at w = 30 (reference / strict)" in page
+    assert "### Sinusoidal, w = 30" in page and "**cosine distance (Fig 5), strict, w = 30**" in page
+    assert "2 repetitions of every query on one-user series" in page  # --wide-reps is stated
+    holding = summary["claims_holding"][30]
+    assert f"* w = 30: {holding['reference']} of 45 claims hold under the reference, {holding['strict']} of 45 " \
+           "under the strict accounting ([per dataset](#figs-4-5-at-w--30))." in page
+    assert "| 30 | Volume | strict | mse | CAPP < APP | 4 |" in page  # 2 ε × 2 repeats
+    assert "Figs 4/5 at w = 50: not run" in page and "w = 30" not in page.split("## Not done")[1]
     assert "## Other base mechanisms (Fig 9)" in page and "PM-APP < PM-direct" in page
     assert summary["fig9_claims"] == len(nr.FIG9_CLAIMS) * 2  # C6H6 and Volume
     assert "**d = 5, mse, strict**" in page  # Fig 10 under both accountings
@@ -207,3 +216,10 @@ def test_fig9_reuses_fig4s_sw_runs_and_runs_every_other_base():
     claims = nr.decide("S", "strict", bases, (1.0,), nr.FIG9_CLAIMS)
     assert [c.text for c in claims][:2] == ["SW-APP < SW-direct", "SW-APP < SW-direct"]
     assert all(c.pairs == 2 for c in claims)
+
+
+@pytest.mark.parametrize("windows", ["30,50", "10,x", "10,60", "0,10"])
+def test_bad_windows_fail_before_any_run(windows, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        nr.main(["--data-dir", str(tmp_path), "--output", str(tmp_path / "p.md"), "--windows", windows])
+    assert "--windows must" in capsys.readouterr().err and not (tmp_path / "p.md").exists()

@@ -368,7 +368,7 @@ def build(pipeline, config: ReplayConfig) -> None:
     if config.checkpoint_dir and isinstance(transform, PrivateNumericClients):  # every user's client state, one file
         (outputs["carry"] | "AllCarried" >> beam.combiners.ToList()
          | "WriteClientsCheckpoint" >> beam.Map(write_clients_checkpoint, transform.config, config.checkpoint_dir,
-                                                transform.resume))
+                                                transform.resume, beam.pvalue.AsDict(outputs["estimates"])))
     elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else

@@ -121,7 +121,15 @@ def _keep(value, name: str) -> None:
 
 
 def released(results: dict) -> dict:
-    return {r["slot"]: (r["registered_users"], r["estimate"][0]) for r in results["releases"]}
+    """The fresh releases (those with reports): slot -> (reporters, estimate)."""
+    return {r["slot"]: (r["registered_users"], r["estimate"][0]) for r in results["releases"] if r["kind"] == "fresh"}
+
+
+def kinds(results: dict) -> dict:
+    """Every release: slot -> kind (each slot once)."""
+    slots = [r["slot"] for r in results["releases"]]
+    assert len(slots) == len(set(slots))
+    return {r["slot"]: r["kind"] for r in results["releases"]}
 
 
 def totals(results: dict) -> dict:
@@ -263,7 +271,7 @@ def _run_carrying(events, mechanism, params, resume=None) -> dict:
         out = p | beam.Create(events) | PrivateNumericClients(
             mechanism, SLOT, DOMAIN, mechanism_params=params, policy=POLICY, insecure_seed=SEED, bounded=True,
             resume=resume, carry=True)
-        for name in ("releases", "dead_letters", "usage", "violations", "accounting", "carry"):
+        for name in ("releases", "dead_letters", "usage", "violations", "accounting", "carry", "estimates"):
             _RESULTS[name] = []
             out[name] | f"Keep{name}" >> beam.Map(_keep, name)
     return dict(_RESULTS)
@@ -281,7 +289,7 @@ def test_a_run_resumed_from_the_carried_state_releases_what_one_run_releases(tmp
     whole = _run_carrying(events, mechanism, params)
     first = _run_carrying([e for e in events if e.time < 4 * SLOT], mechanism, params)
     config = ClientStageConfig(mechanism, DOMAIN, params, SlotClock(SLOT), POLICY, SEED)
-    path = write_clients_checkpoint(first["carry"], config, str(tmp_path), None)
+    path = write_clients_checkpoint(first["carry"], config, str(tmp_path), None, dict(first["estimates"]))
     carried = read_clients_checkpoint(str(tmp_path), config)  # the file, found as the latest in the directory
     assert set(carried) == {("s", f"user{u}") for u in range(7)} | {("s", "early")}
     assert len(carried) == len(first["carry"])
@@ -291,10 +299,13 @@ def test_a_run_resumed_from_the_carried_state_releases_what_one_run_releases(tmp
             Event("s", "newcomer", 3 * SLOT + 3, 5, None, "s|new|late")]  # slot 3 was closed for everyone
     second = _run_carrying([e for e in events if e.time >= 4 * SLOT] + late, mechanism, params, carried)
     assert released(first) | released(second) == released(whole)
+    every = lambda results: {r["slot"]: (r["kind"], r["estimate"]) for r in results["releases"]}  # noqa: E731
+    assert every(first) | every(second) == every(whole)  # skipped slots repeat the carried last estimate
     assert set(released(second)) == {slot for slot in released(whole) if slot >= 4}
     if "segment" in extra:  # the open segment's values from the first run count in the second run's report, and
         # "early"'s carried segment reports at slot 5 though it sends nothing after the checkpoint
-        assert set(released(first)) == {2} and released(second)[5] == expected_method(events, mechanism, params)[5]
+        assert set(released(first)) == {2} and kinds(first) == {0: "skipped", 1: "skipped", 2: "fresh", 3: "skipped"}
+        assert released(second)[5] == expected_method(events, mechanism, params)[5]
         assert "early" in {u["user"] for u in second["usage"]}
     usage = lambda results: {u["user"]: u["max_window_usage_ratio"] for u in results["usage"]}  # noqa: E731
     resumed_usage = {user: max(usage(first).get(user, 0), usage(second).get(user, 0))
@@ -314,7 +325,7 @@ def test_a_run_resumed_from_the_carried_state_releases_what_one_run_releases(tmp
     inflated = {**carried, key: carried[key]._replace(tail={**tail, "spent": tail["spent"] * 100})}
     violated = _run_carrying([e for e in events if e.time >= 4 * SLOT], mechanism, params, inflated)
     assert {v["user"] for v in violated["violations"]} == {"user3"}
-    assert min(v["slot"] for v in violated["violations"]) == min(s for s in released(second))
+    assert min(v["slot"] for v in violated["violations"]) == min(released(second))
 
 
 # ---------------------------------------------------------------- the sampling methods, BA-SW and ToPL

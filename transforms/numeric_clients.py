@@ -330,9 +330,9 @@ class _UserClients:
 
     def admit(self, stream: str, user: str, contributions: list, outputs: list) -> tuple[Reporting, list]:
         """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the
-        slots the user's records make present (released even without a report: :class:`SlotReleases`; a record
-        outside the release range marks the range's nearest slot, so that a stream whose records all fall outside
-        is still released over the range, as the central path does); dead letters and accounting appended to
+        slots the user's records make present (released even without a report: :class:`SlotReleases`; those
+        outside the release range only start the stream's series, as in the central path); dead letters and
+        accounting appended to
         ``outputs``.  A record outside the release range is a dead letter (its declaration stays in force: the
         rows carry the requirement in force) and never reaches the user's client."""
         steps, release_range = self.steps, self.config.release_range
@@ -340,13 +340,11 @@ class _UserClients:
         present: list = []
         used = 0
         for slot, _, value, declared, raws in contributions:
+            present.append(slot)
             reason = release_range.outside(slot) if release_range is not None else None
+            requirement = None
             if reason is None:
-                present.append(slot)
                 requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
-            else:
-                present.append(min(max(slot, release_range.first_slot), release_range.last_slot))
-                requirement = None
             if requirement is None:
                 outputs += [beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
                                                                                user)) for raw in raws]
@@ -681,6 +679,13 @@ class SlotReleases:
         self.config, self.method, self.variance = config, method, variance
         self.range = config.release_range
 
+    def in_range(self, sums: dict) -> dict:
+        """``sums`` without the slots outside the release range (only empty ones, marking records dead-lettered
+        there)."""
+        if self.range is None:
+            return sums
+        return {slot: total for slot, total in sums.items() if self.range.first_slot <= slot <= self.range.last_slot}
+
     def first(self, slots, first_open: int = 0) -> int:
         """The stream's first slot to release (never one a resumed checkpoint closed)."""
         return max(self.range.first_slot if self.range is not None else min(slots), first_open)
@@ -713,7 +718,7 @@ class SlotReleases:
         """Bounded input: ``(stream, all its (slot, SlotSum))``, released up to its last present slot (or the
         range's last); a resumed stream from its first open slot, repeating its carried last estimate."""
         stream, slot_sums = element
-        sums = dict(slot_sums)
+        sums = self.in_range(dict(slot_sums))
         start = self.first(sums, first_open.get(stream, 0))
         last = self.range.last_slot if self.range is not None else max(sums)
         return self.release(stream, sums, start, estimates.get(stream, (0, 0.0))[1], last)[0]
@@ -722,8 +727,12 @@ class SlotReleases:
 class ReleaseStreamSlots(beam.DoFn):
     """Streaming release stage, keyed by stream: the partial sums wait in ``pending`` until the watermark passes
     their slot's release time (1 ms after every user closed it: ``SlotClock.release_micros``), then every slot up
-    to the latest due one is released (:class:`SlotReleases`); with a release range the timer is also armed for
-    the stream's next slot of the range, so each one is released once the watermark passes it, data or not.  A
+    to the latest due one is released (:class:`SlotReleases`).  With a release range a firing releases every slot
+    of the range the watermark has passed (``ReleaseRange.last_due``), data or not, and a stream holding no
+    report keeps the timer armed at the range's last slot, as the central release stage does
+    (``transforms.release``): an empty slot goes out with the next firing after the watermark passed it.  (Not a
+    timer per empty slot: a runner that does not hold the per-user stage's output watermark at its pending
+    timers, as the direct runner, could fire it before that slot's reports arrive.)  A
     report for a slot already released (its user's event reached the per-user stage after the watermark had passed
     the slot: lateness is per user there) is counted (``reports_after_release``) and logged, not released: it was
     charged to its sender, which costs no privacy."""
@@ -764,11 +773,13 @@ class ReleaseStreamSlots(beam.DoFn):
             pending.add(item)
         release_range, records = self.releases.range, []
         next_slot = next_slot_state.read()
+        due = self.releases.in_range(due)
         stale = [slot for slot in due if next_slot is not None and slot < next_slot]
-        if stale:  # a user's event came after the watermark had passed its slot: its report was made and charged
-            self.after_release.inc(sum(due.pop(slot)[0] for slot in stale))
-            _LOGGER.warning("stream %s: reports for slots %s arrived after their release (charged, not released)",
-                            key, stale)
+        made = sum(due.pop(slot)[0] for slot in stale)
+        if made:  # a user's event came after the watermark had passed its slot: its report was made and charged
+            self.after_release.inc(made)
+            _LOGGER.warning("stream %s: %d reports for slots %s arrived after their release (charged, not "
+                            "released)", key, made, stale)
         if next_slot is None and (due or release_range is not None):
             next_slot = self.releases.first(due)
         last = max(due, default=None) if release_range is None else \
@@ -778,12 +789,13 @@ class ReleaseStreamSlots(beam.DoFn):
                                                                  last)
             next_slot_state.write(next_slot)
             estimate_state.write(estimate)
-        upcoming = [self.clock.release_micros(min(slot for slot, _ in later))] if later else []
-        if release_range is not None and next_slot <= release_range.last_slot:
-            upcoming.append(self.clock.release_micros(next_slot))  # the range's next slot, data or not
-        at = min(upcoming, default=None)
-        if at is not None and fired.micros < at <= GlobalWindow().max_timestamp().micros:
-            _arm(armed, release, at)
+        if later:
+            _arm(armed, release, self.clock.release_micros(min(slot for slot, _ in later)))
+        elif release_range is not None and next_slot <= release_range.last_slot:
+            # no report is held, but the range's remaining slots are released when they close, data or not
+            at = min(self.clock.release_micros(release_range.last_slot), GlobalWindow().max_timestamp().micros)
+            if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
+                _arm(armed, release, at)
         return records
 
 

@@ -8,7 +8,7 @@ APP-S, CAPP-S, Sampling, BA-SW and ToPL(PM).
 Input: ``transforms.records.Event`` whose value is the grid index of a number in the domain
 (``transforms.numeric_events.ValueToGrid`` makes it).  Outputs as ``PrivateStreamHistogram``'s: ``releases``,
 ``dead_letters``, ``usage``, ``violations``, ``ledger_entries``, ``accounting`` (and ``accounting_totals`` for
-bounded input).
+bounded input; with ``carry``, ``carry`` and ``estimates`` for a checkpoint).
 
 **Where the state is.**  Each user's state lives in that user's state cell ``client``, typed per method
 (versioned coders, no pickle): ``ClientRow`` (the deviation ring, ``D``, the age; ``ClientRowCoder``) for
@@ -27,17 +27,33 @@ the GroupByKey path of the per-user stage: a key's events together, every slot c
 keys of a bundle are stepped together (the k-th reports of all of them in one vectorised ``Client.step``) and
 their reports summed per slot within the bundle.
 
-**Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a
+**Release.**  Bounded input: a combine per ``(stream, slot)`` (:class:`SlotSums`) of the exact sum of the reports (each a
 dyadic rational, summed as integers, so the order of the combine does not matter) and their count; the release
 is the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
 ``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
 the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
 to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
-publication or the last one repeated).  A slot without reports is not released (which slots are released
-depends on the data, as without a release range in the histogram pipeline).  With ``sma=K`` (bounded input)
-each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
+publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
+(``transforms.release``) releases it (:class:`SlotReleases`, ``schemas/release.avsc``): a slot without reports
+is ``skipped`` (epsilon "0", no reporter, the stream's last estimate repeated; 0.0 before the first, as the
+registered mechanisms).  Without a release range the series runs from the stream's first slot in which a record
+arrived (the stage sends an empty partial sum for each slot a user's records touched, refused ones too) to its
+last, a gap longer than ``max_empty_slots`` cut short as there; bounded input releases each stream's series at
+once, streaming (:class:`ReleaseStreamSlots`, keyed by stream, the partial sums summed in its state, event-time
+timers) each slot once the watermark has passed it and a report of it or of a later slot is due.  The sampling
+methods report at segment ends, so a slot at which no segment ends (or whose segments hold no value) is a
+skipped slot too.  With ``sma=K`` each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
 centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline
 on the users' values.
+
+**Release range.**  ``release_range=(start, end)`` (``transforms.release_range``, ``--start``/``--end``)
+fixes the released slots: every slot meeting ``[start, end)``, empty ones included, and no other.  The central
+path's rule is followed: a record outside the range is a dead letter with its reason and never reaches the
+user's client (its state advances on in-range records only, so a run equals one on the in-range records
+alone), while a requirement it declared stays in force for the user's later records; no report (and so no
+charge) falls outside the range (a sampling method's segment ending after the range's last slot never reports).
+A resumed run never releases a slot the checkpoint closed.  Streaming, a stream holding no report keeps its timer
+at the range's last slot, as the central release stage does.
 
 **Charges.**  Every report costs its sender its randomizer's realised epsilon (the strict ``ε/(w + h)`` split;
 the sampling methods' ``ε/(n_w + h)``, BA-SW's dissimilarity and publication parts, ToPL's ``ε/w``).  The
@@ -53,8 +69,8 @@ report at each slot draws from its own generator, seeded from ``(seed, stream, u
 so the seeded reports equal the core's ``Client.step`` run on each user with these generators.
 
 Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
-checkpoint file and resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Not here yet:
-release ranges.
+checkpoint file, with each stream's last released estimate (its skipped slots repeat it after the resume), and
+resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).
 """
 
 from __future__ import annotations

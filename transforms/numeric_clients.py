@@ -27,9 +27,9 @@ the GroupByKey path of the per-user stage: a key's events together, every slot c
 keys of a bundle are stepped together (the k-th reports of all of them in one vectorised ``Client.step``) and
 their reports summed per slot within the bundle.
 
-**Release.**  Bounded input: a combine per ``(stream, slot)`` (:class:`SlotSums`) of the exact sum of the reports (each a
-dyadic rational, summed as integers, so the order of the combine does not matter) and their count; the release
-is the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
+**Release.**  The exact sum of a slot's reports (each a dyadic rational, summed as integers, so the order does
+not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release is
+the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
 ``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
 the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
 to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
@@ -42,9 +42,9 @@ last, a gap longer than ``max_empty_slots`` cut short as there; bounded input re
 once, streaming (:class:`ReleaseStreamSlots`, keyed by stream, the partial sums summed in its state, event-time
 timers) each slot once the watermark has passed it and a report of it or of a later slot is due.  The sampling
 methods report at segment ends, so a slot at which no segment ends (or whose segments hold no value) is a
-skipped slot too.  With ``sma=K`` each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
-centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline
-on the users' values.
+skipped slot too.  With ``sma=K`` each release also carries ``figures["sma"]``, the paper's simple moving
+average of the released series (§3.5; centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the
+clients run in the collector's pipeline on the users' values.
 
 **Release range.**  ``release_range=(start, end)`` (``transforms.release_range``, ``--start``/``--end``)
 fixes the released slots: every slot meeting ``[start, end)``, empty ones included, and no other.  The central
@@ -348,9 +348,8 @@ class _UserClients:
         """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the
         slots the user's records make present (released even without a report: :class:`SlotReleases`; those
         outside the release range only start the stream's series, as in the central path); dead letters and
-        accounting appended to
-        ``outputs``.  A record outside the release range is a dead letter (its declaration stays in force: the
-        rows carry the requirement in force) and never reaches the user's client."""
+        accounting appended to ``outputs``.  A record outside the release range is a dead letter (its declaration
+        stays in force: the rows carry the requirement in force) and never reaches the user's client."""
         steps, release_range = self.steps, self.config.release_range
         reporting = Reporting(stream, user, [], [], [])
         present: list = []
@@ -560,14 +559,13 @@ class _ClientCells(beam.DoFn):
         row = client_state.read()
         release_range = self.config.release_range
         last = release_range.last_slot if release_range is not None else armed  # a segment ends in the range
-        sums: dict = {}
+        reports: list = [[]]
         if reporting.slots or (sampled and row is not None):
             reports, (row,) = self.users.step([reporting], [row], [min(armed, last)])
-            outputs += self.users.emit([reporting], reports, sums, final=False, present=[present])
             if row is not None:
                 client_state.write(row)
-        else:
-            self.users.emit([reporting], [[]], sums, final=False, present=[present])
+        sums: dict = {}
+        outputs += self.users.emit([reporting], reports, sums, final=False, present=[present])
         outputs += self.users.slot_sums(sums)
         if sampled:
             last_closed_state.write(max(armed, last_closed_state.read() or 0))
@@ -748,10 +746,10 @@ class ReleaseStreamSlots(beam.DoFn):
     report keeps the timer armed at the range's last slot, as the central release stage does
     (``transforms.release``): an empty slot goes out with the next firing after the watermark passed it.  (Not a
     timer per empty slot: a runner that does not hold the per-user stage's output watermark at its pending
-    timers, as the direct runner, could fire it before that slot's reports arrive.)  A
-    report for a slot already released (its user's event reached the per-user stage after the watermark had passed
-    the slot: lateness is per user there) is counted (``reports_after_release``) and logged, not released: it was
-    charged to its sender, which costs no privacy."""
+    timers, as the direct runner, could fire it before that slot's reports arrive.)  A report for a slot already
+    released (its user's event reached the per-user stage after the watermark had passed the slot: lateness is
+    per user there) is counted (``reports_after_release``) and logged, not released: it was charged to its
+    sender, which costs no privacy."""
 
     PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), SlotSumCoder())))  # (slot, partial sum)
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())

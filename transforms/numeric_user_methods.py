@@ -15,8 +15,9 @@ so the release stage sums it exactly.
   row (``SampledRow``) and their mean is reported through the base client at the segment's last slot, once that
   slot is closed (``horizon``); a segment still open at the end of a bounded run stays in the row.  Only segment
   ends report: the release stage releases every other slot as skipped (``numeric_clients.SlotReleases``).
-  Strict ``n_w`` by default (the registered mechanism's client); ``accounting="paper"`` uses the paper's intent ``n_w = ceil(w/L)`` without the memory term, which is
-  not w-event private on a stream unless the strict count happens to fit (:attr:`SampledMethod.w_event_private`).
+  Strict ``n_w`` by default (the registered mechanism's client); ``accounting="paper"`` uses the paper's intent
+  ``n_w = ceil(w/L)`` without the memory term, which is not w-event private on a stream unless the strict count
+  happens to fit (:attr:`SampledMethod.w_event_private`).
 * :class:`AbsorptionMethod`: BA-SW: every admitted slot is a step of the user's budget absorption (row
   ``AbsorptionRow``): a dissimilarity report and perhaps a publication; the value that leaves is what the user
   releases for the slot (a new publication or the last one repeated).

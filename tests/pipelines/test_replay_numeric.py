@@ -266,7 +266,7 @@ def test_per_user_clients_replay_with_start_and_end_releases_the_range_for_neigh
     (a dead letter, accounted), the same slots and kinds as the central replay; records before --start are dead
     letters too and charge no one; without the range the far record moves the released slots (power check)."""
     bounds = ("--start", "60", "--end", "600")
-    report, releases, dead = _replay_rows(tmp_path, "a", _gap_rows(), "--per-user-clients", *bounds)
+    report, releases, _ = _replay_rows(tmp_path, "a", _gap_rows(), "--per-user-clients", *bounds)
     far_report, far_releases, far_dead = _replay_rows(tmp_path, "b", _gap_rows(far=True), "--per-user-clients",
                                                       *bounds)
     _, central, _ = _replay_rows(tmp_path, "c", _gap_rows(far=True), *bounds)

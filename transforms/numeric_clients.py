@@ -346,16 +346,16 @@ class _UserClients:
 
     def admit(self, stream: str, user: str, contributions: list, outputs: list) -> tuple[Reporting, list]:
         """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the
-        slots the user's records make present (released even without a report: :class:`SlotReleases`; those
-        outside the release range only start the stream's series, as in the central path); dead letters and
+        slots the user's records make present that may get no report from them (released even so:
+        :class:`SlotReleases`; those outside the release range only start the stream's series, as in the central
+        path; the sampling methods' slots all, the others' report at every reporting slot); dead letters and
         accounting appended to ``outputs``.  A record outside the release range is a dead letter (its declaration
         stays in force: the rows carry the requirement in force) and never reaches the user's client."""
-        steps, release_range = self.steps, self.config.release_range
+        steps, release_range, sampled = self.steps, self.config.release_range, self.method.sampled
         reporting = Reporting(stream, user, [], [], [])
         present: list = []
         used = 0
         for slot, _, value, declared, raws in contributions:
-            present.append(slot)
             reason = release_range.outside(slot) if release_range is not None else None
             requirement = None
             if reason is None:
@@ -364,12 +364,15 @@ class _UserClients:
                 outputs += [beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
                                                                                user)) for raw in raws]
                 outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", len(raws))))
+                present.append(slot)
                 continue
             used += len(raws)
             if value != NO_VALUE:  # a declaration only reports nothing
                 reporting.slots.append(slot)
                 reporting.x.append(value / steps)
                 reporting.requirements.append(requirement)
+            if sampled or value == NO_VALUE:
+                present.append(slot)
         if used:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used)))
         return reporting, present

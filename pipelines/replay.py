@@ -217,8 +217,7 @@ def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the numeric methods, without a release range; the paper's sampling
-    accounting only with it."""
+    """``--per-user-clients``: only for the numeric methods; the paper's sampling accounting only with it."""
     if (args.sampling_accounting != "strict" or args.not_w_event_private) and not args.per_user_clients:
         raise ConfigError("--sampling-accounting and --not-w-event-private are for the per-user stage: give "
                           "--per-user-clients (the registered mechanisms take only w-event private settings)")
@@ -226,10 +225,6 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
         return False
     if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
         raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
-    given = [flag for flag, value in (("--start", args.start), ("--end", args.end)) if value]
-    if given:
-        raise ConfigError(f"{', '.join(given)} not supported with --per-user-clients yet (the central numeric "
-                          "replay has them)")
     return True
 
 
@@ -305,7 +300,8 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericCl
                                      policy=config.policy, insecure_seed=config.insecure_seed,
                                      ledger_detail=config.ledger_detail, bounded=True,
                                      resume_from=config.resume_from, carry=config.checkpoint_dir is not None,
-                                     accounting=config.accounting[0], not_w_event_private=config.accounting[1])
+                                     accounting=config.accounting[0], not_w_event_private=config.accounting[1],
+                                     release_range=config.release_range)
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
@@ -368,7 +364,7 @@ def build(pipeline, config: ReplayConfig) -> None:
     if config.checkpoint_dir and isinstance(transform, PrivateNumericClients):  # every user's client state, one file
         (outputs["carry"] | "AllCarried" >> beam.combiners.ToList()
          | "WriteClientsCheckpoint" >> beam.Map(write_clients_checkpoint, transform.config, config.checkpoint_dir,
-                                                transform.resume))
+                                                transform.resume, beam.pvalue.AsDict(outputs["estimates"])))
     elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
@@ -433,7 +429,7 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
     usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
         if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
-    release_range = None if config.per_user_clients else histogram(config).config.release_range
+    release_range = histogram(config).config.release_range
     report = {"records_read": counts.records_read, "records_used": counts.records_used,
               "duplicates": counts.duplicates, "late": counts.late, "dead_letters": counts.dead_letters,
               "reconciles": counts.reconciles,

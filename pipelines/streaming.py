@@ -184,7 +184,8 @@ def per_user_clients(args, numeric: NumericDomain) -> PrivateNumericClients:
         transform = PrivateNumericClients(name, args.slot_seconds, numeric, mechanism_params=params,
                                           allowed_lateness=args.allowed_lateness, policy=policy,
                                           insecure_seed=args.insecure_seed, bounded=False,
-                                          ledger_max_window=args.max_window, sma=args.sma, sma_mode=args.sma_mode)
+                                          ledger_max_window=args.max_window, sma=args.sma, sma_mode=args.sma_mode,
+                                          release_range=parse_range(args.start, args.end))
     except ValueError as error:
         raise ConfigError(cli.flag_names(str(error))) from None
     cli.check_requirements_usable(transform.config.build(), policy)
@@ -211,9 +212,9 @@ def numeric_domain(args) -> NumericDomain | None:
     if args.watch and (args.sma is not None or args.per_user_clients):
         raise ConfigError("--sma and --per-user-clients run in the Beam job: the --watch loop releases each slot as "
                           "it closes, through the central numeric path")
-    if args.per_user_clients and (args.start or args.end or args.checkpoint_dir or args.resume_from):
-        raise ConfigError("--per-user-clients keeps its state in the runner's cells: not with --start, --end, "
-                          "--checkpoint-dir or --resume-from")
+    if args.per_user_clients and (args.checkpoint_dir or args.resume_from):
+        raise ConfigError("--per-user-clients keeps its state in the runner's cells: not with --checkpoint-dir or "
+                          "--resume-from")
     return numeric
 
 

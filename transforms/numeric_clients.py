@@ -8,7 +8,7 @@ APP-S, CAPP-S, Sampling, BA-SW and ToPL(PM).
 Input: ``transforms.records.Event`` whose value is the grid index of a number in the domain
 (``transforms.numeric_events.ValueToGrid`` makes it).  Outputs as ``PrivateStreamHistogram``'s: ``releases``,
 ``dead_letters``, ``usage``, ``violations``, ``ledger_entries``, ``accounting`` (and ``accounting_totals`` for
-bounded input).
+bounded input; with ``carry``, ``carry`` and ``estimates`` for a checkpoint).
 
 **Where the state is.**  Each user's state lives in that user's state cell ``client``, typed per method
 (versioned coders, no pickle): ``ClientRow`` (the deviation ring, ``D``, the age; ``ClientRowCoder``) for
@@ -27,17 +27,33 @@ the GroupByKey path of the per-user stage: a key's events together, every slot c
 keys of a bundle are stepped together (the k-th reports of all of them in one vectorised ``Client.step``) and
 their reports summed per slot within the bundle.
 
-**Release.**  A combine per ``(stream, slot)`` (:class:`SlotSums`): the exact sum of the reports (each a
-dyadic rational, summed as integers, so the order of the combine does not matter) and their count; the release
-is the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
+**Release.**  The exact sum of a slot's reports (each a dyadic rational, summed as integers, so the order does
+not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release is
+the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
 ``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
 the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
 to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
-publication or the last one repeated).  A slot without reports is not released (which slots are released
-depends on the data, as without a release range in the histogram pipeline).  With ``sma=K`` (bounded input)
-each release also carries ``figures["sma"]``, the paper's simple moving average of the released series (§3.5;
-centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the clients run in the collector's pipeline
-on the users' values.
+publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
+(``transforms.release``) releases it (:class:`SlotReleases`, ``schemas/release.avsc``): a slot without reports
+is ``skipped`` (epsilon "0", no reporter, the stream's last estimate repeated; 0.0 before the first, as the
+registered mechanisms).  Without a release range the series runs from the stream's first slot in which a record
+arrived (the stage sends an empty partial sum for each slot a user's records touched, refused ones too) to its
+last, a gap longer than ``max_empty_slots`` cut short as there; bounded input releases each stream's series at
+once, streaming (:class:`ReleaseStreamSlots`, keyed by stream, the partial sums summed in its state, event-time
+timers) each slot once the watermark has passed it and a report of it or of a later slot is due.  The sampling
+methods report at segment ends, so a slot at which no segment ends (or whose segments hold no value) is a
+skipped slot too.  With ``sma=K`` each release also carries ``figures["sma"]``, the paper's simple moving
+average of the released series (§3.5; centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the
+clients run in the collector's pipeline on the users' values.
+
+**Release range.**  ``release_range=(start, end)`` (``transforms.release_range``, ``--start``/``--end``)
+fixes the released slots: every slot meeting ``[start, end)``, empty ones included, and no other.  The central
+path's rule is followed: a record outside the range is a dead letter with its reason and never reaches the
+user's client (its state advances on in-range records only, so a run equals one on the in-range records
+alone), while a requirement it declared stays in force for the user's later records; no report (and so no
+charge) falls outside the range (a sampling method's segment ending after the range's last slot never reports).
+A resumed run never releases a slot the checkpoint closed.  Streaming, a stream holding no report keeps its timer
+at the range's last slot, as the central release stage does.
 
 **Charges.**  Every report costs its sender its randomizer's realised epsilon (the strict ``ε/(w + h)`` split;
 the sampling methods' ``ε/(n_w + h)``, BA-SW's dissimilarity and publication parts, ToPL's ``ε/w``).  The
@@ -53,13 +69,14 @@ report at each slot draws from its own generator, seeded from ``(seed, stream, u
 so the seeded reports equal the core's ``Client.step`` run on each user with these generators.
 
 Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
-checkpoint file and resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Not here yet:
-release ranges.
+checkpoint file, with each stream's last released estimate (its skipped slots repeat it after the resume), and
+resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import typing
@@ -77,8 +94,8 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.coders import VarIntCoder
-from apache_beam.transforms.window import FixedWindows, GlobalWindow, GlobalWindows, TimestampedValue
+from apache_beam.coders import FloatCoder, TupleCoder, VarIntCoder
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms import checkpoint
@@ -92,7 +109,7 @@ from transforms.coders import (
 )
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.encoding import decode_value, encode_value
-from transforms.engine import ChargeChunk
+from transforms.engine import ChargeChunk, ReleaseConfig
 from transforms.ledger import (
     ENTRIES,
     VIOLATIONS,
@@ -117,6 +134,7 @@ from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import AbsorptionRow, SampledRow, SlotSum
 from transforms.numeric_user_methods import Reporting, UserMethod, user_method
 from transforms.private_histogram import AccountingTotals
+from transforms.release_range import ReleaseRange
 from transforms.records import (
     KEY_SEPARATOR,
     NO_VALUE,
@@ -139,6 +157,7 @@ from transforms.user_state import (
     take_due,
 )
 
+_LOGGER = logging.getLogger(__name__)
 CLIENT_METHODS = tuple(NUMERIC_STREAMS)
 """The registered numeric methods whose client runs in the per-user stage: all of them."""
 ACCOUNTINGS = ("strict", "paper")
@@ -177,6 +196,7 @@ class ClientStageConfig:
     insecure_seed: int | None = None
     accounting: str = "strict"
     not_w_event_private: bool = False
+    release_range: ReleaseRange | None = None  # the public slots released and charged; None: the data's
 
     def __post_init__(self):
         if self.mechanism not in CLIENT_METHODS:
@@ -187,6 +207,8 @@ class ClientStageConfig:
             raise ValueError(f"insecure_seed must be a non-negative integer, got {self.insecure_seed!r}")
         if self.accounting not in ACCOUNTINGS:
             raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}")
+        if self.release_range is not None and not isinstance(self.release_range, ReleaseRange):
+            raise ValueError(f"release_range must be a ReleaseRange, got {self.release_range!r}")
         method = self.method()
         if not method.w_event_private and not self.not_w_event_private:
             raise ValueError(f"{self.mechanism} with accounting={self.accounting!r} is not w-event private on a "
@@ -211,16 +233,30 @@ CLIENTS_STREAM = "\x00per-user-clients"
 """The name a per-user client checkpoint is filed under (``checkpoint.file_name``): no stream is called so."""
 
 
-def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory: str, before: dict | None) -> str:
-    """Every user's :class:`Carried` state (``before``'s users absent from this run kept as they were) as one
-    checkpoint file in ``directory`` (the project's format, ``transforms.checkpoint``); returns its path."""
+class CarriedClients(dict):
+    """``(stream, user) -> Carried`` as read from a checkpoint, with ``estimates``: each stream's last released
+    estimate (``stream -> (slot, estimate)``), which its skipped slots repeat in the resumed run."""
+
+    def __init__(self, carried=(), estimates: dict | None = None):
+        super().__init__(carried)
+        self.estimates = dict(estimates or {})
+
+
+def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory: str, before: dict | None,
+                             estimates: dict | None = None) -> str:
+    """Every user's :class:`Carried` state (``before``'s users absent from this run kept as they were) and each
+    stream's last estimate (``estimates``: the ``"estimates"`` output) as one checkpoint file in ``directory``
+    (the project's format, ``transforms.checkpoint``); returns its path."""
     merged = dict(before or {})
     merged.update(carried)
+    last_estimates = {**getattr(before, "estimates", {}), **(estimates or {})}
     table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
              for (stream, user), c in sorted(merged.items())]
     saved = checkpoint.Checkpoint(config.label, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
-                                  arrays={"clients": np.frombuffer(encode_value(table), np.uint8)})
+                                  arrays={"clients": np.frombuffer(encode_value(table), np.uint8),
+                                          "estimates": np.frombuffer(encode_value(sorted(
+                                              (stream, *at) for stream, at in last_estimates.items())), np.uint8)})
     next_slot = max((c.next_slot for c in merged.values()), default=0)
     path = os.path.join(directory, checkpoint.file_name(CLIENTS_STREAM, next_slot))
     os.makedirs(directory, exist_ok=True)
@@ -247,7 +283,10 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
                                          "--per-user-clients?)")
     saved.check(config.label, config.build().params.to_json(), config.clock.slot_seconds, config.clock.origin,
                 config.insecure_seed, path)
-    carried, row_type = {}, config.method().row_type
+    carried, row_type = CarriedClients(), config.method().row_type
+    if "estimates" in saved.arrays:
+        carried.estimates = {stream: (slot, estimate)
+                             for stream, slot, estimate in decode_value(saved.arrays["estimates"].tobytes())}
     for stream, user, row, next_slot, declared, tail in decode_value(saved.arrays["clients"].tobytes()):
         if row is not None and row_type is not None and len(row) == len(row_type._fields):
             row = row_type(*row)
@@ -305,39 +344,54 @@ class _UserClients:
         """The randomness of one vectorised step: the secure generator, or each report's seeded one."""
         return self.secure if self.secure is not None else _ReportDraws(self.config.insecure_seed, keys(), words)
 
-    def admit(self, stream: str, user: str, contributions: list, outputs: list) -> Reporting:
-        """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots); dead
-        letters and accounting appended to ``outputs``."""
-        steps = self.steps
+    def admit(self, stream: str, user: str, contributions: list, outputs: list) -> tuple[Reporting, list]:
+        """The reporting part of ``contributions`` (``Contribution`` tuples of one user, ascending slots) and the
+        slots the user's records make present that may get no report from them (released even so:
+        :class:`SlotReleases`; those outside the release range only start the stream's series, as in the central
+        path; the sampling methods' slots all, the others' report at every reporting slot); dead letters and
+        accounting appended to ``outputs``.  A record outside the release range is a dead letter (its declaration
+        stays in force: the rows carry the requirement in force) and never reaches the user's client."""
+        steps, release_range, sampled = self.steps, self.config.release_range, self.method.sampled
         reporting = Reporting(stream, user, [], [], [])
+        present: list = []
         used = 0
         for slot, _, value, declared, raws in contributions:
-            requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
+            reason = release_range.outside(slot) if release_range is not None else None
+            requirement = None
+            if reason is None:
+                requirement, reason = self.translator.row(declared or self.config.policy.assigned(user))
             if requirement is None:
                 outputs += [beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(reason, raw, "numeric_clients", stream,
                                                                                user)) for raw in raws]
                 outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", len(raws))))
+                present.append(slot)
                 continue
             used += len(raws)
             if value != NO_VALUE:  # a declaration only reports nothing
                 reporting.slots.append(slot)
                 reporting.x.append(value / steps)
                 reporting.requirements.append(requirement)
+            if sampled or value == NO_VALUE:
+                present.append(slot)
         if used:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", used)))
-        return reporting
+        return reporting, present
 
     def step(self, users: list, rows: list, horizons: list | None = None) -> tuple[list, list]:
         """Every report of ``users`` (``Reporting``), each from its row (None: fresh), slots up to ``horizons``
         closed (the sampling methods' segments): per user the reports that leave, and the new rows."""
         return self.method.run(users, rows, horizons or [None] * len(users), self.draws)
 
-    def emit(self, users: list, reports: list, sums: dict, final: bool, resumed: list | None = None) -> list:
-        """Add the reports to the slots' partial sums ``sums`` (``[count, sum·2**64, largest charge]``); each user's
-        charges as a ChargeChunk output (complete at the end of a bounded run, unless ``resumed[i]``: the ledger
-        continues a carried tail)."""
+    def emit(self, users: list, reports: list, sums: dict, final: bool, resumed: list | None = None,
+             present: list | None = None) -> list:
+        """Add the reports to the slots' partial sums ``sums`` (``[count, sum·2**64, largest charge]``), and an
+        empty one for each of the user's ``present[i]`` slots without a report; each user's charges as a
+        ChargeChunk output (complete at the end of a bounded run, unless ``resumed[i]``: the ledger continues a
+        carried tail)."""
         outputs = []
         for i, (user, made) in enumerate(zip(users, reports)):
+            for slot in present[i] if present is not None else ():
+                sums.setdefault((user.stream, slot), [0, 0, 0])
             if not made:
                 continue
             charges = []
@@ -397,7 +451,11 @@ class CloseUserClients(beam.DoFn):
         before = carried.get((stream, user)) if carried else None
         outputs: list = []
         first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
-        horizon = max(horizons.get(stream, -1), first_open - 1) if horizons is not None else None
+        release_range = self.config.release_range
+        if release_range is not None and self.users.method.sampled:  # bounded: every slot of the range is closed
+            horizon = release_range.last_slot
+        else:
+            horizon = max(horizons.get(stream, -1), first_open - 1) if horizons is not None else None
         if first_open:  # the stream's slots the checkpoint closed, for every user (new ones too)
             slot_of = self.config.clock.slot_of
             late = [r for r in events if slot_of(r[0]) < first_open]
@@ -411,9 +469,9 @@ class CloseUserClients(beam.DoFn):
                                                       before.declared if before else None)
         if duplicates:
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
-        reporting = self.users.admit(stream, user, rows, outputs)
+        reporting, present = self.users.admit(stream, user, rows, outputs)
         next_slot = max(rows[-1][0] + 1 if rows else 0, first_open)
-        self._held.append((reporting, before, _Ending(next_slot, declared, horizon)))
+        self._held.append((reporting, before, _Ending(next_slot, declared, horizon, present)))
         self._reports += len(reporting.slots)
         if self._reports >= self.MAX_HELD:
             outputs += self._take()
@@ -431,7 +489,8 @@ class CloseUserClients(beam.DoFn):
                                         [ending.horizon for _, _, ending in held])
         sums: dict = {}
         outputs = self.users.emit(users, reports, sums, final=True, resumed=[before is not None for _, before, _ in
-                                                                               held])
+                                                                               held],
+                                  present=[ending.present for _, _, ending in held])
         if self.carry:
             for (reporting, before, ending), row, output in zip(held, rows, _charges_of(reports, outputs)):
                 tail = before.tail if before else empty_tail()
@@ -461,6 +520,7 @@ class _Ending(NamedTuple):
     next_slot: int
     declared: tuple | None
     horizon: int | None  # the stream's slots closed by the end of the run (the sampling methods' segments)
+    present: list  # the slots the user's records make present (``_UserClients.admit``)
 
 
 def _charges_of(reports: list, outputs: list) -> list:
@@ -498,21 +558,24 @@ class _ClientCells(beam.DoFn):
         stream, user = key
         rows = (yield from close_due(self, user, due, requirement_state, last_closed_state)) if due else []
         outputs: list = []
-        reporting = self.users.admit(stream, user, rows, outputs)
+        reporting, present = self.users.admit(stream, user, rows, outputs)
         row = client_state.read()
+        release_range = self.config.release_range
+        last = release_range.last_slot if release_range is not None else armed  # a segment ends in the range
+        reports: list = [[]]
         if reporting.slots or (sampled and row is not None):
-            reports, (row,) = self.users.step([reporting], [row], [armed])
-            sums: dict = {}
-            outputs += self.users.emit([reporting], reports, sums, final=False)
-            outputs += self.users.slot_sums(sums)
+            reports, (row,) = self.users.step([reporting], [row], [min(armed, last)])
             if row is not None:
                 client_state.write(row)
+        sums: dict = {}
+        outputs += self.users.emit([reporting], reports, sums, final=False, present=[present])
+        outputs += self.users.slot_sums(sums)
         if sampled:
             last_closed_state.write(max(armed, last_closed_state.read() or 0))
             if row is not None and row.count:  # the open segment reports when its last slot closes
                 end, pending = self.users.method.segment_end(row.segment * self.users.method.segment), \
                     next_close_state.read()
-                if pending is None or end < pending:
+                if (pending is None or end < pending) and (release_range is None or end <= last):
                     next_close_state.write(end)
                     close.set(Timestamp(micros=self.clock.close_micros(end)))
         yield from _counted(outputs, self.counters)
@@ -604,6 +667,161 @@ def release_record(element, config, method: UserMethod, variance: float, trust: 
         "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
         "estimate": [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
+
+
+def skipped_record(stream: str, slot: int, estimate: float, config, method: UserMethod,
+                   trust: str = "local_simulated") -> ReleaseRecord:
+    """A slot without reports, as the central path releases it: kind ``skipped``, epsilon 0, the stream's last
+    estimate repeated (0.0 before its first, the registered mechanisms' initial one), no reporter."""
+    Metrics.counter(NAMESPACE, "slots_skipped").inc()
+    clock = config.clock
+    return ReleaseRecord({
+        "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
+        "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [0], "kind": "skipped",
+        "epsilon": "0", "predicted_error": None, "registered_users": 0, "statistic": "mean",
+        "estimate": [estimate], "trust": trust,
+        "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
+
+
+class SlotReleases:
+    """A stream's slots released in order, every one from the first to the last (module doc, **Release**): a slot
+    with reports fresh (:func:`release_record`), one without skipped (:func:`skipped_record`).  Without a release
+    range the series runs from the stream's first present slot (a user's record made it present) and a gap longer
+    than the central path's ``max_empty_slots`` is cut short as there (``transforms.engine``); with one it is
+    the range's slots."""
+
+    MAX_EMPTY = ReleaseConfig.max_empty_slots
+
+    def __init__(self, config: ClientStageConfig, method: UserMethod, variance: float):
+        self.config, self.method, self.variance = config, method, variance
+        self.range = config.release_range
+
+    def in_range(self, sums: dict) -> dict:
+        """``sums`` without the slots outside the release range (only empty ones, marking records dead-lettered
+        there)."""
+        if self.range is None:
+            return sums
+        return {slot: total for slot, total in sums.items() if self.range.first_slot <= slot <= self.range.last_slot}
+
+    def first(self, slots, first_open: int = 0) -> int:
+        """The stream's first slot to release (never one a resumed checkpoint closed)."""
+        return max(self.range.first_slot if self.range is not None else min(slots), first_open)
+
+    def release(self, stream: str, sums: dict, next_slot: int, estimate: float, last: int) -> tuple[list, int, float]:
+        """Slots ``next_slot .. last`` of ``stream`` from ``sums`` (slot -> SlotSum, all in that span): the
+        records, the next slot and the last estimate."""
+        if any(slot < next_slot or slot > last for slot in sums):
+            raise ValueError(f"stream {stream}: reports outside slots {next_slot}..{last} (already released)")
+        records, slot = [], next_slot
+        for upcoming in [*sorted(sums), last + 1]:
+            empty_until = upcoming
+            if self.range is None and upcoming - slot > self.MAX_EMPTY:
+                _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", stream,
+                                upcoming - slot - self.MAX_EMPTY, slot - 1)
+                empty_until = slot + self.MAX_EMPTY
+            records += [skipped_record(stream, empty, estimate, self.config, self.method)
+                        for empty in range(slot, empty_until)]
+            if upcoming <= last:
+                if sums[upcoming][0]:
+                    records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method,
+                                                  self.variance))
+                    estimate = records[-1]["estimate"][0]
+                else:
+                    records.append(skipped_record(stream, upcoming, estimate, self.config, self.method))
+            slot = upcoming + 1
+        return records, max(next_slot, last + 1), estimate
+
+    def bounded(self, element, first_open: dict, estimates: dict) -> list:
+        """Bounded input: ``(stream, all its (slot, SlotSum))``, released up to its last present slot (or the
+        range's last); a resumed stream from its first open slot, repeating its carried last estimate."""
+        stream, slot_sums = element
+        sums = self.in_range(dict(slot_sums))
+        start = self.first(sums, first_open.get(stream, 0))
+        last = self.range.last_slot if self.range is not None else max(sums)
+        return self.release(stream, sums, start, estimates.get(stream, (0, 0.0))[1], last)[0]
+
+
+class ReleaseStreamSlots(beam.DoFn):
+    """Streaming release stage, keyed by stream: the partial sums wait in ``pending`` until the watermark passes
+    their slot's release time (1 ms after every user closed it: ``SlotClock.release_micros``), then every slot up
+    to the latest due one is released (:class:`SlotReleases`).  With a release range a firing releases every slot
+    of the range the watermark has passed (``ReleaseRange.last_due``), data or not, and a stream holding no
+    report keeps the timer armed at the range's last slot, as the central release stage does
+    (``transforms.release``): an empty slot goes out with the next firing after the watermark passed it.  (Not a
+    timer per empty slot: a runner that does not hold the per-user stage's output watermark at its pending
+    timers, as the direct runner, could fire it before that slot's reports arrive.)  A report for a slot already
+    released (its user's event reached the per-user stage after the watermark had passed the slot: lateness is
+    per user there) is counted (``reports_after_release``) and logged, not released: it was charged to its
+    sender, which costs no privacy."""
+
+    PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), SlotSumCoder())))  # (slot, partial sum)
+    NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
+    ESTIMATE = ReadModifyWriteStateSpec("estimate", FloatCoder())
+    ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())  # the µs the ``release`` timer is set for
+    RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+
+    def __init__(self, releases: SlotReleases):
+        self.releases, self.clock = releases, releases.config.clock
+        self.after_release = Metrics.counter(NAMESPACE, "reports_after_release")
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam, pending=beam.DoFn.StateParam(PENDING),
+                armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
+        _, (slot, total) = element
+        pending.add((slot, total))
+        _arm(armed, release, max(self.clock.release_micros(slot), timestamp.micros))
+
+    @on_timer(RELEASE)
+    def on_release(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
+                   pending=beam.DoFn.StateParam(PENDING), next_slot_state=beam.DoFn.StateParam(NEXT_SLOT),
+                   estimate_state=beam.DoFn.StateParam(ESTIMATE), armed=beam.DoFn.StateParam(ARMED),
+                   release=beam.DoFn.TimerParam(RELEASE)):
+        held = list(pending.read())
+        pending.clear()
+        armed.clear()
+        due: dict = {}
+        later = []
+        for slot, total in held:
+            if self.clock.release_micros(slot) <= fired.micros:
+                before = due.get(slot, (0, 0, 0))
+                due[slot] = SlotSum(before[0] + total[0], before[1] + total[1], max(before[2], total[2]))
+            else:
+                later.append((slot, total))
+        for item in later:
+            pending.add(item)
+        release_range, records = self.releases.range, []
+        next_slot = next_slot_state.read()
+        due = self.releases.in_range(due)
+        stale = [slot for slot in due if next_slot is not None and slot < next_slot]
+        made = sum(due.pop(slot)[0] for slot in stale)
+        if made:  # a user's event came after the watermark had passed its slot: its report was made and charged
+            self.after_release.inc(made)
+            _LOGGER.warning("stream %s: %d reports for slots %s arrived after their release (charged, not "
+                            "released)", key, made, stale)
+        if next_slot is None and (due or release_range is not None):
+            next_slot = self.releases.first(due)
+        last = max(due, default=None) if release_range is None else \
+            release_range.last_due(self.clock, fired.micros - 1000)
+        if next_slot is not None and last is not None and last >= next_slot:
+            records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate_state.read() or 0.0,
+                                                                 last)
+            next_slot_state.write(next_slot)
+            estimate_state.write(estimate)
+        if later:
+            _arm(armed, release, self.clock.release_micros(min(slot for slot, _ in later)))
+        elif release_range is not None and next_slot <= release_range.last_slot:
+            # no report is held, but the range's remaining slots are released when they close, data or not
+            at = min(self.clock.release_micros(release_range.last_slot), GlobalWindow().max_timestamp().micros)
+            if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
+                _arm(armed, release, at)
+        return records
+
+
+def _arm(armed, release, at: int) -> None:
+    """Set the ``release`` timer for ``at`` µs unless it is already set earlier."""
+    pending = armed.read()
+    if pending is None or at < pending:
+        armed.write(at)
+        release.set(Timestamp(micros=at))
 
 
 def _sma_reach(size: int, mode: str) -> tuple[int, int]:
@@ -735,7 +953,7 @@ class PrivateNumericClients(beam.PTransform):
                  ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
                  resume_from: str | None = None, carry: bool = False, accounting: str = "strict",
-                 not_w_event_private: bool = False):
+                 not_w_event_private: bool = False, release_range: tuple[float, float] | None = None):
         super().__init__()
         if sma is not None:
             _sma_reach(sma, sma_mode)  # refuses a bad size or mode now
@@ -743,9 +961,10 @@ class PrivateNumericClients(beam.PTransform):
         if not isinstance(policy, RequirementPolicy):
             raise ValueError("PrivateNumericClients needs policy=RequirementPolicy(...) (RequirementPolicy() when "
                              "every event declares its own)")
-        self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}),
-                                        SlotClock(slot_seconds, origin, allowed_lateness), policy, insecure_seed,
-                                        accounting, not_w_event_private)
+        clock = SlotClock(slot_seconds, origin, allowed_lateness)
+        self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}), clock, policy,
+                                        insecure_seed, accounting, not_w_event_private,
+                                        None if release_range is None else ReleaseRange.of(clock, *release_range))
         mechanism_built = self.config.build()
         self.method = self.config.method()
         self.variance = self.method.variance()
@@ -765,16 +984,17 @@ class PrivateNumericClients(beam.PTransform):
         types = dict(OUTPUT_TYPES)
         tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)
         carried = None
+        first_open: dict = {}
         if bounded:
             side = {}
             if self.resume is not None:
                 carried = beam.pvalue.AsDict(events.pipeline | "Carried" >> beam.Create(sorted(self.resume.items()))
                                              .with_output_types(typing.Tuple[typing.Tuple[str, str], typing.Any]))
                 side["carried"] = carried
-            first_open: dict = {}
             for (stream, _), before in (self.resume or {}).items():
                 first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
-            if self.method.sampled:  # a segment reports once its last slot is within its stream's slots
+            if self.method.sampled and self.config.release_range is None:  # a segment reports once its last
+                # slot is within its stream's slots (with a range: within the range)
                 side["horizons"] = beam.pvalue.AsDict(
                     events
                     | "StreamSlots" >> beam.Map(lambda e, slot_of: (e.stream, slot_of(e.time)), clock.slot_of)
@@ -797,15 +1017,20 @@ class PrivateNumericClients(beam.PTransform):
         closed = (grouped
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
                   .with_outputs(*tags, main="reports"))
+        releaser = SlotReleases(self.config, self.method, self.variance)
         reports = closed.reports
-        if not bounded:  # every report of a slot leaves at the same timer time: one window holds them all
-            reports = reports | "SlotWindows" >> beam.WindowInto(
-                FixedWindows(clock.slot_seconds, offset=(clock.origin + clock.allowed_lateness) % clock.slot_seconds))
-        sums = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
-        if not bounded:
-            sums = sums | "Global" >> beam.WindowInto(GlobalWindows())
-        releases = sums | "Release" >> beam.Map(release_record, self.config, self.method, self.variance).with_output_types(
-            ReleaseRecord)
+        if bounded:
+            reports = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
+        by_stream = reports | "ByStream" >> beam.MapTuple(lambda key, total: (key[0], (key[1], total))) \
+            .with_output_types(typing.Tuple[str, typing.Tuple[int, SlotSum]])
+        if bounded:
+            releases = (by_stream | "SlotsOfStream" >> beam.GroupByKey()
+                        | "Release" >> beam.FlatMap(releaser.bounded, first_open,
+                                                          getattr(self.resume, "estimates", {}))
+                        .with_output_types(ReleaseRecord))
+        else:
+            releases = by_stream | "Release" >> beam.ParDo(ReleaseStreamSlots(releaser)).with_output_types(
+                ReleaseRecord)
         if self.sma is not None:
             releases = releases | "SMA" >> SmoothReleases(*self.sma, bounded=bounded)
         ledger_fn = (CompleteChunkLedgerFn if carried is None else ResumedLedgerFn) if bounded else UserLedgerFn
@@ -819,6 +1044,9 @@ class PrivateNumericClients(beam.PTransform):
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
         if self.carry:
             outputs["carry"] = closed[CARRY]
+            outputs["estimates"] = (releases | "StreamEstimates" >> beam.Map(
+                lambda r: (r["stream"], (r["slot"], r["estimate"][0])))
+                | "LastEstimates" >> beam.CombinePerKey(max))
         if bounded:
             outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(
                 AccountingTotals()).with_output_types(typing.Dict[str, int])

@@ -11,11 +11,13 @@ so the release stage sums it exactly.
 * :class:`ClientMethod`: SW-direct, IPP, APP, CAPP: one report per admitted slot (row ``ClientRow``).
 * :class:`SampledMethod`: PP-S, APP-S, CAPP-S, Sampling: the values of a segment of ``L`` slots (aligned on the
   absolute slot numbers: slots ``kL .. kL + L - 1``, public and data-independent; the central registered mechanism
-  counts from its stream's first slot, the same segments when that slot is a multiple of ``L``) are summed in the row (``SampledRow``) and their mean is reported
-  through the base client at the segment's last slot, once that slot is closed (``horizon``); a segment still
-  open at the end of a bounded run stays in the row.  Strict ``n_w`` by default (the registered mechanism's
-  client); ``accounting="paper"`` uses the paper's intent ``n_w = ceil(w/L)`` without the memory term, which is
-  not w-event private on a stream unless the strict count happens to fit (:attr:`SampledMethod.w_event_private`).
+  counts from its stream's first slot, the same segments when that slot is a multiple of ``L``) are summed in the
+  row (``SampledRow``) and their mean is reported through the base client at the segment's last slot, once that
+  slot is closed (``horizon``); a segment still open at the end of a bounded run stays in the row.  Only segment
+  ends report: the release stage releases every other slot as skipped (``numeric_clients.SlotReleases``).
+  Strict ``n_w`` by default (the registered mechanism's client); ``accounting="paper"`` uses the paper's intent
+  ``n_w = ceil(w/L)`` without the memory term, which is not w-event private on a stream unless the strict count
+  happens to fit (:attr:`SampledMethod.w_event_private`).
 * :class:`AbsorptionMethod`: BA-SW: every admitted slot is a step of the user's budget absorption (row
   ``AbsorptionRow``): a dissimilarity report and perhaps a publication; the value that leaves is what the user
   releases for the slot (a new publication or the last one repeated).

@@ -150,10 +150,13 @@ def test_a_resumed_replay_continues_the_clients_state_exactly(tmp_path, stage):
                        "--resume-from", str(checkpoints), *common]) == 0
 
     def estimates(directory) -> dict:
-        return {r["slot"]: r["estimate"][0] for r in read_records(str(directory / "releases-*.jsonl"), "jsonl")}
+        return {r["slot"]: (r["kind"], r["estimate"][0])
+                for r in read_records(str(directory / "releases-*.jsonl"), "jsonl")}
 
     resumed = {**estimates(tmp_path / "a"), **estimates(tmp_path / "b")}
-    assert sorted(resumed) == ([2, 5] if mechanism == "pp-s" else list(range(SLOTS)))  # PP-S: segments' ends
+    assert sorted(resumed) == list(range(SLOTS))  # every slot: PP-S's are skipped but at the segments' ends
+    assert [s for s, (kind, _) in sorted(resumed.items()) if kind == "fresh"] == \
+        ([2, 5] if mechanism == "pp-s" else list(range(SLOTS)))
     assert resumed == estimates(whole)  # the state after slot 3 continued bit for bit
     fresh = tmp_path / "fresh"  # without the state the second half differs: the test can fail
     assert replay.run(["--input", str(tmp_path / "second.jsonl"), "--output", str(fresh), *common]) == 0
@@ -194,8 +197,6 @@ def _grid():
 
 @pytest.mark.parametrize("args, message", [
     (["--mechanism", "pbd", "--binning", "int:4", "--per-user-clients"], "--per-user-clients runs the clients of"),
-    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--start", "0", "--end", "60"],
-     "--start, --end not supported with --per-user-clients"),
     (["--mechanism", "pp-s", "--domain", "0,1", "--sampling-accounting", "paper"],
      "are for the per-user stage: give --per-user-clients"),
     (["--mechanism", "pp-s", "--domain", "0,1", "--per-user-clients", "--sampling-accounting", "paper",
@@ -217,9 +218,68 @@ def test_the_paper_sampling_accounting_runs_only_flagged_and_marks_its_releases(
     code, report, paper, _ = run_replay(tmp_path, "pp-s", *flags, "--sampling-accounting", "paper",
                                         "--not-w-event-private", ranged=False)
     assert code == 0 and report["reconciles"]
-    assert [r["slot"] for r in paper] == [1, 3, 5, 7]
+    assert [r["slot"] for r in paper if r["kind"] == "fresh"] == [1, 3, 5, 7]  # the segments' ends
+    assert [r["slot"] for r in paper] == list(range(SLOTS))  # the others skipped
     assert all(r["figures"] == {"w_event_private": 0.0} for r in paper)
     (tmp_path / "out").rename(tmp_path / "paper")
     code, _, strict, _ = run_replay(tmp_path, "pp-s", *flags, ranged=False)
     assert code == 0 and all(r["figures"] == {} for r in strict)
     assert [r["epsilon"] for r in strict] != [r["epsilon"] for r in paper]
+
+
+def _gap_rows(far: bool = False) -> list:
+    """Users 0-5 at slots 0, 1, 4 and 6 (slots 2, 3 and 5 empty); with ``far`` one more record at slot 30."""
+    rows = [{"user": f"u{u}", "time": s * 60 + u + 0.5, "value": values_at(u, s) % 10}
+            for s in (0, 1, 4, 6) for u in range(USERS)]
+    return rows + ([{"user": "u2", "time": 30 * 60 + 5, "value": 3.0}] if far else [])
+
+
+def _replay_rows(tmp_path, name: str, rows: list, *args) -> tuple[dict, list, list]:
+    events, out = tmp_path / f"{name}.jsonl", tmp_path / name
+    events.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert replay.run(["--input", str(events), "--output", str(out), "--quiet", "--insecure-seed", str(SEED),
+                       "--mechanism", "sw-direct", "--epsilon", "2", "--window", "3", "--requirement", "fixed:3,2",
+                       "--slot-seconds", "60", f"--domain={LOW},{HIGH}", *args]) == 0
+    with open(out / "report.json") as f:
+        report = json.load(f)
+    releases = sorted(read_records(str(out / "releases-*.jsonl"), "jsonl"), key=lambda r: r["slot"])
+    return report, releases, list(read_records(str(out / "dead_letters-*.jsonl"), "jsonl"))
+
+
+def test_per_user_clients_replay_releases_every_slot_as_the_central_replay(tmp_path):
+    """Gaps in the data: the per-user stage's replay releases slots 0-6, the empty ones skipped (epsilon 0, the
+    last estimate repeated), slot for slot the kinds of the central replay; report.json counts and reconciles."""
+    report, releases, _ = _replay_rows(tmp_path, "clients", _gap_rows(), "--per-user-clients")
+    central_report, central, _ = _replay_rows(tmp_path, "central", _gap_rows())
+    kinds = [(r["slot"], r["kind"]) for r in releases]
+    assert kinds == [(r["slot"], r["kind"]) for r in central]
+    assert kinds == [(s, "skipped" if s in (2, 3, 5) else "fresh") for s in range(7)]
+    assert all(r["epsilon"] == "0" and r["estimate"] == releases[r["slot"] - 1]["estimate"]
+               for r in releases if r["kind"] == "skipped")
+    for counts in (report, central_report):
+        assert counts["reconciles"] and counts["records_used"] == 4 * USERS
+        assert (counts["slots"], counts["fresh"], counts["skipped"]) == (7, 4, 3)
+
+
+def test_per_user_clients_replay_with_start_and_end_releases_the_range_for_neighbouring_inputs(tmp_path):
+    """--start/--end with --per-user-clients: slots 1-9 released for two inputs differing by one far record
+    (a dead letter, accounted), the same slots and kinds as the central replay; records before --start are dead
+    letters too and charge no one; without the range the far record moves the released slots (power check)."""
+    bounds = ("--start", "60", "--end", "600")
+    report, releases, _ = _replay_rows(tmp_path, "a", _gap_rows(), "--per-user-clients", *bounds)
+    far_report, far_releases, far_dead = _replay_rows(tmp_path, "b", _gap_rows(far=True), "--per-user-clients",
+                                                      *bounds)
+    _, central, _ = _replay_rows(tmp_path, "c", _gap_rows(far=True), *bounds)
+    slots = lambda records: [(r["slot"], r["kind"]) for r in records]  # noqa: E731
+    assert slots(releases) == slots(far_releases) == slots(central)
+    assert [s for s, _ in slots(releases)] == list(range(1, 10))
+    assert releases == far_releases  # the far record changes nothing that is published
+    assert report["range_from_data"] is False and report["release_range"]["first_slot"] == 1
+    assert report["release_range"]["last_slot"] == 9 and report["warnings"] == []
+    assert report["dead_letters"] == USERS and far_report["dead_letters"] == USERS + 1  # slot 0's, and the far one
+    assert report["reconciles"] and far_report["reconciles"]
+    assert {d["reason"].split(":")[0] for d in far_dead} == {"outside the release range"}
+    assert sorted(d["record"].count('"time": 1805') for d in far_dead) == [0] * USERS + [1]
+    _, free, _ = _replay_rows(tmp_path, "d", _gap_rows(), "--per-user-clients")
+    _, free_far, _ = _replay_rows(tmp_path, "e", _gap_rows(far=True), "--per-user-clients")
+    assert [r["slot"] for r in free] != [r["slot"] for r in free_far]  # power: without the range the slots move

@@ -190,3 +190,46 @@ def test_streamed_numeric_device_reports_release_what_the_client_replay_releases
     assert streaming.run(["--clients", "--reports-subscription", "projects/p/subscriptions/s", "--requests-topic",
                           "projects/p/topics/t", "--output", str(tmp_path / "x"), *common]) == 2
     assert "numeric devices are asked nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bounds", [[], ["--start", "60", "--end", "600"]])
+def test_streamed_per_user_clients_release_every_slot_as_the_replay_and_the_central_path(tmp_path, monkeypatch,
+                                                                                         bounds):
+    """--per-user-clients on a TestStream with gaps in the data (slots 2, 3 and 5 empty; with --start/--end the
+    range's slots 1-9, slot 0's records dead letters, the slots after the data released too): the same releases as
+    the per-user replay of the same lines, and slot for slot the kinds of the central streaming path."""
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    lines = [json.dumps({"user": f"u{u}", "time": slot * SLOT + 1 + u, "value": -5 + (u * 7 + slot * 3) % 21})
+             for slot in (0, 1, 4, 6) for u in range(8)]
+
+    def source(pipeline, args):  # the events slot by slot, the watermark past each slot, empty ones too
+        stream = TestStream()
+        for slot in range(7):
+            mine = [line for line in lines if int(json.loads(line)["time"] // SLOT) == slot]
+            if mine:
+                stream = stream.add_elements([TimestampedValue(line, slot * SLOT) for line in mine])
+            stream = stream.advance_watermark_to((slot + 1) * SLOT + 1)
+        return pipeline | stream.advance_watermark_to_infinity()
+
+    monkeypatch.setattr(streaming, "runner_source", source)
+    common = ["--mechanism", "sw-direct", "--epsilon", "2", "--window", "3", "--domain=-5,15", "--slot-seconds",
+              str(SLOT), "--allowed-lateness", "0", "--requirement", "fixed:3,2", "--insecure-seed", "11", "--quiet",
+              *bounds]
+    for name, stage in (("stream", ["--per-user-clients"]), ("central", [])):
+        assert streaming.run(["--pubsub-subscription", "projects/p/subscriptions/s", "--output",
+                              str(tmp_path / name), "--runner", "BundleBasedDirectRunner", *common, *stage]) == 0
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    assert replay.run(["--input", str(tmp_path / "events.jsonl"), "--output", str(tmp_path / "batch"), *common,
+                       "--per-user-clients"]) == 0
+    streamed = _full_releases(tmp_path / "stream")
+    assert streamed == _full_releases(tmp_path / "batch")
+    slots = range(1, 10) if bounds else range(7)
+    assert {slot: kind for slot, (kind, _, _) in streamed.items()} == \
+        {slot: "fresh" if slot in (0, 1, 4, 6) else "skipped" for slot in slots}
+    assert {slot: kind for slot, (kind, _, _) in _full_releases(tmp_path / "central").items()} == \
+        {slot: kind for slot, (kind, _, _) in streamed.items()}
+    if bounds:  # slot 0's records (no dead letter file without a range: there is no dead letter)
+        dead = list(read_records(os.path.join(tmp_path / "stream", "dead_letters-*"), "jsonl"))
+        assert len(dead) == 8 and all(d["reason"].startswith("outside the release") for d in dead)

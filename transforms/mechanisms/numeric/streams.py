@@ -9,6 +9,14 @@ reach the estimate).  A release's estimate is the average of the slot's reports 
 (``Estimate.MEAN``; the paper's raw average, §4: biased toward the middle of the interval for SW-direct,
 whose unbiased version is ``server.debiased``); a slot without reports repeats the last estimate.
 
+**Crowd distribution** (``crowd_window = q``, ``crowd_bins = B``; spec §3.8.3): each release's estimate is
+instead the distribution over users of each user's mean report over the last ``q`` slots (``Estimate.
+DISTRIBUTION``, :meth:`NumericStream.crowd_distribution`): the fractions of the users who sent at least one
+report in slots ``t - q + 1 .. t`` whose average report (the raw average the mean release uses, on
+``[low, high]``) falls in each of ``B`` equal bins, means outside ``[low, high]`` counted in the end bins.
+It reads only the reports already sent (post-processing: the charges are the mean release's); each user's
+last ``q`` reports are a state column (``crowd_reports``) saved with the rest.
+
 **Only w-event private configurations are accepted here.**  The paper's readings that are not (ε/w with
 deviation memory, unbounded memory, the PP-S ``n_w`` of the paper's intent on a stream) stay in the evaluation
 functions (:mod:`.perturbation`, :mod:`.sampling`), whose results say whether they are private.  The clients
@@ -55,6 +63,8 @@ from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareW
 from transforms.mechanisms.population import UNREGISTERED
 
 _CHARGED_NOTHING = -2
+CROWD_REPORTS = "crowd_reports"
+"""The state column of each user's last ``crowd_window`` reports (the crowd distribution's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +75,8 @@ class NumericParams(LocalParams):
     ``ceil(window/segment)``); ``reset``: restart the clients' state every so many of their slots;
     ``bound_mode``/``delta``: CAPP's bounds; ``segment``: the PP-S family's segment length (default: the
     paper's choice of ``n_s`` for a ``window``-slot query, ``floor(window/n_s)``); ``grid_bits``: the square
-    wave's grid.  ``bins`` is 1 (one mean).
+    wave's grid.  ``bins`` is 1 (one mean; the pipelines fix it).  ``crowd_window``/``crowd_bins`` (together):
+    release the crowd distribution over ``crowd_bins`` bins of the users' means over ``crowd_window`` slots.
     """
 
     low: float | None = None
@@ -78,6 +89,8 @@ class NumericParams(LocalParams):
     bound_mode: str = "ref"
     delta: float | None = None
     segment: int | None = None
+    crowd_window: int | None = None
+    crowd_bins: int | None = None
 
     def validate_options(self) -> None:
         if self.bins != 1:
@@ -90,7 +103,9 @@ class NumericParams(LocalParams):
         if self.out_of_range not in OUT_OF_RANGE:
             raise ValueError(f"out_of_range must be one of {OUT_OF_RANGE}, got {self.out_of_range!r}")
         Interval(self.low, self.high)
-        for name in ("memory", "reset", "segment"):
+        if (self.crowd_window is None) != (self.crowd_bins is None):
+            raise ValueError("the crowd distribution needs both crowd_window (slots) and crowd_bins")
+        for name in ("memory", "reset", "segment", "crowd_window", "crowd_bins"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -130,6 +145,10 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         self.last_clipped = 0  # values clipped at the last slot (raw data: not private, evaluation only)
         self._true_mean = math.nan
         self.user_state: dict[str, np.ndarray] = dict(zip(self.state_columns, self.initial_rows(0)))
+        if params.crowd_window is not None:  # each user's last q reports, column slot % q (NaN: none sent)
+            self.estimates = Estimate.DISTRIBUTION
+            self.last_estimate = np.zeros(params.crowd_bins)
+            self.user_state[CROWD_REPORTS] = np.zeros((0, params.crowd_window))
 
     # -- what subclasses provide -------------------------------------------------------------------------------
     def initial_rows(self, users: int) -> tuple[np.ndarray, ...]:
@@ -153,16 +172,38 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         self._grow(holders.capacity)
         x = holders.value_of[holders.users] / float(1 << self.params.grid_bits)
         reporters, released, reports = self.run_users(holders.users, x, rng)
+        crowd = CROWD_REPORTS in self.user_state
+        if crowd:
+            ring = self.user_state[CROWD_REPORTS]
+            ring[:, self.slot % ring.shape[1]] = np.nan
+            ring[reporters, self.slot % ring.shape[1]] = released
         kind = ReleaseKind.SKIPPED
         if reporters.size:
             kind = ReleaseKind.FRESH
-            self.last_estimate = np.array([float(self.params.low) + self.params.domain.width * released.mean()])
+            self.last_estimate = self.crowd_distribution() if crowd else \
+                np.array([float(self.params.low) + self.params.domain.width * released.mean()])
         charges = self._charges(batch, data.groups, reporters, reports)
         counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
         units = max((wave.epsilon_units for _, wave, _ in reports), default=0)
         return Release(self.slot, counts, kind, units if reporters.size else 0,
-                       self.predicted(reports, reporters.size), charges, self.estimates, self.trust,
-                       self.last_estimate.copy())
+                       math.nan if crowd else self.predicted(reports, reporters.size), charges, self.estimates,
+                       self.trust, self.last_estimate.copy())
+
+    def crowd_distribution(self) -> np.ndarray:
+        """The fractions of users (those with a report in the last ``q`` slots) whose mean report falls in each
+        of ``B`` equal bins of ``[low, high]``; each mean is summed oldest report first (reports only)."""
+        ring, bins = self.user_state[CROWD_REPORTS], self.params.crowd_bins
+        q = ring.shape[1]
+        total, sent = np.zeros(ring.shape[0]), np.zeros(ring.shape[0], np.int64)
+        for age in range(q - 1, -1, -1):
+            column = ring[:, (self.slot - age) % q]
+            present = ~np.isnan(column)
+            total += np.where(present, column, 0.0)
+            sent += present
+        counted = sent > 0  # at least this slot's reporters
+        means = total[counted] / sent[counted]  # in [0, 1] units: bin k is [k/B, (k+1)/B), the last one closed
+        index = np.clip(np.floor(means * bins), 0, bins - 1).astype(np.int64)
+        return np.bincount(index, minlength=bins) / np.count_nonzero(counted)
 
     def predicted(self, reports: list, reporters: int) -> float:
         """The worst-case variance of the slot's average in squared domain units (``SW(1)``'s, per report)."""
@@ -208,6 +249,9 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
             fresh = self.initial_rows(capacity - have)
             for name, rows in zip(self.state_columns, fresh):
                 self.user_state[name] = np.concatenate([self.user_state[name], rows])
+            if CROWD_REPORTS in self.user_state:
+                ring = self.user_state[CROWD_REPORTS]
+                self.user_state[CROWD_REPORTS] = np.vstack([ring, np.full((capacity - have, ring.shape[1]), np.nan)])
 
     def _charges(self, batch: SlotBatch, groups: np.ndarray, reporters: np.ndarray, reports: list) -> GroupCharges:
         """Reporters grouped by the reports they sent; each group charged those reports' realised epsilon."""
@@ -240,7 +284,7 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         return dict(self.user_state)
 
     def load_method_state(self, state: dict[str, np.ndarray]) -> None:
-        self.user_state = {name: np.array(state[name]) for name in self.state_columns}
+        self.user_state = {name: np.array(state[name]) for name in self.user_state}
 
 
 

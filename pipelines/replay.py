@@ -217,7 +217,8 @@ def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the numeric methods; the paper's sampling accounting only with it."""
+    """``--per-user-clients``: only for the numeric methods, without the crowd distribution (not yet there); the
+    paper's sampling accounting only with it."""
     if (args.sampling_accounting != "strict" or args.not_w_event_private) and not args.per_user_clients:
         raise ConfigError("--sampling-accounting and --not-w-event-private are for the per-user stage: give "
                           "--per-user-clients (the registered mechanisms take only w-event private settings)")
@@ -225,6 +226,11 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
         return False
     if numeric is None or args.mechanism.lower() not in CLIENT_METHODS:
         raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
+    crowd = sorted({item.partition("=")[0].strip().replace("-", "_") for item in args.param}
+                   & {"crowd_window", "crowd_bins"})
+    if crowd:
+        raise ConfigError(f"--param {crowd[0]}: the crowd distribution is not yet in the per-user stage (run "
+                          "without --per-user-clients)")
     return True
 
 

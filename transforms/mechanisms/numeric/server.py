@@ -7,7 +7,7 @@ The collector takes the reports at face value, as the paper does (§4: no estima
 * **published series**: the reports smoothed by a simple moving average (:func:`sma`, §3.5; centred as the
   paper says by default, trailing as the reference code does);
 * **crowd level** (§3.8.3): the distribution over users of the subsequence means, compared with the true one
-  by the Wasserstein distance.
+  by the Wasserstein distance; :func:`crowd_distribution` bins it (the streams' ``crowd_window`` release).
 
 SW's raw average is biased toward 1/2 (``E[x'] = 1/2 + g·(x - 1/2)``); :func:`debiased` is the extra, unbiased
 SW-direct estimate ``1/2 + (x̄' - 1/2)/g`` (its variance is ``1/g²`` times larger).  Everything here reads
@@ -45,6 +45,16 @@ def subsequence_means(reports, start: int = 0, stop: int | None = None, domain: 
     if block.shape[-1] == 0:
         raise ValueError("a subsequence needs at least one slot")
     return to_domain(block.mean(axis=-1), domain)
+
+
+def crowd_distribution(means, bins: int) -> np.ndarray:
+    """The fractions of ``means`` (``[0, 1]`` units, one per user) in each of ``bins`` equal bins of ``[0, 1]``:
+    bin ``k`` is ``[k/bins, (k+1)/bins)``, the last one closed; means outside ``[0, 1]`` count in the end bins."""
+    m = np.asarray(means, np.float64).ravel()
+    if m.size == 0:
+        raise ValueError("a crowd distribution needs at least one user's mean")
+    index = np.clip(np.floor(m * bins), 0, bins - 1).astype(np.int64)
+    return np.bincount(index, minlength=bins) / m.size
 
 
 def debiased(means, sw: SquareWave, domain: Interval | None = None):
@@ -106,6 +116,15 @@ def wasserstein_w1(a, b) -> float:
     cdf_a = np.searchsorted(a, points[:-1], side="right") / a.size
     cdf_b = np.searchsorted(b, points[:-1], side="right") / b.size
     return float(np.sum(np.abs(cdf_a - cdf_b) * np.diff(points)))
+
+
+def wasserstein_binned(p, q, width: float = 1.0) -> float:
+    """W1 between two distributions over the same equal bins of an interval of ``width`` (mass at the bins'
+    centres): ``width/B · Σ_k |P_k - Q_k|`` over the cumulative sums."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if p.shape != q.shape or p.ndim != 1 or p.size == 0:
+        raise ValueError(f"p and q must be 1-D over the same bins, got {p.shape} and {q.shape}")
+    return float(np.abs(np.cumsum(p - q))[:-1].sum() * width / p.size)
 
 
 def wasserstein_grid_sum(a, b, points: int = 100) -> float:

@@ -11,7 +11,7 @@ whose unbiased version is ``server.debiased``); a slot without reports repeats t
 
 **Crowd distribution** (``crowd_window = q``, ``crowd_bins = B``; spec §3.8.3): each release's estimate is
 instead the distribution over users of each user's mean report over the last ``q`` slots (``Estimate.
-DISTRIBUTION``, :meth:`NumericStream.crowd_distribution`): the fractions of the users who sent at least one
+DISTRIBUTION``, :func:`.server.crowd_distribution`): the fractions of the users who sent at least one
 report in slots ``t - q + 1 .. t`` whose average report (the raw average the mean release uses, on
 ``[low, high]``) falls in each of ``B`` equal bins, means outside ``[low, high]`` counted in the end bins.
 It reads only the reports already sent (post-processing: the charges are the mean release's); each user's
@@ -59,6 +59,7 @@ from transforms.mechanisms.numeric.baselines import (AbsorptionParams, Absorptio
                                                      topl_step)
 from transforms.mechanisms.numeric.perturbation import Client, ClientState, PerturbationParams, build_client
 from transforms.mechanisms.numeric.sampling import choose_samples, samples_per_window
+from transforms.mechanisms.numeric.server import crowd_distribution
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one
 from transforms.mechanisms.population import UNREGISTERED
 
@@ -180,7 +181,7 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         kind = ReleaseKind.SKIPPED
         if reporters.size:
             kind = ReleaseKind.FRESH
-            self.last_estimate = self.crowd_distribution() if crowd else \
+            self.last_estimate = self._crowd_estimate() if crowd else \
                 np.array([float(self.params.low) + self.params.domain.width * released.mean()])
         charges = self._charges(batch, data.groups, reporters, reports)
         counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
@@ -189,10 +190,10 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
                        math.nan if crowd else self.predicted(reports, reporters.size), charges, self.estimates,
                        self.trust, self.last_estimate.copy())
 
-    def crowd_distribution(self) -> np.ndarray:
+    def _crowd_estimate(self) -> np.ndarray:
         """The fractions of users (those with a report in the last ``q`` slots) whose mean report falls in each
         of ``B`` equal bins of ``[low, high]``; each mean is summed oldest report first (reports only)."""
-        ring, bins = self.user_state[CROWD_REPORTS], self.params.crowd_bins
+        ring = self.user_state[CROWD_REPORTS]
         q = ring.shape[1]
         total, sent = np.zeros(ring.shape[0]), np.zeros(ring.shape[0], np.int64)
         for age in range(q - 1, -1, -1):
@@ -201,9 +202,7 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
             total += np.where(present, column, 0.0)
             sent += present
         counted = sent > 0  # at least this slot's reporters
-        means = total[counted] / sent[counted]  # in [0, 1] units: bin k is [k/B, (k+1)/B), the last one closed
-        index = np.clip(np.floor(means * bins), 0, bins - 1).astype(np.int64)
-        return np.bincount(index, minlength=bins) / np.count_nonzero(counted)
+        return crowd_distribution(total[counted] / sent[counted], self.params.crowd_bins)
 
     def predicted(self, reports: list, reporters: int) -> float:
         """The worst-case variance of the slot's average in squared domain units (``SW(1)``'s, per report)."""

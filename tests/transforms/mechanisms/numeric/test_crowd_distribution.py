@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mechanism_helpers import run_with_ledger
 from transforms.mechanisms import Estimate, FixedRequirements, ReleaseKind, SlotBatch, make_mechanism
 from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.numeric.server import wasserstein_binned
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 
 LOW, HIGH = -5.0, 15.0
@@ -167,11 +168,6 @@ def test_bad_crowd_parameters_fail_in_one_line(kwargs, match):
     assert "\n" not in str(error.value)
 
 
-def histogram_w1(p: np.ndarray, q: np.ndarray) -> float:
-    """W1 between two distributions on the same equal bins of [0, 1] (mass at the bin centres)."""
-    return float(np.abs(np.cumsum(p - q))[:-1].sum() / p.size)
-
-
 def test_the_released_distribution_approaches_the_true_one_as_epsilon_grows():
     """20,000 users, each value fixed (a Beta(2, 5) crowd) with a little jitter; SW-direct over w = q = 2 slots at
     epsilon 1, 6, 36 (0.5, 3, 18 per report): W1 between the released histogram and the true means' one.
@@ -192,8 +188,8 @@ def test_the_released_distribution_approaches_the_true_one_as_epsilon_grows():
                                    crowd_bins=bins)
         releases, ledger = run_with_ledger(mechanism, batches_of(x, q, epsilon), seed=int(epsilon), max_window=q)
         assert ledger.violation_count == 0 and math.isclose(releases[-1].values.sum(), 1.0)
-        distances.append(histogram_w1(releases[-1].values, truth))
+        distances.append(wasserstein_binned(releases[-1].values, truth))
     assert distances[0] > distances[1] + 0.03 and distances[1] > distances[2] + 0.03, distances
     assert distances[2] < 0.02, distances
     released = releases[-1].values
-    assert histogram_w1(released[::-1], truth) > 0.2 and histogram_w1(np.roll(truth, 1), truth) > 0.02 + 0.05
+    assert wasserstein_binned(released[::-1], truth) > 0.2 and wasserstein_binned(np.roll(truth, 1), truth) > 0.02 + 0.05

@@ -8,8 +8,9 @@ import pytest
 from scipy import stats
 
 from transforms.mechanisms.domain import Interval
-from transforms.mechanisms.numeric.server import (cosine_distances, dkw_users, mse, population_means, sma,
-                                                  subsequence_means, to_domain, wasserstein_grid_sum, wasserstein_w1)
+from transforms.mechanisms.numeric.server import (cosine_distances, crowd_distribution, dkw_users, mse,
+                                                  population_means, sma, subsequence_means, to_domain,
+                                                  wasserstein_binned, wasserstein_grid_sum, wasserstein_w1)
 
 
 def test_sma_centred_and_trailing_with_shrinking_ends():
@@ -62,3 +63,22 @@ def test_dkw_users_of_spec_5_8():
     assert dkw_users(0.05, 0.05) == 738
     with pytest.raises(ValueError):
         dkw_users(0.05, 0)
+
+
+def test_crowd_distribution_bins_means_with_the_ends_clipped():
+    means = [-0.3, 0.0, 0.249, 0.25, 0.5, 0.99, 1.0, 1.7]
+    assert crowd_distribution(means, 4).tolist() == [3 / 8, 1 / 8, 1 / 8, 3 / 8]  # [k/4, (k+1)/4), 1.0 in the last
+    assert crowd_distribution([0.2], 1).tolist() == [1.0]
+    with pytest.raises(ValueError, match="at least one"):
+        crowd_distribution([], 3)
+
+
+def test_binned_wasserstein_is_w1_of_the_bin_centres():
+    generator = np.random.default_rng(2)
+    for bins, width in [(1, 1.0), (4, 1.0), (10, 20.0)]:
+        a, b = generator.integers(0, bins, 30), generator.integers(0, bins, 17)
+        p, q = np.bincount(a, minlength=bins) / a.size, np.bincount(b, minlength=bins) / b.size
+        centres = width * (np.arange(bins) + 0.5) / bins
+        assert wasserstein_binned(p, q, width) == pytest.approx(wasserstein_w1(centres[a], centres[b]), abs=1e-12)
+    with pytest.raises(ValueError, match="same bins"):
+        wasserstein_binned([0.5, 0.5], [1.0])

@@ -99,7 +99,10 @@ class NumericDomain:
         return {"low": 0.0, "high": float(self.steps), "grid_bits": self.grid_bits, "out_of_range": "refuse"}
 
     def in_domain_units(self, record: dict) -> dict:
-        """A release record of a mechanism run in grid units, in the interval's units (a new dict)."""
+        """A release record of a mechanism run in grid units, in the interval's units (a new dict); a crowd
+        distribution's fractions are unit-free (its bins are the same equal parts of the grid and the interval)."""
+        if record.get("statistic") == "distribution":
+            return dict(record)
         scale = self.width / self.steps
         estimate = [float(self.low) + scale * value for value in record["estimate"]]
         error = record.get("predicted_error")

@@ -288,8 +288,6 @@ def test_per_user_clients_replay_with_start_and_end_releases_the_range_for_neigh
 CROWD = ("--param", "crowd_window=3", "--param", "crowd_bins=4")
 
 
-@pytest.mark.xfail(strict=True, reason="transforms.numeric_events.NumericDomain.in_domain_units maps every estimate "
-                   "onto [LOW, HIGH]; a distribution's fractions must pass unchanged (fix not in this branch)")
 def test_crowd_replay_releases_the_cores_distribution_at_the_mean_releases_cost(tmp_path):
     """--param crowd_window/crowd_bins: every release is the core's crowd distribution (4 fractions summing to 1,
     statistic "distribution"), charged as the mean release is (same usage, no violation)."""
@@ -309,16 +307,6 @@ def test_crowd_replay_releases_the_cores_distribution_at_the_mean_releases_cost(
     write_events(tmp_path / "mean" / "events.jsonl")
     mean_report = run_replay(tmp_path / "mean", "capp", "--out-of-range", "clip")[1]
     assert report["max_window_usage_ratio"] == mean_report["max_window_usage_ratio"] > 0
-
-
-def test_crowd_replay_writes_one_statistic_distribution_per_slot_of_four_values(tmp_path):
-    """What the pipeline writes today (the fractions pass through NumericDomain.in_domain_units: see the
-    xfail above): one release per slot, statistic "distribution", four values, no ledger violation."""
-    write_events(tmp_path / "events.jsonl")
-    code, report, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", *CROWD)
-    assert code == 0 and report["ledger_violations"] == 0 and report["reconciles"]
-    assert [r["slot"] for r in releases] == list(range(SLOTS))
-    assert {r["statistic"] for r in releases} == {"distribution"} and all(len(r["estimate"]) == 4 for r in releases)
 
 
 @pytest.mark.parametrize("args, message", [

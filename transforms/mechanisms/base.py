@@ -160,14 +160,24 @@ class MechanismParams:
         return None
 
     def to_json(self) -> str:
-        def plain(value):
-            if isinstance(value, Enum):
-                return value.value
-            if dataclasses.is_dataclass(value):
-                return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
-            return value
-        return json.dumps({f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)},
-                          sort_keys=True)
+        return json.dumps({f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}, sort_keys=True)
+
+    def matches_json(self, saved: str) -> bool:
+        """Whether parameters saved by :meth:`to_json` are these: a field the saved ones lack (added since) must
+        hold its default, so states saved before a new option existed still resume."""
+        before, now = json.loads(saved), json.loads(self.to_json())
+        if before.keys() - now.keys():
+            return False
+        defaults = {f.name: _plain(f.default) for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
+        return all(before[k] == v if k in before else k in defaults and defaults[k] == v for k, v in now.items())
+
+
+def _plain(value):
+    if isinstance(value, Enum):
+        return value.value
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -372,7 +382,7 @@ class Mechanism(abc.ABC):
         header = json.loads(str(arrays.pop("__header__")))
         if header["mechanism"] != cls.name:
             raise ValueError(f"state was saved by {header['mechanism']}, not {cls.name}")
-        if header["params"] != params.to_json():
+        if not params.matches_json(header["params"]):
             raise ValueError("state was saved with different parameters")
         mechanism = cls(params)
         mechanism.load_state_arrays(arrays)

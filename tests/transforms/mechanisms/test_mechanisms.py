@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -218,6 +219,18 @@ def test_state_from_other_parameters_is_refused():
         type(pbd).from_bytes(make_mechanism("pbd", bins=4).params, pbd.to_bytes())
     with pytest.raises(ValueError, match="saved by pbd"):
         MECHANISMS["pba"].from_bytes(pbd.params, pbd.to_bytes())
+
+
+def test_state_saved_before_a_new_option_existed_resumes_while_the_option_holds_its_default():
+    """A parameter added since a state was saved (its JSON lacks the field) matches only at the field's default."""
+    capp = make_mechanism("capp", epsilon=2.0, window=3, low=0.0, high=1.0)
+    older = json.loads(capp.params.to_json())
+    del older["crowd_window"], older["crowd_bins"]
+    assert capp.params.matches_json(json.dumps(older)) and capp.params.matches_json(capp.params.to_json())
+    crowd = make_mechanism("capp", epsilon=2.0, window=3, low=0.0, high=1.0, crowd_window=3, crowd_bins=4)
+    assert not crowd.params.matches_json(json.dumps(older))
+    assert not capp.params.matches_json(json.dumps({**older, "removed_option": 1}))
+    assert not capp.params.matches_json(json.dumps({**older, "window": 4}))
 
 
 @pytest.mark.parametrize("kwargs, names", [

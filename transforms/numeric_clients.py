@@ -957,19 +957,18 @@ class WriteClientCheckpoints(beam.DoFn):
         self.config, self.every, self.clock = config, every, config.clock
         self.before = CarriedClients(before or {}, getattr(before, "estimates", {}))
 
-    def cut_micros(self, stamped: int) -> int:
-        """The first checkpoint time at or after ``stamped`` µs: the release time of a slot S with (S + 1) a
-        multiple of ``every``."""
+    def cut_slot(self, stamped: int) -> int:
+        """The first slot S released at or after ``stamped`` µs with S + 1 a multiple of ``every``: the checkpoint
+        that takes what is stamped so."""
         slot = self.clock.slot_of(stamped / 1e6 - self.clock.allowed_lateness - self.clock.slot_seconds) - 1
         while self.clock.release_micros(slot) < stamped:
             slot += 1
-        slot += -(slot + 1) % self.every
-        return self.clock.release_micros(slot)
+        return slot + -(slot + 1) % self.every
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam, held=beam.DoFn.StateParam(HELD),
                 armed=beam.DoFn.StateParam(ARMED), cut=beam.DoFn.TimerParam(CUT), end=beam.DoFn.TimerParam(END)):
         held.add((timestamp.micros, element[1]))
-        _arm(armed, cut, self.cut_micros(timestamp.micros) + 1)
+        _arm(armed, cut, self.clock.release_micros(self.cut_slot(timestamp.micros)) + 1)
         end.set(GlobalWindow().max_timestamp())
 
     @on_timer(CUT)
@@ -983,29 +982,33 @@ class WriteClientCheckpoints(beam.DoFn):
         for item in later:
             held.add(item)
         if later:
-            _arm(armed, cut, self.cut_micros(min(at for at, _ in later)) + 1)
-        return self._cut(snapshot, [item for item in items if item[0] < fired.micros])
+            _arm(armed, cut, self.clock.release_micros(self.cut_slot(min(at for at, _ in later))) + 1)
+        now = [item for item in items if item[0] < fired.micros]
+        return self._cut(snapshot, now, self.cut_slot(fired.micros - 1) + 1) if now else []
 
     @on_timer(END)
     def on_end(self, held=beam.DoFn.StateParam(HELD), snapshot=beam.DoFn.StateParam(SNAPSHOT)):
         items = list(held.read())
         held.clear()
-        return self._cut(snapshot, items)
+        return self._cut(snapshot, items, None) if items else []
 
-    def _cut(self, snapshot, items: list) -> list:
-        if not items:
-            return []
+    def _cut(self, snapshot, items: list, name_slot: int | None) -> list:
+        """Fold ``items`` into the last cut's state and encode it (named after ``name_slot``, the slot after the
+        cut; None at the end: the largest next slot, as the batch replay names its file).  The fold does not
+        depend on the order the items came in: a user's state with the larger next slot, a stream's latest
+        estimate."""
         saved = snapshot.read()
         if saved is None:
             users, estimates = dict(self.before), dict(self.before.estimates)
         else:
             users = {(stream, user): Carried(row, *rest) for stream, user, row, *rest in saved[0]}
             estimates = {stream: (slot, estimate) for stream, slot, estimate in saved[1]}
-        for _, payload in sorted(items, key=lambda item: item[0]):
+        for _, payload in items:
             kind, stream, *state = decode_value(payload)
             if kind == USER_STATE:
                 user, row, next_slot, declared, tail = state
-                users[(stream, user)] = Carried(row, next_slot, declared, tail)
+                if (stream, user) not in users or next_slot >= users[(stream, user)].next_slot:
+                    users[(stream, user)] = Carried(row, next_slot, declared, tail)
             else:
                 estimates[stream] = max(estimates.get(stream, (-1, 0.0)), tuple(state))
         users = {key: c._replace(next_slot=max(c.next_slot, estimates.get(key[0], (-1,))[0] + 1))
@@ -1013,7 +1016,8 @@ class WriteClientCheckpoints(beam.DoFn):
         snapshot.write(([(*key, None if c.row is None else tuple(c.row), *c[1:]) for key, c in users.items()],
                         [(stream, *at) for stream, at in estimates.items()]))
         next_slot, saved_checkpoint = clients_checkpoint(users, self.config, estimates)
-        return [CheckpointSaved(CLIENTS_STREAM, next_slot, checkpoint.encode(saved_checkpoint))]
+        return [CheckpointSaved(CLIENTS_STREAM, next_slot if name_slot is None else name_slot,
+                                checkpoint.encode(saved_checkpoint))]
 
 
 def _sma_reach(size: int, mode: str) -> tuple[int, int]:

@@ -20,7 +20,8 @@ Stopping and resuming (docs/operations.md): ``--watch DIR --checkpoint PATH``
 commits a checkpoint after every round and resumes from it on start; a Beam
 job writes each stream's state into ``--checkpoint-dir`` (every
 ``--checkpoint-every`` slots and after every firing) and a new job continues it
-with ``--resume-from`` (a checkpoint file or that directory).
+with ``--resume-from`` (a checkpoint file or that directory); with ``--domain --per-user-clients`` the checkpoint
+holds every user's client state and ledger tail too (``transforms.numeric_clients.WriteClientCheckpoints``).
 
 On a runner (exact command lines in the README):
 

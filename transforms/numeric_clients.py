@@ -70,7 +70,12 @@ so the seeded reports equal the core's ``Client.step`` run on each user with the
 
 Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
 checkpoint file, with each stream's last released estimate (its skipped slots repeat it after the resume), and
-resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).
+resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Streaming jobs write the same file
+after every ``checkpoint_every``-th slot and at the end (:class:`WriteClientCheckpoints`: a consistent cut of the
+users' states and the releases) and resume from it: each carried user's cells restored (:data:`RESUMED`), each
+stream continued at its next unreleased slot with its last estimate, the ledger from the carried tails
+(:class:`ResumedStreamLedgerFn`).  The carried state travels inside the stage's DoFns (read once when the job is
+built).
 """
 
 from __future__ import annotations

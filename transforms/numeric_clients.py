@@ -946,7 +946,9 @@ class WriteClientCheckpoints(beam.DoFn):
     the end of the input.  One key (``CLIENTS_STREAM``) gathers the users' states (sent by each firing of the
     per-user stage, stamped with the slot's close) and the releases' estimates (stamped with their release); a
     checkpoint after slot S takes what is stamped up to S's release time (``SlotClock.release_micros``) once the
-    watermark has passed it, so it is one consistent cut: every report it charged is released in it.  Each user's
+    watermark has passed it, so it is one consistent cut (every report it charged is released in it) on a runner
+    that holds the per-user stage's output watermark at its pending timers (Dataflow, Flink); the direct runner
+    may fire a cut before the rest of its slots arrive, and then writes the same file again with them.  Each user's
     next slot is at least its stream's next unreleased slot (so that neither a streaming nor a batch resume
     releases a slot twice).  Outputs ``CheckpointSaved`` for ``transforms.sinks.WriteCheckpoints``."""
 
@@ -1244,7 +1246,8 @@ class PrivateNumericClients(beam.PTransform):
         checkpoints = None
         if self.checkpoint_every is not None:
             stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
-                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"][0])))).with_output_types(typing.Tuple[str, bytes])
+                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"][0])))).with_output_types(
+                typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
                            | "Checkpoints" >> beam.ParDo(WriteClientCheckpoints(self.config, self.checkpoint_every,
                                                                                 self.resume))

@@ -62,7 +62,7 @@ def test_streamed_numeric_releases_equal_the_replays(tmp_path, monkeypatch, mech
 @pytest.mark.parametrize("extra, message", [
     (["--clients", "--reports-subscription", "projects/p/subscriptions/s"], "needs --reports-subscription and --users"),
     (["--demo", "--sma", "2"], "--sma: a centred window has an odd size"),
-    (["--demo", "--resume-from", "nowhere"], "does not exist"),
+    (["--demo", "--per-user-clients", "--resume-from", "nowhere"], "checkpoint nowhere does not exist"),
     (["--watch", ".", "--sma", "3"], "the --watch loop releases each slot"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--binning", "int:4"], "not both"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--domain=3,1"], "LOW < HIGH"),
@@ -259,13 +259,14 @@ def _usage(directory) -> list:
 
 @pytest.mark.parametrize("stage", [["--mechanism", "ipp"], ["--mechanism", "pp-s", "--param", "segment=3"]])
 def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_path, monkeypatch, stage):
-    """--per-user-clients --checkpoint-dir / --resume-from on a TestStream (BundleBasedDirectRunner): 8 slots in
+    """--per-user-clients --checkpoint-dir / --resume-from on a TestStream (BundleBasedDirectRunner): 10 slots in
     one job, or slots 0-5 then 6-9 in a job resumed from the first's final checkpoint: the same releases, no
     violation in either job, and the resumed job's ledger continues the carried windows (IPP: a user's window at
-    its first slot there is as full as the uninterrupted job's worst, not a third of it).  A job resumed from the uninterrupted job's periodic checkpoint
-    after slot 3 (--checkpoint-every 4; PP-S: the segment of slots 3-5 open in it) releases that job's later slots,
-    and the batch replay resumes the streaming checkpoint as the streaming job does.  (A job that ends closes its
-    users' open segments, as the end of the stream does: hence the split at a segment's start.)"""
+    its first slot there is as full as the uninterrupted job's worst, not a third of it).  A job resumed from the
+    uninterrupted job's periodic checkpoint after slot 3 (--checkpoint-every 4; PP-S: the segment of slots 3-5
+    open in it) releases that job's later slots, and the batch replay resumes the streaming checkpoint as the
+    streaming job does.  (A job that ends closes its users' open segments, as the end of the stream does: hence
+    the split at a segment's start.)"""
     lines = _events(users=8, slots=10)
     common = ["--epsilon", "2", "--window", "3", "--domain=-5,15", "--out-of-range", "clip", "--slot-seconds",
               str(SLOT), "--allowed-lateness", "0", "--requirement", "fixed:3,2", "--insecure-seed", "11", "--quiet",
@@ -289,6 +290,9 @@ def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_
         worst = max(u["max_window_usage_ratio"] for u in usage["whole"])
         firsts = [u["max_window_usage_ratio"] for u in usage["second"] if u["slots"] == 1]
         assert len(firsts) == 8 and worst > 0.5 and all(ratio == pytest.approx(worst) for ratio in firsts)
+    central = [a for a in common if a != "--per-user-clients"]  # the central path refuses the per-user state
+    assert streaming.run(["--pubsub-subscription", "projects/p/subscriptions/s", "--output", str(tmp_path / "c"),
+                          *central, "--resume-from", str(tmp_path / "split")]) == 2
     after_slot_3 = tmp_path / "periodic" / checkpoint.file_name(CLIENTS_STREAM, 4)
     assert after_slot_3.exists(), sorted(os.listdir(tmp_path / "periodic"))
     resumed = job("resumed", range(4, 10), "--resume-from", str(after_slot_3))

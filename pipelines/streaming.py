@@ -133,7 +133,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory "
                    "(--per-user-clients: every user's client state too, one file)")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
-                   "checkpoints (one is also written after every firing)")
+                   "checkpoints (one is also written after every firing; --per-user-clients: at the end)")
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")

@@ -1182,6 +1182,8 @@ class PrivateNumericClients(beam.PTransform):
             resume = read_clients_checkpoint(resume_from, self.config)
         self.resume, self.carry = resume, carry  # resume: (stream, user) -> Carried, from a checkpoint
         self.checkpoint_every = checkpoint_every
+        self.writer = None if checkpoint_every is None else WriteClientCheckpoints(self.config, checkpoint_every,
+                                                                                   resume)
 
     def expand(self, events):
         bounded = self.bounded
@@ -1249,9 +1251,7 @@ class PrivateNumericClients(beam.PTransform):
                 (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"][0])))).with_output_types(
                 typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
-                           | "Checkpoints" >> beam.ParDo(WriteClientCheckpoints(self.config, self.checkpoint_every,
-                                                                                self.resume))
-                           .with_output_types(CheckpointSaved))
+                           | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
         if self.sma is not None:
             releases = releases | "SMA" >> SmoothReleases(*self.sma, bounded=bounded)
         if bounded:

@@ -63,6 +63,8 @@ def test_streamed_numeric_releases_equal_the_replays(tmp_path, monkeypatch, mech
     (["--clients", "--reports-subscription", "projects/p/subscriptions/s"], "needs --reports-subscription and --users"),
     (["--demo", "--sma", "2"], "--sma: a centred window has an odd size"),
     (["--demo", "--per-user-clients", "--resume-from", "nowhere"], "checkpoint nowhere does not exist"),
+    (["--demo", "--per-user-clients", "--checkpoint-dir", "cp", "--checkpoint-every", "0"],
+     "checkpoint_every must be an integer >= 1"),
     (["--watch", ".", "--sma", "3"], "the --watch loop releases each slot"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--binning", "int:4"], "not both"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--domain=3,1"], "LOW < HIGH"),

@@ -688,10 +688,9 @@ def test_streaming_checkpoint_options_are_checked_at_construction():
     with pytest.raises(ValueError, match="checkpoint_every is for unbounded input"):
         PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4}, policy=POLICY,
                               bounded=True, checkpoint_every=2)
-    config = PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4},
-                                   policy=POLICY).config
     with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 1"):
-        WriteClientCheckpoints(config, 0)
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4}, policy=POLICY,
+                              bounded=False, checkpoint_every=0)
 
 
 def test_a_streaming_checkpoint_cut_takes_what_its_slots_stamp():

@@ -20,7 +20,8 @@ Stopping and resuming (docs/operations.md): ``--watch DIR --checkpoint PATH``
 commits a checkpoint after every round and resumes from it on start; a Beam
 job writes each stream's state into ``--checkpoint-dir`` (every
 ``--checkpoint-every`` slots and after every firing) and a new job continues it
-with ``--resume-from`` (a checkpoint file or that directory).
+with ``--resume-from`` (a checkpoint file or that directory); with ``--domain --per-user-clients`` the checkpoint
+holds every user's client state and ledger tail too (``transforms.numeric_clients.WriteClientCheckpoints``).
 
 On a runner (exact command lines in the README):
 
@@ -68,7 +69,7 @@ from transforms.checkpoint import load as load_checkpoint
 from transforms.declarations import RequirementPolicy
 from transforms.parse import ParseConfig, ParseEvents, time_seconds
 from transforms.loaders import TDRIVE_START
-from transforms.numeric_clients import PrivateNumericClients, SmoothReleases
+from transforms.numeric_clients import PrivateNumericClients, SmoothReleases, holds_clients_only
 from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, ValueToGrid
 from transforms.numeric_report_release import DeviceStreamConfig, NumericReportConfig, StreamNumericReports
 from transforms.client_release import parse_report
@@ -127,10 +128,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
     p.add_argument("--checkpoint", help="--watch: checkpoint file, resumed from when it exists, written every round")
-    p.add_argument("--resume-from", help="Beam job: continue the release state of a checkpoint file or directory")
-    p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory")
+    p.add_argument("--resume-from", help="Beam job: continue the release state of a checkpoint file or directory "
+                   "(--per-user-clients: every user's client state too)")
+    p.add_argument("--checkpoint-dir", help="Beam job: write each stream's release state into this directory "
+                   "(--per-user-clients: every user's client state too, one file)")
     p.add_argument("--checkpoint-every", type=int, default=100, help="with --checkpoint-dir: slots between "
-                   "checkpoints (one is also written after every firing)")
+                   "checkpoints (one is also written after every firing; --per-user-clients: at the end)")
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
@@ -180,12 +183,15 @@ def per_user_clients(args, numeric: NumericDomain) -> PrivateNumericClients:
     levels, _ = cli.parse_levels(args.levels or "", None)
     cli.check_requirement_source(args)
     policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    check_checkpoint_flags(args)
     try:
         transform = PrivateNumericClients(name, args.slot_seconds, numeric, mechanism_params=params,
                                           allowed_lateness=args.allowed_lateness, policy=policy,
                                           insecure_seed=args.insecure_seed, bounded=False,
                                           ledger_max_window=args.max_window, sma=args.sma, sma_mode=args.sma_mode,
-                                          release_range=parse_range(args.start, args.end))
+                                          release_range=parse_range(args.start, args.end),
+                                          resume_from=args.resume_from,
+                                          checkpoint_every=args.checkpoint_every if args.checkpoint_dir else None)
     except ValueError as error:
         raise ConfigError(cli.flag_names(str(error))) from None
     cli.check_requirements_usable(transform.config.build(), policy)
@@ -212,9 +218,8 @@ def numeric_domain(args) -> NumericDomain | None:
     if args.watch and (args.sma is not None or args.per_user_clients):
         raise ConfigError("--sma and --per-user-clients run in the Beam job: the --watch loop releases each slot as "
                           "it closes, through the central numeric path")
-    if args.per_user_clients and (args.checkpoint_dir or args.resume_from):
-        raise ConfigError("--per-user-clients keeps its state in the runner's cells: not with --checkpoint-dir or "
-                          "--resume-from")
+    if args.resume_from and not args.per_user_clients and holds_clients_only(args.resume_from):
+        raise ConfigError(f"--resume-from {args.resume_from}: written with --per-user-clients; resume with it")
     return numeric
 
 

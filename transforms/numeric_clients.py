@@ -70,7 +70,12 @@ so the seeded reports equal the core's ``Client.step`` run on each user with the
 
 Bounded runs carry each user's state out (``carry``: client row, next slot, declaration, ledger tail) into one
 checkpoint file, with each stream's last released estimate (its skipped slots repeat it after the resume), and
-resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).
+resume from it (``resume``/``resume_from``; ``write_clients_checkpoint``).  Streaming jobs write the same file
+after every ``checkpoint_every``-th slot and at the end (:class:`WriteClientCheckpoints`: a consistent cut of the
+users' states and the releases) and resume from it: each carried user's cells restored (:data:`RESUMED`), each
+stream continued at its next unreleased slot with its last estimate, the ledger from the carried tails
+(:class:`ResumedStreamLedgerFn`).  The carried state travels inside the stage's DoFns (read once when the job is
+built).
 """
 
 from __future__ import annotations
@@ -94,7 +99,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.coders import FloatCoder, TupleCoder, VarIntCoder
+from apache_beam.coders import BytesCoder, FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
@@ -109,7 +114,7 @@ from transforms.coders import (
 )
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.encoding import decode_value, encode_value
-from transforms.engine import ChargeChunk, ReleaseConfig
+from transforms.engine import ChargeChunk, CheckpointSaved, ReleaseConfig
 from transforms.ledger import (
     ENTRIES,
     VIOLATIONS,
@@ -164,6 +169,7 @@ ACCOUNTINGS = ("strict", "paper")
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
+USER_STATE, STREAM_ESTIMATE = "user", "estimate"  # what the streaming checkpoint writer receives
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
 Summed = typing.Tuple[typing.Tuple[str, int], SlotSum]
@@ -242,22 +248,28 @@ class CarriedClients(dict):
         self.estimates = dict(estimates or {})
 
 
-def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory: str, before: dict | None,
-                             estimates: dict | None = None) -> str:
-    """Every user's :class:`Carried` state (``before``'s users absent from this run kept as they were) and each
-    stream's last estimate (``estimates``: the ``"estimates"`` output) as one checkpoint file in ``directory``
-    (the project's format, ``transforms.checkpoint``); returns its path."""
-    merged = dict(before or {})
-    merged.update(carried)
-    last_estimates = {**getattr(before, "estimates", {}), **(estimates or {})}
+def clients_checkpoint(carried: dict, config: ClientStageConfig, estimates: dict) -> tuple[int, checkpoint.Checkpoint]:
+    """Every user's :class:`Carried` state (``(stream, user) -> Carried``) and each stream's last estimate
+    (``stream -> (slot, estimate)``) as one checkpoint (the project's format, ``transforms.checkpoint``), with the
+    slot its file is named after (the largest next slot)."""
     table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
-             for (stream, user), c in sorted(merged.items())]
+             for (stream, user), c in sorted(carried.items())]
     saved = checkpoint.Checkpoint(config.label, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
                                   arrays={"clients": np.frombuffer(encode_value(table), np.uint8),
                                           "estimates": np.frombuffer(encode_value(sorted(
-                                              (stream, *at) for stream, at in last_estimates.items())), np.uint8)})
-    next_slot = max((c.next_slot for c in merged.values()), default=0)
+                                              (stream, *at) for stream, at in estimates.items())), np.uint8)})
+    return max((c.next_slot for c in carried.values()), default=0), saved
+
+
+def write_clients_checkpoint(carried: list, config: ClientStageConfig, directory: str, before: dict | None,
+                             estimates: dict | None = None) -> str:
+    """Every user's :class:`Carried` state (``before``'s users absent from this run kept as they were) and each
+    stream's last estimate (``estimates``: the ``"estimates"`` output) as one checkpoint file in ``directory``
+    (:func:`clients_checkpoint`); returns its path."""
+    merged = dict(before or {})
+    merged.update(carried)
+    next_slot, saved = clients_checkpoint(merged, config, {**getattr(before, "estimates", {}), **(estimates or {})})
     path = os.path.join(directory, checkpoint.file_name(CLIENTS_STREAM, next_slot))
     os.makedirs(directory, exist_ok=True)
     checkpoint.save(path, saved)
@@ -295,6 +307,17 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
         carried[(stream, user)] = Carried(row, next_slot,
                                           None if declared is None else tuple(declared), tail)
     return carried
+
+
+def resumed_first_open(resume: dict) -> dict:
+    """Each resumed stream's first slot the checkpoint did not close: after its users' next slots and its last
+    released slot (``resume.estimates``)."""
+    first_open: dict = {}
+    for (stream, _), before in resume.items():
+        first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
+    for stream, (slot, _) in getattr(resume, "estimates", {}).items():
+        first_open[stream] = max(first_open.get(stream, 0), slot + 1)
+    return first_open
 
 
 def report_randomness(seed: int, stream: str, user: str, slot: int) -> Randomness:
@@ -516,6 +539,21 @@ class ResumedLedgerFn(CompleteChunkLedgerFn):
         yield from self._outputs(key, chunk, (int(chunk["slots"].size), worst, len(violations)), violations)
 
 
+class ResumedStreamLedgerFn(UserLedgerFn):
+    """The streaming ledger of a resumed job: a carried user's first charges continue the tail of the checkpoint
+    (``tails``: ledger key -> tail), so a window reaching across the restart is checked whole."""
+
+    def __init__(self, max_window: int, detail: bool = False, tails: dict | None = None):
+        super().__init__(max_window, detail)
+        self.tails = dict(tails or {})
+
+    def process(self, element, tail_state=beam.DoFn.StateParam(UserLedgerFn.TAIL),
+                usage_state=beam.DoFn.StateParam(UserLedgerFn.USAGE)):
+        if tail_state.read() is None and element[0] in self.tails:
+            tail_state.write(self.tails[element[0]])
+        return super().process(element, tail_state, usage_state)
+
+
 class _Ending(NamedTuple):
     next_slot: int
     declared: tuple | None
@@ -529,16 +567,30 @@ def _charges_of(reports: list, outputs: list) -> list:
     return [next(chunks) if made else None for made in reports]
 
 
+RESUMED = -2
+"""An ``Event`` value no record has (grid indices are >= 0, a declaration's ``NO_VALUE`` is -1): the element a
+resumed streaming job sends to each carried user so that the user's cells are restored (:class:`_ClientCells`)."""
+
+
 class _ClientCells(beam.DoFn):
     """Streaming: the per-user stage's cells (those of ``UserSlotState``, same names and coders) and the user's
     method state in the ``client`` cell, advanced when a slot closes (event-time timer).  Each subclass declares
-    its ``client`` cell's coder (a timer spec serves one class, so each declares its own ``close`` too)."""
+    its ``client`` cell's coder (a timer spec serves one class, so each declares its own ``close`` too).
+
+    Checkpoints: with ``carry`` each firing also sends the user's :class:`Carried` state (the ledger's tail kept in
+    the ``tail`` cell) to the checkpoint writer (:class:`WriteClientCheckpoints`) as ``(CLIENTS_STREAM, bytes)``;
+    resuming (``resume``: ``(stream, user) -> Carried``), a :data:`RESUMED` element restores a user's cells and
+    an event of a slot before its stream's ``first_open`` is late (the checkpoint closed it)."""
 
     EVENTS, REQUIREMENT = UserSlotState.EVENTS, UserSlotState.REQUIREMENT
     LAST_CLOSED, NEXT_CLOSE = UserSlotState.LAST_CLOSED, UserSlotState.NEXT_CLOSE
+    TAIL = ReadModifyWriteStateSpec("tail", ValueCoder())  # with carry: the ledger's tail (check_windows)
 
-    def __init__(self, config: ClientStageConfig):
+    def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
+                 resume: dict | None = None, first_open: dict | None = None):
         self.config, self.clock = config, config.clock
+        self.carry, self.max_window = carry, max_window
+        self.resume, self.first_open = dict(resume or {}), dict(first_open or {})
         self.late = Metrics.counter(NAMESPACE, "late")
         self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
 
@@ -546,7 +598,52 @@ class _ClientCells(beam.DoFn):
         self.users = _UserClients(self.config)
         self.counters = _counters()
 
-    def fire(self, key, events_state, requirement_state, last_closed_state, next_close_state, close, client_state):
+    def hold(self, element, events_state, requirement_state, last_closed_state, next_close_state, close,
+             client_state, tail_state):
+        """One keyed event held until its slot closes (``hold_event``), a late one dead-lettered, or a
+        :data:`RESUMED` element restoring the user's carried state."""
+        (stream, user), event = element
+        if event.value == RESUMED:
+            self._restore((stream, user), requirement_state, last_closed_state, next_close_state, close,
+                          client_state, tail_state)
+            return
+        slot = self.clock.slot_of(event.time)
+        if slot < self.first_open.get(stream, 0):
+            self.late.inc()
+            yield beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1))
+            yield beam.pvalue.TaggedOutput(LATE, dead_letter(f"late: slot {slot} closed by the checkpoint resumed "
+                                                             "from", event.raw, "numeric_clients", stream, user))
+            return
+        yield from hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+
+    def _restore(self, key, requirement_state, last_closed_state, next_close_state, close, client_state,
+                 tail_state) -> None:
+        before = self.resume[key]
+        if before.row is not None:
+            client_state.write(before.row)
+        if before.declared is not None:
+            requirement_state.write(before.declared)
+        next_slot = max(before.next_slot, self.first_open.get(key[0], 0))
+        last_closed = last_closed_state.read()
+        if next_slot > 0 and (last_closed is None or last_closed < next_slot - 1):
+            last_closed_state.write(next_slot - 1)
+        if self.carry:
+            tail_state.write(before.tail)
+        self._arm_segment(before.row, next_close_state, close)
+
+    def _arm_segment(self, row, next_close_state, close) -> None:
+        """The sampling methods: an open segment reports when its last slot closes (in the release range)."""
+        if not self.users.method.sampled or row is None or not row.count:
+            return
+        release_range = self.config.release_range
+        end = self.users.method.segment_end(row.segment * self.users.method.segment)
+        pending = next_close_state.read()
+        if (pending is None or end < pending) and (release_range is None or end <= release_range.last_slot):
+            next_close_state.write(end)
+            close.set(Timestamp(micros=self.clock.close_micros(end)))
+
+    def fire(self, key, events_state, requirement_state, last_closed_state, next_close_state, close, client_state,
+             tail_state):
         """The slots closed by the timer: the due events through the user's method from the ``client`` cell.  For
         the sampling methods a firing may close a segment without due events (its last slot), and the timer is
         kept armed at the open segment's last slot."""
@@ -572,13 +669,24 @@ class _ClientCells(beam.DoFn):
         outputs += self.users.slot_sums(sums)
         if sampled:
             last_closed_state.write(max(armed, last_closed_state.read() or 0))
-            if row is not None and row.count:  # the open segment reports when its last slot closes
-                end, pending = self.users.method.segment_end(row.segment * self.users.method.segment), \
-                    next_close_state.read()
-                if (pending is None or end < pending) and (release_range is None or end <= last):
-                    next_close_state.write(end)
-                    close.set(Timestamp(micros=self.clock.close_micros(end)))
+            self._arm_segment(row, next_close_state, close)
+        if self.carry:
+            outputs.append(self._carried(key, reports[0], outputs, row, requirement_state, last_closed_state,
+                                         tail_state))
         yield from _counted(outputs, self.counters)
+
+    def _carried(self, key, made, outputs, row, requirement_state, last_closed_state, tail_state):
+        """The user's :class:`Carried` state after a firing (its charges added to the ledger tail in ``tail``), as
+        the checkpoint writer's input."""
+        tail = tail_state.read() or empty_tail()
+        if made:
+            chunk = next(output.value[1] for output in outputs
+                         if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == CHARGES)
+            tail = check_windows(tail, charge_chunk(*chunk.ledger_input()), self.max_window)[0]
+            tail_state.write(tail)
+        carried = (USER_STATE, *key, None if row is None else tuple(row), last_closed_state.read() + 1,
+                   requirement_state.read(), tail)
+        return beam.pvalue.TaggedOutput(CARRY, (CLIENTS_STREAM, encode_value(carried)))
 
 
 def _client_cells(name: str, coder, doc: str) -> type:
@@ -588,24 +696,27 @@ def _client_cells(name: str, coder, doc: str) -> type:
     client_spec = ReadModifyWriteStateSpec("client", coder)
     close_spec = TimerSpec("close", TimeDomain.WATERMARK)
     events, requirement = _ClientCells.EVENTS, _ClientCells.REQUIREMENT
-    last_closed, next_close = _ClientCells.LAST_CLOSED, _ClientCells.NEXT_CLOSE
+    last_closed, next_close, tail = _ClientCells.LAST_CLOSED, _ClientCells.NEXT_CLOSE, _ClientCells.TAIL
 
     class Cells(_ClientCells):
         CLIENT, CLOSE = client_spec, close_spec
 
         def process(self, element, events_state=beam.DoFn.StateParam(events),
+                    requirement_state=beam.DoFn.StateParam(requirement),
                     last_closed_state=beam.DoFn.StateParam(last_closed),
-                    next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec)):
-            return hold_event(self, element, events_state, last_closed_state, next_close_state, close)
+                    next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec),
+                    client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail)):
+            return self.hold(element, events_state, requirement_state, last_closed_state, next_close_state, close,
+                             client_state, tail_state)
 
         @on_timer(close_spec)
         def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(events),
                      requirement_state=beam.DoFn.StateParam(requirement),
                      last_closed_state=beam.DoFn.StateParam(last_closed),
                      next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec),
-                     client_state=beam.DoFn.StateParam(client_spec)):
+                     client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail)):
             return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
-                             client_state)
+                             client_state, tail_state)
 
     Cells.__name__ = Cells.__qualname__ = name
     Cells.__doc__ = doc
@@ -621,10 +732,12 @@ UserAbsorptionState = _client_cells("UserAbsorptionState", AbsorptionRowCoder(),
 ``client`` cell holds the user's ``AbsorptionRow`` (``AbsorptionRowCoder``).""")
 
 
-def state_fn(config: ClientStageConfig) -> UserClientState:
-    """The streaming per-user DoFn whose ``client`` cell holds ``config``'s method's row."""
+def state_fn(config: ClientStageConfig, **checkpoints) -> UserClientState:
+    """The streaming per-user DoFn whose ``client`` cell holds ``config``'s method's row (``checkpoints``: the
+    :class:`_ClientCells` options ``carry``, ``max_window``, ``resume``, ``first_open``)."""
     row_type = config.method().row_type
-    return {SampledRow: UserSampledState, AbsorptionRow: UserAbsorptionState}.get(row_type, UserClientState)(config)
+    cells = {SampledRow: UserSampledState, AbsorptionRow: UserAbsorptionState}.get(row_type, UserClientState)
+    return cells(config, **checkpoints)
 
 
 class SlotSums(beam.CombineFn):
@@ -760,8 +873,9 @@ class ReleaseStreamSlots(beam.DoFn):
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())  # the µs the ``release`` timer is set for
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
-    def __init__(self, releases: SlotReleases):
+    def __init__(self, releases: SlotReleases, first_open: dict | None = None, estimates: dict | None = None):
         self.releases, self.clock = releases, releases.config.clock
+        self.first_open, self.estimates = dict(first_open or {}), dict(estimates or {})  # resumed streams
         self.after_release = Metrics.counter(NAMESPACE, "reports_after_release")
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam, pending=beam.DoFn.StateParam(PENDING),
@@ -790,6 +904,9 @@ class ReleaseStreamSlots(beam.DoFn):
             pending.add(item)
         release_range, records = self.releases.range, []
         next_slot = next_slot_state.read()
+        estimate = estimate_state.read()
+        if next_slot is None and key in self.first_open:  # a resumed stream continues where its checkpoint ended
+            next_slot, estimate = self.first_open[key], self.estimates.get(key, (0, 0.0))[1]
         due = self.releases.in_range(due)
         stale = [slot for slot in due if next_slot is not None and slot < next_slot]
         made = sum(due.pop(slot)[0] for slot in stale)
@@ -802,8 +919,7 @@ class ReleaseStreamSlots(beam.DoFn):
         last = max(due, default=None) if release_range is None else \
             release_range.last_due(self.clock, fired.micros - 1000)
         if next_slot is not None and last is not None and last >= next_slot:
-            records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate_state.read() or 0.0,
-                                                                 last)
+            records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate or 0.0, last)
             next_slot_state.write(next_slot)
             estimate_state.write(estimate)
         if later:
@@ -822,6 +938,93 @@ def _arm(armed, release, at: int) -> None:
     if pending is None or at < pending:
         armed.write(at)
         release.set(Timestamp(micros=at))
+
+
+class WriteClientCheckpoints(beam.DoFn):
+    """Streaming ``--per-user-clients`` checkpoints: every user's :class:`Carried` state and each stream's last
+    estimate, as the batch replay writes them (:func:`clients_checkpoint`), after every ``every``-th slot and at
+    the end of the input.  One key (``CLIENTS_STREAM``) gathers the users' states (sent by each firing of the
+    per-user stage, stamped with the slot's close) and the releases' estimates (stamped with their release); a
+    checkpoint after slot S takes what is stamped up to S's release time (``SlotClock.release_micros``) once the
+    watermark has passed it, so it is one consistent cut (every report it charged is released in it) on a runner
+    that holds the per-user stage's output watermark at its pending timers (Dataflow, Flink); the direct runner
+    may fire a cut before the rest of its slots arrive, and then writes the same file again with them.  Each user's
+    next slot is at least its stream's next unreleased slot (so that neither a streaming nor a batch resume
+    releases a slot twice).  Outputs ``CheckpointSaved`` for ``transforms.sinks.WriteCheckpoints``."""
+
+    HELD = BagStateSpec("held", TupleCoder((VarIntCoder(), BytesCoder())))  # (µs stamped, encoded state)
+    SNAPSHOT = ReadModifyWriteStateSpec("snapshot", ValueCoder())  # (user rows, estimate rows) of the last cut
+    ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
+    CUT = TimerSpec("cut", TimeDomain.WATERMARK)
+    END = TimerSpec("end", TimeDomain.WATERMARK)
+
+    def __init__(self, config: ClientStageConfig, every: int, before: dict | None = None):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"checkpoint_every must be an integer >= 1, got {every!r}")
+        self.config, self.every, self.clock = config, every, config.clock
+        self.before = CarriedClients(before or {}, getattr(before, "estimates", {}))
+
+    def cut_slot(self, stamped: int) -> int:
+        """The first slot S released at or after ``stamped`` µs with S + 1 a multiple of ``every``: the checkpoint
+        that takes what is stamped so."""
+        slot = self.clock.slot_of(stamped / 1e6 - self.clock.allowed_lateness - self.clock.slot_seconds) - 1
+        while self.clock.release_micros(slot) < stamped:
+            slot += 1
+        return slot + -(slot + 1) % self.every
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam, held=beam.DoFn.StateParam(HELD),
+                armed=beam.DoFn.StateParam(ARMED), cut=beam.DoFn.TimerParam(CUT), end=beam.DoFn.TimerParam(END)):
+        held.add((timestamp.micros, element[1]))
+        _arm(armed, cut, self.clock.release_micros(self.cut_slot(timestamp.micros)) + 1)
+        end.set(GlobalWindow().max_timestamp())
+
+    @on_timer(CUT)
+    def on_cut(self, fired=beam.DoFn.TimestampParam, held=beam.DoFn.StateParam(HELD),
+               snapshot=beam.DoFn.StateParam(SNAPSHOT), armed=beam.DoFn.StateParam(ARMED),
+               cut=beam.DoFn.TimerParam(CUT)):
+        items = list(held.read())
+        held.clear()
+        armed.clear()
+        later = [item for item in items if item[0] >= fired.micros]
+        for item in later:
+            held.add(item)
+        if later:
+            _arm(armed, cut, self.clock.release_micros(self.cut_slot(min(at for at, _ in later))) + 1)
+        now = [item for item in items if item[0] < fired.micros]
+        return self._cut(snapshot, now, self.cut_slot(fired.micros - 1) + 1) if now else []
+
+    @on_timer(END)
+    def on_end(self, held=beam.DoFn.StateParam(HELD), snapshot=beam.DoFn.StateParam(SNAPSHOT)):
+        items = list(held.read())
+        held.clear()
+        return self._cut(snapshot, items, None) if items else []
+
+    def _cut(self, snapshot, items: list, name_slot: int | None) -> list:
+        """Fold ``items`` into the last cut's state and encode it (named after ``name_slot``, the slot after the
+        cut; None at the end: the largest next slot, as the batch replay names its file).  The fold does not
+        depend on the order the items came in: a user's state with the larger next slot, a stream's latest
+        estimate."""
+        saved = snapshot.read()
+        if saved is None:
+            users, estimates = dict(self.before), dict(self.before.estimates)
+        else:
+            users = {(stream, user): Carried(row, *rest) for stream, user, row, *rest in saved[0]}
+            estimates = {stream: (slot, estimate) for stream, slot, estimate in saved[1]}
+        for _, payload in items:
+            kind, stream, *state = decode_value(payload)
+            if kind == USER_STATE:
+                user, row, next_slot, declared, tail = state
+                if (stream, user) not in users or next_slot >= users[(stream, user)].next_slot:
+                    users[(stream, user)] = Carried(row, next_slot, declared, tail)
+            else:
+                estimates[stream] = max(estimates.get(stream, (-1, 0.0)), tuple(state))
+        users = {key: c._replace(next_slot=max(c.next_slot, estimates.get(key[0], (-1,))[0] + 1))
+                 for key, c in users.items()}
+        snapshot.write(([(*key, None if c.row is None else tuple(c.row), *c[1:]) for key, c in users.items()],
+                        [(stream, *at) for stream, at in estimates.items()]))
+        next_slot, saved_checkpoint = clients_checkpoint(users, self.config, estimates)
+        return [CheckpointSaved(CLIENTS_STREAM, next_slot if name_slot is None else name_slot,
+                                checkpoint.encode(saved_checkpoint))]
 
 
 def _sma_reach(size: int, mode: str) -> tuple[int, int]:
@@ -953,7 +1156,8 @@ class PrivateNumericClients(beam.PTransform):
                  ledger_detail: bool = False, ledger_max_window: int = 1000, bounded: bool | None = None,
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
                  resume_from: str | None = None, carry: bool = False, accounting: str = "strict",
-                 not_w_event_private: bool = False, release_range: tuple[float, float] | None = None):
+                 not_w_event_private: bool = False, release_range: tuple[float, float] | None = None,
+                 checkpoint_every: int | None = None):
         super().__init__()
         if sma is not None:
             _sma_reach(sma, sma_mode)  # refuses a bad size or mode now
@@ -970,11 +1174,16 @@ class PrivateNumericClients(beam.PTransform):
         self.variance = self.method.variance()
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
-        if (resume is not None or resume_from is not None or carry) and bounded is not True:
-            raise ValueError("resume and carry are for bounded input (a streaming job's state is the runner's)")
+        if carry and bounded is not True:
+            raise ValueError("carry is for bounded input (streaming: checkpoint_every)")
+        if checkpoint_every is not None and bounded is not False:
+            raise ValueError("checkpoint_every is for unbounded input (bounded: carry)")
         if resume_from is not None:
             resume = read_clients_checkpoint(resume_from, self.config)
         self.resume, self.carry = resume, carry  # resume: (stream, user) -> Carried, from a checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.writer = None if checkpoint_every is None else WriteClientCheckpoints(self.config, checkpoint_every,
+                                                                                   resume)
 
     def expand(self, events):
         bounded = self.bounded
@@ -984,15 +1193,14 @@ class PrivateNumericClients(beam.PTransform):
         types = dict(OUTPUT_TYPES)
         tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)
         carried = None
-        first_open: dict = {}
+        first_open = resumed_first_open(self.resume or {})
+        estimates = getattr(self.resume, "estimates", {})
         if bounded:
             side = {}
             if self.resume is not None:
                 carried = beam.pvalue.AsDict(events.pipeline | "Carried" >> beam.Create(sorted(self.resume.items()))
                                              .with_output_types(typing.Tuple[typing.Tuple[str, str], typing.Any]))
                 side["carried"] = carried
-            for (stream, _), before in (self.resume or {}).items():
-                first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
             if self.method.sampled and self.config.release_range is None:  # a segment reports once its last
                 # slot is within its stream's slots (with a range: within the range)
                 side["horizons"] = beam.pvalue.AsDict(
@@ -1005,10 +1213,17 @@ class PrivateNumericClients(beam.PTransform):
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
-            stage = beam.ParDo(state_fn(self.config))
+            stage = beam.ParDo(state_fn(self.config, carry=self.checkpoint_every is not None,
+                                        max_window=self.ledger_max_window, resume=self.resume, first_open=first_open))
+            if self.checkpoint_every is not None:
+                types[CARRY], tags = typing.Tuple[str, bytes], tags + (CARRY,)
         grouped = events | "GroupUserEvents" >> GroupUserEvents(bounded)
+        if self.resume and not bounded:  # each carried user's cells restored before its slots close
+            grouped = ((grouped, events.pipeline | "RestoreUsers" >> beam.Create(
+                [((stream, user), Event(stream, user, 0.0, RESUMED, None, "")) for stream, user in sorted(self.resume)])
+                .with_output_types(typing.Tuple[typing.Tuple[str, str], Event])) | "WithRestored" >> beam.Flatten())
         open_segments = sorted(key for key, before in (self.resume or {}).items()
-                               if self.method.sampled and before.row is not None and before.row.count)
+                               if bounded and self.method.sampled and before.row is not None and before.row.count)
         if open_segments:  # a carried open segment reports once its last slot closes, new events or not
             grouped = ((grouped, events.pipeline | "OpenSegments" >> beam.Create([(key, []) for key in open_segments]))
                        | "WithOpenSegments" >> beam.Flatten()
@@ -1025,18 +1240,30 @@ class PrivateNumericClients(beam.PTransform):
             .with_output_types(typing.Tuple[str, typing.Tuple[int, SlotSum]])
         if bounded:
             releases = (by_stream | "SlotsOfStream" >> beam.GroupByKey()
-                        | "Release" >> beam.FlatMap(releaser.bounded, first_open,
-                                                          getattr(self.resume, "estimates", {}))
+                        | "Release" >> beam.FlatMap(releaser.bounded, first_open, estimates)
                         .with_output_types(ReleaseRecord))
         else:
-            releases = by_stream | "Release" >> beam.ParDo(ReleaseStreamSlots(releaser)).with_output_types(
-                ReleaseRecord)
+            releases = by_stream | "Release" >> beam.ParDo(ReleaseStreamSlots(releaser, first_open, estimates)) \
+                .with_output_types(ReleaseRecord)
+        checkpoints = None
+        if self.checkpoint_every is not None:
+            stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
+                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"][0])))).with_output_types(
+                typing.Tuple[str, bytes])
+            checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
+                           | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
         if self.sma is not None:
             releases = releases | "SMA" >> SmoothReleases(*self.sma, bounded=bounded)
-        ledger_fn = (CompleteChunkLedgerFn if carried is None else ResumedLedgerFn) if bounded else UserLedgerFn
+        if bounded:
+            ledger_fn = (CompleteChunkLedgerFn if carried is None else ResumedLedgerFn)(self.ledger_max_window,
+                                                                                       self.ledger_detail)
+        elif self.resume:
+            ledger_fn = ResumedStreamLedgerFn(self.ledger_max_window, self.ledger_detail, {
+                f"{stream}{KEY_SEPARATOR}{user}": before.tail for (stream, user), before in self.resume.items()})
+        else:
+            ledger_fn = UserLedgerFn(self.ledger_max_window, self.ledger_detail)
         ledger = (closed[CHARGES]
-                  | "PrivacyLedger" >> beam.ParDo(ledger_fn(self.ledger_max_window, self.ledger_detail),
-                                                  **({} if carried is None else {"carried": carried}))
+                  | "PrivacyLedger" >> beam.ParDo(ledger_fn, **({} if carried is None else {"carried": carried}))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead_letters = (closed[LATE], closed[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         accounting = closed[ACCOUNTING]
@@ -1047,6 +1274,8 @@ class PrivateNumericClients(beam.PTransform):
             outputs["estimates"] = (releases | "StreamEstimates" >> beam.Map(
                 lambda r: (r["stream"], (r["slot"], r["estimate"][0])))
                 | "LastEstimates" >> beam.CombinePerKey(max))
+        if checkpoints is not None:
+            outputs["checkpoints"] = checkpoints
         if bounded:
             outputs["accounting_totals"] = accounting | "AccountingTotals" >> beam.CombineGlobally(
                 AccountingTotals()).with_output_types(typing.Dict[str, int])

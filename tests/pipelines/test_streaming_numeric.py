@@ -8,6 +8,8 @@ import os
 import pytest
 
 from pipelines import replay, streaming
+from transforms import checkpoint
+from transforms.numeric_clients import CLIENTS_STREAM
 from transforms.sinks import read_records
 
 SLOT = 60.0
@@ -60,7 +62,9 @@ def test_streamed_numeric_releases_equal_the_replays(tmp_path, monkeypatch, mech
 @pytest.mark.parametrize("extra, message", [
     (["--clients", "--reports-subscription", "projects/p/subscriptions/s"], "needs --reports-subscription and --users"),
     (["--demo", "--sma", "2"], "--sma: a centred window has an odd size"),
-    (["--demo", "--per-user-clients", "--checkpoint-dir", "cp"], "--per-user-clients keeps its state"),
+    (["--demo", "--per-user-clients", "--resume-from", "nowhere"], "checkpoint nowhere does not exist"),
+    (["--demo", "--per-user-clients", "--checkpoint-dir", "cp", "--checkpoint-every", "0"],
+     "checkpoint_every must be an integer >= 1"),
     (["--watch", ".", "--sma", "3"], "the --watch loop releases each slot"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--binning", "int:4"], "not both"),
     (["--pubsub-subscription", "projects/p/subscriptions/s", "--domain=3,1"], "LOW < HIGH"),
@@ -233,3 +237,71 @@ def test_streamed_per_user_clients_release_every_slot_as_the_replay_and_the_cent
     if bounds:  # slot 0's records (no dead letter file without a range: there is no dead letter)
         dead = list(read_records(os.path.join(tmp_path / "stream", "dead_letters-*"), "jsonl"))
         assert len(dead) == 8 and all(d["reason"].startswith("outside the release") for d in dead)
+
+
+def _slot_source(lines: list, slots: range):
+    """A ``runner_source`` replacement: the lines of ``slots`` slot by slot, the watermark past each slot."""
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    def source(pipeline, args):
+        stream = TestStream()
+        for slot in slots:
+            mine = [line for line in lines if int(json.loads(line)["time"] // SLOT) == slot]
+            stream = stream.add_elements([TimestampedValue(line, slot * SLOT) for line in mine])
+            stream = stream.advance_watermark_to((slot + 1) * SLOT + 1)
+        return pipeline | stream.advance_watermark_to_infinity()
+
+    return source
+
+
+def _usage(directory) -> list:
+    return list(read_records(os.path.join(directory, "usage-*"), "jsonl"))
+
+
+@pytest.mark.parametrize("stage", [["--mechanism", "ipp"], ["--mechanism", "pp-s", "--param", "segment=3"]])
+def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_path, monkeypatch, stage):
+    """--per-user-clients --checkpoint-dir / --resume-from on a TestStream (BundleBasedDirectRunner): 10 slots in
+    one job, or slots 0-5 then 6-9 in a job resumed from the first's final checkpoint: the same releases, no
+    violation in either job, and the resumed job's ledger continues the carried windows (IPP: a user's window at
+    its first slot there is as full as the uninterrupted job's worst, not a third of it).  A job resumed from the
+    uninterrupted job's periodic checkpoint after slot 3 (--checkpoint-every 4; PP-S: the segment of slots 3-5
+    open in it) releases that job's later slots, and the batch replay resumes the streaming checkpoint as the
+    streaming job does.  (A job that ends closes its users' open segments, as the end of the stream does: hence
+    the split at a segment's start.)"""
+    lines = _events(users=8, slots=10)
+    common = ["--epsilon", "2", "--window", "3", "--domain=-5,15", "--out-of-range", "clip", "--slot-seconds",
+              str(SLOT), "--allowed-lateness", "0", "--requirement", "fixed:3,2", "--insecure-seed", "11", "--quiet",
+              "--per-user-clients", *stage]
+
+    def job(name: str, slots: range, *extra: str):
+        monkeypatch.setattr(streaming, "runner_source", _slot_source(lines, slots))
+        assert streaming.run(["--pubsub-subscription", "projects/p/subscriptions/s", "--output", str(tmp_path / name),
+                              "--runner", "BundleBasedDirectRunner", *common, *extra]) == 0
+        return _full_releases(tmp_path / name)
+
+    whole = job("whole", range(10), "--checkpoint-dir", str(tmp_path / "periodic"), "--checkpoint-every", "4")
+    first = job("first", range(6), "--checkpoint-dir", str(tmp_path / "split"))
+    second = job("second", range(6, 10), "--resume-from", str(tmp_path / "split"))
+    released = range(12) if stage[1] == "pp-s" else range(10)  # PP-S: the last segment, 9-11, reports at the end
+    assert sorted(whole) == list(released) and sorted(first) == list(range(6))
+    assert {**first, **second} == whole
+    usage = {name: _usage(tmp_path / name) for name in ("whole", "first", "second")}
+    assert all(u["violations"] == 0 for records in usage.values() for u in records)
+    if stage[1] == "ipp":  # a report every slot: the resumed job's first window holds two carried slots' charges
+        worst = max(u["max_window_usage_ratio"] for u in usage["whole"])
+        firsts = [u["max_window_usage_ratio"] for u in usage["second"] if u["slots"] == 1]
+        assert len(firsts) == 8 and worst > 0.5 and all(ratio == pytest.approx(worst) for ratio in firsts)
+    central = [a for a in common if a != "--per-user-clients"]  # the central path refuses the per-user state
+    assert streaming.run(["--pubsub-subscription", "projects/p/subscriptions/s", "--output", str(tmp_path / "c"),
+                          *central, "--resume-from", str(tmp_path / "split")]) == 2
+    after_slot_3 = tmp_path / "periodic" / checkpoint.file_name(CLIENTS_STREAM, 4)
+    assert after_slot_3.exists(), sorted(os.listdir(tmp_path / "periodic"))
+    resumed = job("resumed", range(4, 10), "--resume-from", str(after_slot_3))
+    assert resumed == {slot: release for slot, release in whole.items() if slot >= 4}
+    (tmp_path / "last.jsonl").write_text("\n".join(line for line in lines
+                                                   if int(json.loads(line)["time"] // SLOT) >= 6) + "\n")
+    assert replay.run(["--input", str(tmp_path / "last.jsonl"), "--output", str(tmp_path / "batch"), *common,
+                       "--resume-from", str(tmp_path / "split")]) == 0
+    # (bounded input carries a segment still open at its last slot, PP-S's 9-11, instead of closing it)
+    assert _full_releases(tmp_path / "batch") == {slot: release for slot, release in second.items() if slot <= 9}

@@ -35,6 +35,8 @@ from transforms.mechanisms.numeric.streams import AbsorptionStream, SampledStrea
 from transforms.numeric_clients import (
     ClientStageConfig,
     PrivateNumericClients,
+    ResumedStreamLedgerFn,
+    WriteClientCheckpoints,
     UserAbsorptionState,
     UserClientState,
     UserSampledState,
@@ -677,3 +679,52 @@ def test_neighbouring_inputs_release_the_same_slots_with_a_range_and_different_o
     free_one, free_two = (run_stage(batch_pipeline(), lambda p, e=e: p | beam.Create(e), clients())
                           for e in (events, neighbour))
     assert slots(free_one) == list(range(9)) and slots(free_two) == list(range(41))
+
+
+def test_streaming_checkpoint_options_are_checked_at_construction():
+    with pytest.raises(ValueError, match="carry is for bounded input"):
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4}, policy=POLICY,
+                              bounded=False, carry=True)
+    with pytest.raises(ValueError, match="checkpoint_every is for unbounded input"):
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4}, policy=POLICY,
+                              bounded=True, checkpoint_every=2)
+    with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 1"):
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4}, policy=POLICY,
+                              bounded=False, checkpoint_every=0)
+
+
+def test_a_streaming_checkpoint_cut_takes_what_its_slots_stamp():
+    """A cut after slot S (S + 1 a multiple of ``every``) takes the users' states stamped at the close of slots up
+    to S and the releases of slots up to S (1 ms later), and nothing of slot S + 1."""
+    clock = SlotClock(SLOT, 0.0, 5.0)
+    config = ClientStageConfig("ipp", DOMAIN, {"epsilon": 1.0, "window": 4}, clock)
+    writer = WriteClientCheckpoints(config, 4)
+    assert [writer.cut_slot(clock.close_micros(slot)) for slot in range(9)] == [3, 3, 3, 3, 7, 7, 7, 7, 11]
+    assert [writer.cut_slot(clock.release_micros(slot)) for slot in (3, 4)] == [3, 7]
+
+
+def _charges(key: str, slots: list, units: int, window: int, budget: int) -> tuple:
+    """One ChargeChunk of ``units`` per slot under the fixed requirement ``(window, budget)``, as the stage sends."""
+    from transforms.engine import ChargeChunk
+
+    table = np.array([(slot, units, 0, units, window, budget) for slot in slots], np.int64)
+    return key, ChargeChunk(key, table, "fixed", ("dissimilarity", "publication"), False, False)
+
+
+def test_the_resumed_streaming_ledger_checks_the_windows_across_the_restart():
+    """A window reaching back into the checkpoint: the carried tail holds slots 4 and 5 at 2/5 of a w=3 budget
+    each, the resumed job charges 2/5 at slot 6: window 4-6 spends 6/5 of it, one violation.  The plain streaming
+    ledger (a fresh tail) sees none: the carried tail is what catches it."""
+    from transforms.ledger import VIOLATIONS, UserLedgerFn, charge_chunk, check_windows, empty_tail
+    from transforms.mechanisms.budget import to_units
+
+    budget, key = to_units(1.0), "s\x1fu0"
+    carried = check_windows(empty_tail(), charge_chunk(*_charges(key, [4, 5], budget * 2 // 5, 3, budget)[1]
+                                                       .ledger_input()), 3)[0]
+    from apache_beam.testing.util import assert_that, equal_to
+
+    for ledger, violations in ((ResumedStreamLedgerFn(3, tails={key: carried}), [1]), (UserLedgerFn(3), [0])):
+        with batch_pipeline() as pipeline:
+            outputs = (pipeline | beam.Create([_charges(key, [6], budget * 2 // 5, 3, budget)])
+                       | beam.ParDo(ledger).with_outputs(VIOLATIONS, main="usage"))
+            assert_that(outputs.usage | beam.Map(lambda usage: usage["violations"]), equal_to(violations))

@@ -68,12 +68,16 @@ class Checkpoint:
     live: dict | None = None         # JSON-able watch-loop state
     arrays: dict = field(default_factory=dict)    # the watch loop's numpy arrays (ledger windows)
 
-    def check(self, mechanism: str, params_json: str, slot_seconds: float, origin: float,
+    def check(self, mechanism: str, params, slot_seconds: float, origin: float,
               insecure_seed: int | None, source: str) -> None:
-        """Raise one-line :class:`CheckpointError` unless this checkpoint fits the job's configuration."""
+        """Raise one-line :class:`CheckpointError` unless this checkpoint fits the job's configuration.
+
+        ``params``: the job's ``MechanismParams`` (a field added since the checkpoint was written must hold its
+        default: ``MechanismParams.matches_json``), or another checkpoint's parameter JSON (equal text)."""
         if self.mechanism != mechanism:
             raise CheckpointError(f"checkpoint {source} was written by mechanism {self.mechanism}, not {mechanism}")
-        if self.params != params_json:
+        params_json = params if isinstance(params, str) else params.to_json()
+        if not (self.params == params_json if isinstance(params, str) else params.matches_json(self.params)):
             saved, now = json.loads(self.params), json.loads(params_json)
             differ = ", ".join(f"{k} saved {saved.get(k)!r} now {now.get(k)!r}" for k in sorted(set(saved) | set(now))
                                if saved.get(k) != now.get(k))

@@ -89,7 +89,7 @@ class ReleaseConfig:
 
     def check_checkpoint(self, checkpoint: Checkpoint, source: str) -> None:
         """Raise a one-line CheckpointError unless ``checkpoint`` was written for this configuration."""
-        checkpoint.check(self.mechanism, self.build().params.to_json(), self.clock.slot_seconds, self.clock.origin,
+        checkpoint.check(self.mechanism, self.build().params, self.clock.slot_seconds, self.clock.origin,
                          self.insecure_seed, source)
 
     def resume_state(self) -> dict:

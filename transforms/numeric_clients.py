@@ -215,6 +215,10 @@ class ClientStageConfig:
             raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}")
         if self.release_range is not None and not isinstance(self.release_range, ReleaseRange):
             raise ValueError(f"release_range must be a ReleaseRange, got {self.release_range!r}")
+        crowd = sorted({"crowd_window", "crowd_bins"} & {k for k, v in self.params.items() if v is not None})
+        if crowd:
+            raise ValueError(f"{crowd[0]}: the crowd distribution is not yet in the per-user stage (the central "
+                             "path releases it: run without --per-user-clients)")
         method = self.method()
         if not method.w_event_private and not self.not_w_event_private:
             raise ValueError(f"{self.mechanism} with accounting={self.accounting!r} is not w-event private on a "
@@ -293,7 +297,7 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
     if not saved.live or "per_user_clients" not in saved.live or "clients" not in saved.arrays:
         raise checkpoint.CheckpointError(f"checkpoint {path} holds no per-user client state (written without "
                                          "--per-user-clients?)")
-    saved.check(config.label, config.build().params.to_json(), config.clock.slot_seconds, config.clock.origin,
+    saved.check(config.label, config.build().params, config.clock.slot_seconds, config.clock.origin,
                 config.insecure_seed, path)
     carried, row_type = CarriedClients(), config.method().row_type
     if "estimates" in saved.arrays:

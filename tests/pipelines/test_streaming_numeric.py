@@ -305,3 +305,14 @@ def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_
                        "--resume-from", str(tmp_path / "split")]) == 0
     # (bounded input carries a segment still open at its last slot, PP-S's 9-11, instead of closing it)
     assert _full_releases(tmp_path / "batch") == {slot: release for slot, release in second.items() if slot <= 9}
+
+
+def test_streaming_per_user_clients_refuse_the_crowd_distribution_in_one_line(capsys):
+    """The crowd distribution is the central path's: the per-user streaming job refuses it before starting."""
+    from pipelines import streaming
+    code = streaming.run(["--demo", "--domain", "0,1", "--mechanism", "capp", "--epsilon", "1", "--window", "3",
+                          "--per-user-clients", "--requirement", "fixed:3,1", "--param", "crowd_window=3",
+                          "--param", "crowd_bins=4",
+                          "--output", "unused"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not yet in the per-user stage" in err[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pickle
 import re
@@ -137,6 +138,15 @@ def test_a_damaged_foreign_or_mismatched_checkpoint_is_refused_with_one_line(tmp
         with pytest.raises(ValueError) as error:
             ReleaseConfig(**fields, resume_from=str(path))
         assert message in one_line(error)
+    older = ckpt.decode(payload, "mem")  # written before an option existed: its JSON lacks the field
+    params = json.loads(older.params)
+    del params["carry_forward"]
+    older.params = json.dumps(params, sort_keys=True)
+    path.write_bytes(ckpt.encode(older))
+    ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7, resume_from=str(path))  # at its default
+    with pytest.raises(ValueError, match="carry_forward saved None now True"):
+        ReleaseConfig("pbd", {"bins": 4, "carry_forward": True}, SlotClock(SLOT), insecure_seed=7,
+                      resume_from=str(path))
     with pytest.raises(ckpt.CheckpointError, match="does not exist"):
         ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), resume_from=str(tmp_path / "missing.wevent"))
     (tmp_path / "empty").mkdir()

@@ -137,7 +137,7 @@ from transforms.mechanisms.numeric import server
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import AbsorptionRow, SampledRow, SlotSum
-from transforms.numeric_user_methods import Reporting, UserMethod, user_method
+from transforms.numeric_user_methods import Reporting, UserMethod, crowd_bins, user_method
 from transforms.private_histogram import AccountingTotals
 from transforms.release_range import ReleaseRange
 from transforms.records import (
@@ -169,11 +169,14 @@ ACCOUNTINGS = ("strict", "paper")
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
+CROWD = "crowd"
 USER_STATE, STREAM_ESTIMATE = "user", "estimate"  # what the streaming checkpoint writer receives
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
 Summed = typing.Tuple[typing.Tuple[str, int], SlotSum]
 """``((stream, slot), SlotSum)``: how the reports leave the stage (summed within a bundle)."""
+Crowd = typing.Tuple[typing.Tuple[str, int], typing.Tuple[int, ...]]
+"""``((stream, slot), counts)``: how many users' means fall in each crowd bin (summed within a bundle)."""
 OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
                 LATE: DeadLetterRecord, ACCOUNTING: Counted}
 
@@ -215,15 +218,20 @@ class ClientStageConfig:
             raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}")
         if self.release_range is not None and not isinstance(self.release_range, ReleaseRange):
             raise ValueError(f"release_range must be a ReleaseRange, got {self.release_range!r}")
-        crowd = sorted({"crowd_window", "crowd_bins"} & {k for k, v in self.params.items() if v is not None})
-        if crowd:
-            raise ValueError(f"{crowd[0]}: the crowd distribution is not yet in the per-user stage (the central "
-                             "path releases it: run without --per-user-clients)")
+        if self.crowd is not None and self.mechanism == "topl":
+            raise ValueError("topl: the crowd distribution is not in the per-user stage (its reports are de-biased "
+                             "centrally): run without --per-user-clients")
         method = self.method()
         if not method.w_event_private and not self.not_w_event_private:
             raise ValueError(f"{self.mechanism} with accounting={self.accounting!r} is not w-event private on a "
                              "stream (trap T3: a window touches ceil((w-1)/L) + 1 segments plus the memory): use "
                              "accounting='strict' or not_w_event_private=True")
+
+    @property
+    def crowd(self) -> tuple[int, int] | None:
+        """``(crowd_window, crowd_bins)`` when the releases are the crowd distribution, else None."""
+        window, bins = self.params.get("crowd_window"), self.params.get("crowd_bins")
+        return None if window is None and bins is None else (window, bins)
 
     @property
     def label(self) -> str:
@@ -433,6 +441,17 @@ class _UserClients:
             outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
         return outputs
 
+    def crowd(self, users: list, reports: list, horizons: list) -> list:
+        """The crowd distribution's counts (``CROWD`` outputs ``((stream, slot), counts)``): each user's bin at
+        every slot up to the user's horizon whose last ``crowd_window`` slots hold a report of theirs
+        (:func:`~transforms.numeric_user_methods.crowd_bins`), counted per slot."""
+        window, bins = self.config.crowd
+        counts: dict = {}
+        for user, made, horizon in zip(users, reports, horizons):
+            for slot, index in crowd_bins(made, window, bins, horizon):
+                counts.setdefault((user.stream, slot), [0] * bins)[index] += 1
+        return [beam.pvalue.TaggedOutput(CROWD, (key, tuple(held))) for key, held in counts.items()]
+
     @staticmethod
     def slot_sums(sums: dict) -> list:
         """The partial sums as the stage's main outputs ``((stream, slot), (count, sum·2**64, units))``."""
@@ -479,7 +498,8 @@ class CloseUserClients(beam.DoFn):
         outputs: list = []
         first_open = max(self.first_open.get(stream, 0), before.next_slot if before else 0)
         release_range = self.config.release_range
-        if release_range is not None and self.users.method.sampled:  # bounded: every slot of the range is closed
+        if release_range is not None and (self.users.method.sampled or self.config.crowd):  # bounded: every slot
+            # of the range is closed
             horizon = release_range.last_slot
         else:
             horizon = max(horizons.get(stream, -1), first_open - 1) if horizons is not None else None
@@ -518,6 +538,8 @@ class CloseUserClients(beam.DoFn):
         outputs = self.users.emit(users, reports, sums, final=True, resumed=[before is not None for _, before, _ in
                                                                                held],
                                   present=[ending.present for _, _, ending in held])
+        if self.config.crowd:
+            outputs += self.users.crowd(users, reports, [ending.horizon for _, _, ending in held])
         if self.carry:
             for (reporting, before, ending), row, output in zip(held, rows, _charges_of(reports, outputs)):
                 tail = before.tail if before else empty_tail()
@@ -767,6 +789,22 @@ class SlotSums(beam.CombineFn):
         return SlotSumCoder()
 
 
+def crowd_record(stream: str, slot: int, n: int, units: int, counts: tuple, config: ClientStageConfig
+                 ) -> ReleaseRecord:
+    """A slot's crowd distribution release (statistic ``distribution``, the central path's record): the fractions
+    of the ``sum(counts)`` users counted whose mean falls in each bin (``n`` reports at this slot)."""
+    Metrics.counter(NAMESPACE, "slots_fresh").inc()
+    users, clock = sum(counts), config.clock
+    if not users:
+        raise ValueError(f"stream {stream} slot {slot}: reports but no user counted in the crowd distribution")
+    return ReleaseRecord({
+        "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
+        "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": list(counts),
+        "kind": "fresh", "epsilon": units_to_decimal_string(units), "predicted_error": None,
+        "registered_users": n, "statistic": "distribution",
+        "estimate": (np.array(counts, np.int64) / users).tolist(), "trust": "local_simulated", "figures": {}})
+
+
 def release_record(element, config, method: UserMethod, variance: float, trust: str = "local_simulated"
                    ) -> ReleaseRecord:
     """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units (ToPL's
@@ -786,17 +824,18 @@ def release_record(element, config, method: UserMethod, variance: float, trust: 
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
 
-def skipped_record(stream: str, slot: int, estimate: float, config, method: UserMethod,
-                   trust: str = "local_simulated") -> ReleaseRecord:
+def skipped_record(stream: str, slot: int, estimate, config, method: UserMethod,
+                   trust: str = "local_simulated", statistic: str = "mean") -> ReleaseRecord:
     """A slot without reports, as the central path releases it: kind ``skipped``, epsilon 0, the stream's last
-    estimate repeated (0.0 before its first, the registered mechanisms' initial one), no reporter."""
+    estimate repeated (0.0 before its first, the registered mechanisms' initial one; a crowd distribution's
+    list of fractions, zeros before its first), no reporter."""
     Metrics.counter(NAMESPACE, "slots_skipped").inc()
     clock = config.clock
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [0], "kind": "skipped",
-        "epsilon": "0", "predicted_error": None, "registered_users": 0, "statistic": "mean",
-        "estimate": [estimate], "trust": trust,
+        "epsilon": "0", "predicted_error": None, "registered_users": 0, "statistic": statistic,
+        "estimate": list(estimate) if statistic == "distribution" else [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
 
@@ -824,9 +863,12 @@ class SlotReleases:
         """The stream's first slot to release (never one a resumed checkpoint closed)."""
         return max(self.range.first_slot if self.range is not None else min(slots), first_open)
 
-    def release(self, stream: str, sums: dict, next_slot: int, estimate: float, last: int) -> tuple[list, int, float]:
+    def release(self, stream: str, sums: dict, next_slot: int, estimate, last: int, crowd: dict | None = None
+                ) -> tuple[list, int, float]:
         """Slots ``next_slot .. last`` of ``stream`` from ``sums`` (slot -> SlotSum, all in that span): the
-        records, the next slot and the last estimate."""
+        records, the next slot and the last estimate (with ``crowd``, slot -> bin counts: the crowd
+        distribution's releases, the estimate a list of fractions)."""
+        statistic = "mean" if crowd is None else "distribution"
         if any(slot < next_slot or slot > last for slot in sums):
             raise ValueError(f"stream {stream}: reports outside slots {next_slot}..{last} (already released)")
         records, slot = [], next_slot
@@ -836,15 +878,20 @@ class SlotReleases:
                 _LOGGER.warning("stream %s: %d empty slots after slot %d are not released", stream,
                                 upcoming - slot - self.MAX_EMPTY, slot - 1)
                 empty_until = slot + self.MAX_EMPTY
-            records += [skipped_record(stream, empty, estimate, self.config, self.method)
+            records += [skipped_record(stream, empty, estimate, self.config, self.method, statistic=statistic)
                         for empty in range(slot, empty_until)]
             if upcoming <= last:
-                if sums[upcoming][0]:
+                if sums[upcoming][0] and crowd is not None:
+                    n, _, units = sums[upcoming]
+                    records.append(crowd_record(stream, upcoming, n, units, crowd.get(upcoming, ()), self.config))
+                    estimate = records[-1]["estimate"]
+                elif sums[upcoming][0]:
                     records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method,
                                                   self.variance))
                     estimate = records[-1]["estimate"][0]
                 else:
-                    records.append(skipped_record(stream, upcoming, estimate, self.config, self.method))
+                    records.append(skipped_record(stream, upcoming, estimate, self.config, self.method,
+                                                  statistic=statistic))
             slot = upcoming + 1
         return records, max(next_slot, last + 1), estimate
 
@@ -856,6 +903,15 @@ class SlotReleases:
         start = self.first(sums, first_open.get(stream, 0))
         last = self.range.last_slot if self.range is not None else max(sums)
         return self.release(stream, sums, start, estimates.get(stream, (0, 0.0))[1], last)[0]
+
+    def bounded_crowd(self, element, first_open: dict, estimates: dict) -> list:
+        """:meth:`bounded` for the crowd distribution: ``(stream, {"sums": (slot, SlotSum)s, "crowd": (slot,
+        counts)s})``; the series starts from zeros (no resume yet)."""
+        stream, joined = element
+        sums = self.in_range(dict(joined["sums"]))
+        start = self.first(sums, first_open.get(stream, 0))
+        last = self.range.last_slot if self.range is not None else max(sums)
+        return self.release(stream, sums, start, [0.0] * self.config.crowd[1], last, dict(joined["crowd"]))[0]
 
 
 class ReleaseStreamSlots(beam.DoFn):
@@ -1173,6 +1229,13 @@ class PrivateNumericClients(beam.PTransform):
         self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}), clock, policy,
                                         insecure_seed, accounting, not_w_event_private,
                                         None if release_range is None else ReleaseRange.of(clock, *release_range))
+        if self.config.crowd is not None:
+            if sma is not None:
+                raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
+            if bounded is False or carry or resume is not None or resume_from is not None \
+                    or checkpoint_every is not None:
+                raise ValueError("the crowd distribution in the per-user stage is for bounded input without "
+                                 "checkpoints (not yet streaming, carry or resume): run without --per-user-clients")
         mechanism_built = self.config.build()
         self.method = self.config.method()
         self.variance = self.method.variance()
@@ -1193,6 +1256,8 @@ class PrivateNumericClients(beam.PTransform):
         bounded = self.bounded
         if bounded is None:
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
+        if self.config.crowd is not None and not bounded:
+            raise ValueError("the crowd distribution in the per-user stage is for bounded input (not yet streaming)")
         clock = self.config.clock
         types = dict(OUTPUT_TYPES)
         tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)
@@ -1205,14 +1270,17 @@ class PrivateNumericClients(beam.PTransform):
                 carried = beam.pvalue.AsDict(events.pipeline | "Carried" >> beam.Create(sorted(self.resume.items()))
                                              .with_output_types(typing.Tuple[typing.Tuple[str, str], typing.Any]))
                 side["carried"] = carried
-            if self.method.sampled and self.config.release_range is None:  # a segment reports once its last
-                # slot is within its stream's slots (with a range: within the range)
+            if (self.method.sampled or self.config.crowd) and self.config.release_range is None:  # a segment
+                # reports once its last slot is within its stream's slots (with a range: within the range); a crowd
+                # entry up to the stream's last slot
                 side["horizons"] = beam.pvalue.AsDict(
                     events
                     | "StreamSlots" >> beam.Map(lambda e, slot_of: (e.stream, slot_of(e.time)), clock.slot_of)
                     .with_output_types(typing.Tuple[str, int])
                     | "LastSlots" >> beam.CombinePerKey(max))
             stage = beam.ParDo(CloseUserClients(self.config, self.carry, self.ledger_max_window, first_open), **side)
+            if self.config.crowd:
+                types[CROWD], tags = Crowd, tags + (CROWD,)
             if self.carry:
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
         else:
@@ -1242,7 +1310,14 @@ class PrivateNumericClients(beam.PTransform):
             reports = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
         by_stream = reports | "ByStream" >> beam.MapTuple(lambda key, total: (key[0], (key[1], total))) \
             .with_output_types(typing.Tuple[str, typing.Tuple[int, SlotSum]])
-        if bounded:
+        if bounded and self.config.crowd:  # each stream's slot sums and crowd counts together
+            crowd = (closed[CROWD] | "CrowdCounts" >> beam.CombinePerKey(
+                lambda counts: tuple(map(sum, zip(*counts)))).with_output_types(Crowd)
+                | "CrowdByStream" >> beam.MapTuple(lambda key, counts: (key[0], (key[1], counts))))
+            releases = ({"sums": by_stream, "crowd": crowd} | "SlotsOfStream" >> beam.CoGroupByKey()
+                        | "Release" >> beam.FlatMap(releaser.bounded_crowd, first_open, estimates)
+                        .with_output_types(ReleaseRecord))
+        elif bounded:
             releases = (by_stream | "SlotsOfStream" >> beam.GroupByKey()
                         | "Release" >> beam.FlatMap(releaser.bounded, first_open, estimates)
                         .with_output_types(ReleaseRecord))

@@ -43,6 +43,7 @@ from transforms.mechanisms.numeric.sampling import (
     choose_samples,
     samples_per_window,
 )
+from transforms.mechanisms.numeric.server import crowd_distribution
 from transforms.mechanisms.numeric.square_wave import moments_at_one
 from transforms.numeric_records import AbsorptionRow, ClientRow, SampledRow
 
@@ -294,3 +295,23 @@ def user_method(mechanism, accounting: str = "strict") -> UserMethod:
     if isinstance(mechanism, ToplStream):
         return ToplMethod(mechanism)
     raise ValueError(f"{mechanism.name} has no per-user client")
+
+
+def crowd_bins(reports: list, window: int, bins: int, last: int) -> list:
+    """One user's crowd distribution entries (the streams' ``crowd_window``/``crowd_bins`` release, spec §3.8.3):
+    for every slot ``t`` up to ``last`` with at least one of the user's ``reports`` (``(slot, value, ...)``,
+    ascending slots) in ``t - window + 1 .. t``, ``(t, bin)``: the bin of the user's mean report over those slots,
+    summed oldest first as the core sums it, binned by ``server.crowd_distribution`` (its definition, once).
+    Post-processing of the reports: no charge."""
+    if not reports:
+        return []
+    out = []
+    for t in range(reports[0][0], min(reports[-1][0] + window - 1, last) + 1):
+        held = [report[1] for report in reports if t - window < report[0] <= t]
+        if not held:
+            continue
+        total = 0.0
+        for value in held:
+            total += value
+        out.append((t, int(np.argmax(crowd_distribution([total / len(held)], bins)))))
+    return out

@@ -31,6 +31,7 @@ from transforms.mechanisms.numeric.perturbation import (
     worst_window_units,
 )
 from transforms.mechanisms.numeric.sampling import samples_per_window
+from transforms.mechanisms.numeric.server import crowd_distribution
 from transforms.mechanisms.numeric.streams import AbsorptionStream, SampledStream
 from transforms.numeric_clients import (
     ClientStageConfig,
@@ -355,10 +356,21 @@ def expected_method(events: list[Event], mechanism_name: str, params: dict, acco
     from its (seed, stream, user, slot) generator: the sampled methods' segment means through ``Client.step`` at
     each segment's last slot (once it is within the stream's slots), BA-SW's ``absorption_step`` at every value,
     ToPL's ``topl_step`` (de-biased per report, averaged)."""
+    reports: dict = {}
+    for user_reports in reports_of_users(events, mechanism_name, params, accounting).values():
+        for slot, report in user_reports:
+            reports.setdefault(slot, []).append(report)
+    return {slot: (len(r), DOMAIN.low + DOMAIN.width * float(np.mean(r))) for slot, r in reports.items()}
+
+
+def reports_of_users(events: list[Event], mechanism_name: str, params: dict, accounting: str = "strict") -> dict:
+    """user -> [(slot, report)] from the core's per-user functions (:func:`expected_method`'s; the other methods
+    through ``Client.step`` at every value), each report from its (seed, stream, user, slot) generator."""
     mechanism = make_mechanism(mechanism_name, bins=1, **params, **DOMAIN.mechanism_params())
     horizon = max(int(e.time // SLOT) for e in events)
-    reports: dict = {}
+    out: dict = {}
     for user, slots in stream_values(events).items():
+        reports = out.setdefault(user, [])
         if isinstance(mechanism, SampledStream):
             client = mechanism.client if accounting == "strict" else paper_client(mechanism)
             length = mechanism.segment
@@ -370,18 +382,23 @@ def expected_method(events: list[Event], mechanism_name: str, params: dict, acco
                 if end <= horizon:
                     report, row = step_user(client, row, sum(segments[k]) / len(segments[k]),
                                             report_randomness(SEED, "s", user, end))
-                    reports.setdefault(end, []).append(report)
+                    reports.append((end, report))
         elif isinstance(mechanism, AbsorptionStream):
             state = mechanism.absorption.initial_state(1)
             for slot in sorted(slots):
                 released_, _, _, state = absorption_step(mechanism.absorption, state, np.array([slots[slot]]),
                                                          report_randomness(SEED, "s", user, slot))
-                reports.setdefault(slot, []).append(float(released_[0]))
-        else:
+                reports.append((slot, float(released_[0])))
+        elif mechanism_name == "topl":
             for slot in sorted(slots):
                 report = topl_step(mechanism.topl, np.array([slots[slot]]), report_randomness(SEED, "s", user, slot))
-                reports.setdefault(slot, []).append(float(report[0]))
-    return {slot: (len(r), DOMAIN.low + DOMAIN.width * float(np.mean(r))) for slot, r in reports.items()}
+                reports.append((slot, float(report[0])))
+        else:
+            row = fresh_row(mechanism.client)
+            for slot in sorted(slots):
+                report, row = step_user(mechanism.client, row, slots[slot], report_randomness(SEED, "s", user, slot))
+                reports.append((slot, report))
+    return out
 
 
 SAMPLED_CASES = [
@@ -728,3 +745,48 @@ def test_the_resumed_streaming_ledger_checks_the_windows_across_the_restart():
             outputs = (pipeline | beam.Create([_charges(key, [6], budget * 2 // 5, 3, budget)])
                        | beam.ParDo(ledger).with_outputs(VIOLATIONS, main="usage"))
             assert_that(outputs.usage | beam.Map(lambda usage: usage["violations"]), equal_to(violations))
+
+
+def expected_crowd(events: list[Event], mechanism: str, params: dict, window: int, bins: int) -> list:
+    """Every slot's ``(kind, estimate)`` of the crowd distribution release (the core's definition, spec §3.8.3):
+    at a slot with reports, the fractions (``server.crowd_distribution``) of the users with a report in the last
+    ``window`` slots by their mean report (summed oldest first); a slot without reports repeats the last one."""
+    by_user = reports_of_users(events, mechanism, params)
+    reporting = {slot for reports in by_user.values() for slot, _ in reports}
+    estimate, out = [0.0] * bins, []
+    for t in range(max(int(e.time // SLOT) for e in events) + 1):
+        if t in reporting:
+            means = []
+            for reports in by_user.values():
+                held = [value for slot, value in reports if t - window < slot <= t]
+                total = 0.0
+                for value in held:
+                    total += value
+                if held:
+                    means.append(total / len(held))
+            estimate = crowd_distribution(means, bins).tolist()
+        out.append(("fresh" if t in reporting else "skipped", estimate))
+    return out
+
+
+CROWD = {"crowd_window": 3, "crowd_bins": 4}
+
+
+@pytest.mark.parametrize("mechanism, params", [
+    ("ipp", {"epsilon": EPSILON, "window": WINDOW}),
+    SAMPLED_CASES[0],  # pp-s, segment 3: two of every three slots skipped
+])
+def test_batch_crowd_distribution_equals_the_cores_on_the_same_reports(mechanism, params):
+    """The per-user stage's crowd releases (each user's bin per slot, counted per slot) are exactly the core's
+    distribution of the same seeded reports; the charges (ledger usage) are the mean release's."""
+    events = make_numeric_events()
+    results = run(batch_pipeline(), lambda p: p | beam.Create(events), mechanism, {**params, **CROWD})
+    got = sorted(results["releases"], key=lambda r: r["slot"])
+    want = expected_crowd(events, mechanism, params, CROWD["crowd_window"], CROWD["crowd_bins"])
+    assert [(r["kind"], r["estimate"]) for r in got] == want
+    assert {r["statistic"] for r in got} == {"distribution"}
+    assert all(abs(sum(r["estimate"]) - 1) < 1e-12 for r in got if r["kind"] == "fresh")
+    assert len({tuple(e) for _, e in want}) > 2  # power: the distribution moves from slot to slot
+    usage = {u["user"]: u["max_window_usage_ratio"] for u in results["usage"]}
+    mean = run(batch_pipeline(), lambda p: p | beam.Create(events), mechanism, params)
+    assert usage == {u["user"]: u["max_window_usage_ratio"] for u in mean["usage"]} and results["violations"] == []

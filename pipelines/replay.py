@@ -217,8 +217,8 @@ def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the numeric methods, without the crowd distribution (not yet there); the
-    paper's sampling accounting only with it."""
+    """``--per-user-clients``: only for the numeric methods (the crowd distribution not with --sma, nor yet with
+    checkpoints); the paper's sampling accounting only with it."""
     if (args.sampling_accounting != "strict" or args.not_w_event_private) and not args.per_user_clients:
         raise ConfigError("--sampling-accounting and --not-w-event-private are for the per-user stage: give "
                           "--per-user-clients (the registered mechanisms take only w-event private settings)")
@@ -228,9 +228,12 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
         raise ConfigError(f"--per-user-clients runs the clients of {', '.join(CLIENT_METHODS)} (with --domain)")
     crowd = sorted({item.partition("=")[0].strip().replace("-", "_") for item in args.param}
                    & {"crowd_window", "crowd_bins"})
-    if crowd:
-        raise ConfigError(f"--param {crowd[0]}: the crowd distribution is not yet in the per-user stage (run "
-                          "without --per-user-clients)")
+    if crowd and args.sma is not None:
+        raise ConfigError(f"--sma: the crowd distribution (--param {crowd[0]}) is a list of fractions per slot; its "
+                          "SMA is not defined")
+    if crowd and (args.checkpoint_dir or args.resume_from):
+        raise ConfigError(f"--param {crowd[0]}: the crowd distribution is not yet in the per-user stage with "
+                          "checkpoints (run without --per-user-clients)")
     return True
 
 

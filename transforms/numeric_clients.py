@@ -170,6 +170,8 @@ CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
 CROWD = "crowd"
+CROWD_NOT_YET = ("the crowd distribution is not yet in the per-user stage for streaming input or checkpoints (bounded "
+                 "input without them only): run without --per-user-clients")
 USER_STATE, STREAM_ESTIMATE = "user", "estimate"  # what the streaming checkpoint writer receives
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
@@ -1234,8 +1236,7 @@ class PrivateNumericClients(beam.PTransform):
                 raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
             if bounded is False or carry or resume is not None or resume_from is not None \
                     or checkpoint_every is not None:
-                raise ValueError("the crowd distribution in the per-user stage is for bounded input without "
-                                 "checkpoints (not yet streaming, carry or resume): run without --per-user-clients")
+                raise ValueError(CROWD_NOT_YET)
         mechanism_built = self.config.build()
         self.method = self.config.method()
         self.variance = self.method.variance()
@@ -1257,7 +1258,7 @@ class PrivateNumericClients(beam.PTransform):
         if bounded is None:
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
         if self.config.crowd is not None and not bounded:
-            raise ValueError("the crowd distribution in the per-user stage is for bounded input (not yet streaming)")
+            raise ValueError(CROWD_NOT_YET)
         clock = self.config.clock
         types = dict(OUTPUT_TYPES)
         tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)

@@ -309,8 +309,30 @@ def test_crowd_replay_releases_the_cores_distribution_at_the_mean_releases_cost(
     assert report["max_window_usage_ratio"] == mean_report["max_window_usage_ratio"] > 0
 
 
+def test_per_user_crowd_replay_releases_the_distribution_of_its_reports_at_the_mean_releases_cost(tmp_path):
+    """--per-user-clients with the crowd distribution: every slot a "distribution" release (fractions of whole
+    users summing to 1, the central replay's slots and kinds), at the per-user mean replay's usage."""
+    write_events(tmp_path / "events.jsonl")
+    code, report, releases, dead = run_replay(tmp_path, "ipp", "--out-of-range", "clip", "--per-user-clients",
+                                              *CROWD)
+    assert code == 0 and dead == [] and report["reconciles"] and report["ledger_violations"] == 0
+    assert [r["slot"] for r in releases] == list(range(SLOTS)) and {r["kind"] for r in releases} == {"fresh"}
+    assert {r["statistic"] for r in releases} == {"distribution"}
+    for r in releases:
+        assert len(r["estimate"]) == 4 and abs(sum(r["estimate"]) - 1) < 1e-12
+        assert sum(r["histogram"]) == USERS and r["estimate"] == [n / USERS for n in r["histogram"]]
+    assert len({tuple(r["estimate"]) for r in releases}) > 1  # power: not one fixed distribution
+    (tmp_path / "mean").mkdir()
+    write_events(tmp_path / "mean" / "events.jsonl")
+    mean_report = run_replay(tmp_path / "mean", "ipp", "--out-of-range", "clip", "--per-user-clients")[1]
+    assert report["max_window_usage_ratio"] == mean_report["max_window_usage_ratio"] > 0
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", *CROWD], "not yet in the per-user stage"),
+    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--checkpoint-dir", "ck", *CROWD],
+     "not yet in the per-user stage with checkpoints"),
+    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--sma", "3", *CROWD],
+     "--sma: the crowd distribution"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "crowd_window=3"], "needs both crowd_window"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "crowd_window=0", "--param", "crowd_bins=2"],
      "crowd_window must be an integer >= 1"),

@@ -308,7 +308,7 @@ def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_
 
 
 def test_streaming_per_user_clients_refuse_the_crowd_distribution_in_one_line(capsys):
-    """The crowd distribution is the central path's: the per-user streaming job refuses it before starting."""
+    """The crowd distribution is not yet in the streaming per-user stage: the job refuses it before starting."""
     from pipelines import streaming
     code = streaming.run(["--demo", "--domain", "0,1", "--mechanism", "capp", "--epsilon", "1", "--window", "3",
                           "--per-user-clients", "--requirement", "fixed:3,1", "--param", "crowd_window=3",

@@ -21,7 +21,8 @@ from transforms.checkpoint import CheckpointError
 from transforms.coders import AbsorptionRowCoder, ClientRowCoder, SampledRowCoder
 from transforms.declarations import RequirementPolicy
 from transforms.encoding import encode_value
-from transforms.mechanisms import FixedRequirement, make_mechanism
+from transforms.mechanisms import FixedRequirement, FixedRequirements, make_mechanism
+from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.numeric.baselines import absorption_step, topl_step
 from transforms.mechanisms.numeric.perturbation import (
@@ -38,6 +39,7 @@ from transforms.numeric_clients import (
     PrivateNumericClients,
     ResumedStreamLedgerFn,
     WriteClientCheckpoints,
+    _ReportDraws,
     UserAbsorptionState,
     UserClientState,
     UserSampledState,
@@ -790,3 +792,22 @@ def test_batch_crowd_distribution_equals_the_cores_on_the_same_reports(mechanism
     usage = {u["user"]: u["max_window_usage_ratio"] for u in results["usage"]}
     mean = run(batch_pipeline(), lambda p: p | beam.Create(events), mechanism, params)
     assert usage == {u["user"]: u["max_window_usage_ratio"] for u in mean["usage"]} and results["violations"] == []
+
+
+def test_the_crowd_reference_is_the_registered_mechanisms_release():
+    """:func:`expected_crowd` is the core's own release: the registered IPP stream with the crowd options, stepped
+    slot by slot on the same users with each report's (seed, stream, user, slot) draws, releases exactly it."""
+    events = make_numeric_events()
+    values = stream_values(events)
+    users = sorted(values, key=lambda u: int(u[4:]))
+    core = make_mechanism("ipp", bins=1, epsilon=EPSILON, window=WINDOW, **CROWD, **DOMAIN.mechanism_params())
+    declared = FixedRequirements.of([WINDOW] * len(users), [EPSILON] * len(users))
+    got = []
+    for t in range(max(int(e.time // SLOT) for e in events) + 1):
+        held = [i for i, user in enumerate(users) if t in values[user]]
+        grid = np.array([values[users[i]][t] * DOMAIN.steps for i in held], np.float64)
+        release = core.step(SlotBatch.of(np.array(held, np.int64), grid, declared if t == 0 else None),
+                            _ReportDraws(SEED, [("s", users[i], t) for i in held], 2))
+        got.append((release.kind.name.lower(), release.values.tolist()))
+    assert got == expected_crowd(events, "ipp", {"epsilon": EPSILON, "window": WINDOW}, CROWD["crowd_window"],
+                                 CROWD["crowd_bins"])

@@ -217,8 +217,8 @@ def check_sma(args, numeric: NumericDomain | None) -> tuple | None:
 
 
 def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
-    """``--per-user-clients``: only for the numeric methods (the crowd distribution not with --sma, nor yet with
-    checkpoints); the paper's sampling accounting only with it."""
+    """``--per-user-clients``: only for the numeric methods (the crowd distribution not with --sma); the paper's
+    sampling accounting only with it."""
     if (args.sampling_accounting != "strict" or args.not_w_event_private) and not args.per_user_clients:
         raise ConfigError("--sampling-accounting and --not-w-event-private are for the per-user stage: give "
                           "--per-user-clients (the registered mechanisms take only w-event private settings)")
@@ -231,9 +231,6 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
     if crowd and args.sma is not None:
         raise ConfigError(f"--sma: the crowd distribution (--param {crowd[0]}) is a list of fractions per slot; its "
                           "SMA is not defined")
-    if crowd and (args.checkpoint_dir or args.resume_from):
-        raise ConfigError(f"--param {crowd[0]}: the crowd distribution is not yet in the per-user stage with "
-                          "checkpoints (run without --per-user-clients)")
     return True
 
 

@@ -170,8 +170,8 @@ CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
 CROWD = "crowd"
-CROWD_NOT_YET = ("the crowd distribution is not yet in the per-user stage for streaming input or checkpoints (bounded "
-                 "input without them only): run without --per-user-clients")
+CROWD_NOT_YET = ("the crowd distribution is not yet in the streaming per-user stage (bounded input only): run without "
+                 "--per-user-clients")
 USER_STATE, STREAM_ESTIMATE = "user", "estimate"  # what the streaming checkpoint writer receives
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
@@ -193,6 +193,7 @@ class Carried(NamedTuple):
     next_slot: int
     declared: tuple | None
     tail: dict
+    recent: tuple = ()  # the crowd distribution: the user's reports ``(slot, value)`` a later slot's mean reads
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,9 @@ def clients_checkpoint(carried: dict, config: ClientStageConfig, estimates: dict
     """Every user's :class:`Carried` state (``(stream, user) -> Carried``) and each stream's last estimate
     (``stream -> (slot, estimate)``) as one checkpoint (the project's format, ``transforms.checkpoint``), with the
     slot its file is named after (the largest next slot)."""
-    table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail)
+    crowd = () if config.crowd is None else None  # with it, each row ends with the user's recent reports
+    table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail,
+              *(crowd if crowd is not None else (tuple(c.recent),)))
              for (stream, user), c in sorted(carried.items())]
     saved = checkpoint.Checkpoint(config.label, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
@@ -313,13 +316,13 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
     if "estimates" in saved.arrays:
         carried.estimates = {stream: (slot, estimate)
                              for stream, slot, estimate in decode_value(saved.arrays["estimates"].tobytes())}
-    for stream, user, row, next_slot, declared, tail in decode_value(saved.arrays["clients"].tobytes()):
+    for stream, user, row, next_slot, declared, tail, *recent in decode_value(saved.arrays["clients"].tobytes()):
         if row is not None and row_type is not None and len(row) == len(row_type._fields):
             row = row_type(*row)
         elif row is not None:
             raise checkpoint.CheckpointError(f"checkpoint {path}: a user's state row does not fit {config.mechanism}")
-        carried[(stream, user)] = Carried(row, next_slot,
-                                          None if declared is None else tuple(declared), tail)
+        carried[(stream, user)] = Carried(row, next_slot, None if declared is None else tuple(declared), tail,
+                                          tuple(tuple(report) for report in recent[0]) if recent else ())
     return carried
 
 
@@ -443,16 +446,26 @@ class _UserClients:
             outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
         return outputs
 
-    def crowd(self, users: list, reports: list, horizons: list) -> list:
+    def crowd(self, users: list, reports: list, recent: list, held: list) -> list:
         """The crowd distribution's counts (``CROWD`` outputs ``((stream, slot), counts)``): each user's bin at
-        every slot up to the user's horizon whose last ``crowd_window`` slots hold a report of theirs
-        (:func:`~transforms.numeric_user_methods.crowd_bins`), counted per slot."""
+        every slot from their stream's first open one to their horizon whose last ``crowd_window`` slots hold a
+        report of theirs (``recent[i]``, carried, then this run's; :func:`~transforms.numeric_user_methods.
+        crowd_bins`), counted per slot."""
         window, bins = self.config.crowd
         counts: dict = {}
-        for user, made, horizon in zip(users, reports, horizons):
-            for slot, index in crowd_bins(made, window, bins, horizon):
-                counts.setdefault((user.stream, slot), [0] * bins)[index] += 1
+        for user, made, earlier, (_, _, ending) in zip(users, reports, recent, held):
+            for slot, index in crowd_bins([*earlier, *made], window, bins, ending.horizon):
+                if slot >= ending.first_open:
+                    counts.setdefault((user.stream, slot), [0] * bins)[index] += 1
         return [beam.pvalue.TaggedOutput(CROWD, (key, tuple(held))) for key, held in counts.items()]
+
+    def recent(self, earlier: tuple, made: list, ending) -> tuple:
+        """A user's reports ``(slot, value)`` a slot after the run still reads (the crowd distribution's; none
+        without it)."""
+        if self.config.crowd is None:
+            return ()
+        end = max(ending.horizon, ending.next_slot - 1)
+        return tuple((slot, value) for slot, value, *_ in [*earlier, *made] if slot > end - self.config.crowd[0])
 
     @staticmethod
     def slot_sums(sums: dict) -> list:
@@ -520,7 +533,7 @@ class CloseUserClients(beam.DoFn):
             outputs.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", duplicates)))
         reporting, present = self.users.admit(stream, user, rows, outputs)
         next_slot = max(rows[-1][0] + 1 if rows else 0, first_open)
-        self._held.append((reporting, before, _Ending(next_slot, declared, horizon, present)))
+        self._held.append((reporting, before, _Ending(next_slot, declared, horizon, present, first_open)))
         self._reports += len(reporting.slots)
         if self._reports >= self.MAX_HELD:
             outputs += self._take()
@@ -540,15 +553,18 @@ class CloseUserClients(beam.DoFn):
         outputs = self.users.emit(users, reports, sums, final=True, resumed=[before is not None for _, before, _ in
                                                                                held],
                                   present=[ending.present for _, _, ending in held])
+        recent = [before.recent if before else () for _, before, _ in held]
         if self.config.crowd:
-            outputs += self.users.crowd(users, reports, [ending.horizon for _, _, ending in held])
+            outputs += self.users.crowd(users, reports, recent, held)
         if self.carry:
-            for (reporting, before, ending), row, output in zip(held, rows, _charges_of(reports, outputs)):
+            for (reporting, before, ending), row, output, earlier, made in zip(held, rows, _charges_of(reports, outputs),
+                                                                                recent, reports):
                 tail = before.tail if before else empty_tail()
                 if output is not None:
                     tail = check_windows(tail, charge_chunk(*output.ledger_input()), self.max_window)[0]
                 kept = reporting.slots or (before is not None and before.row is not None)
-                carried = Carried(row if kept else None, ending.next_slot, ending.declared, tail)
+                carried = Carried(row if kept else None, ending.next_slot, ending.declared, tail,
+                                  self.users.recent(earlier, made, ending))
                 outputs.append(beam.pvalue.TaggedOutput(CARRY, ((reporting.stream, reporting.user), carried)))
         return self.users.slot_sums(sums) + outputs
 
@@ -587,6 +603,7 @@ class _Ending(NamedTuple):
     declared: tuple | None
     horizon: int | None  # the stream's slots closed by the end of the run (the sampling methods' segments)
     present: list  # the slots the user's records make present (``_UserClients.admit``)
+    first_open: int = 0  # the stream's first slot a resumed checkpoint did not close
 
 
 def _charges_of(reports: list, outputs: list) -> list:
@@ -908,12 +925,13 @@ class SlotReleases:
 
     def bounded_crowd(self, element, first_open: dict, estimates: dict) -> list:
         """:meth:`bounded` for the crowd distribution: ``(stream, {"sums": (slot, SlotSum)s, "crowd": (slot,
-        counts)s})``; the series starts from zeros (no resume yet)."""
+        counts)s})``; a resumed stream repeats its carried last distribution."""
         stream, joined = element
         sums = self.in_range(dict(joined["sums"]))
         start = self.first(sums, first_open.get(stream, 0))
         last = self.range.last_slot if self.range is not None else max(sums)
-        return self.release(stream, sums, start, [0.0] * self.config.crowd[1], last, dict(joined["crowd"]))[0]
+        estimate = estimates.get(stream, (0, [0.0] * self.config.crowd[1]))[1]
+        return self.release(stream, sums, start, list(estimate), last, dict(joined["crowd"]))[0]
 
 
 class ReleaseStreamSlots(beam.DoFn):
@@ -1234,8 +1252,7 @@ class PrivateNumericClients(beam.PTransform):
         if self.config.crowd is not None:
             if sma is not None:
                 raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
-            if bounded is False or carry or resume is not None or resume_from is not None \
-                    or checkpoint_every is not None:
+            if bounded is False or checkpoint_every is not None:
                 raise ValueError(CROWD_NOT_YET)
         mechanism_built = self.config.build()
         self.method = self.config.method()
@@ -1296,7 +1313,8 @@ class PrivateNumericClients(beam.PTransform):
                 [((stream, user), Event(stream, user, 0.0, RESUMED, None, "")) for stream, user in sorted(self.resume)])
                 .with_output_types(typing.Tuple[typing.Tuple[str, str], Event])) | "WithRestored" >> beam.Flatten())
         open_segments = sorted(key for key, before in (self.resume or {}).items()
-                               if bounded and self.method.sampled and before.row is not None and before.row.count)
+                               if bounded and ((self.method.sampled and before.row is not None and before.row.count)
+                                               or before.recent))  # (a crowd's recent reports: their users' bins)
         if open_segments:  # a carried open segment reports once its last slot closes, new events or not
             grouped = ((grouped, events.pipeline | "OpenSegments" >> beam.Create([(key, []) for key in open_segments]))
                        | "WithOpenSegments" >> beam.Flatten()
@@ -1351,8 +1369,9 @@ class PrivateNumericClients(beam.PTransform):
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
         if self.carry:
             outputs["carry"] = closed[CARRY]
+            crowd = self.config.crowd is not None
             outputs["estimates"] = (releases | "StreamEstimates" >> beam.Map(
-                lambda r: (r["stream"], (r["slot"], r["estimate"][0])))
+                lambda r: (r["stream"], (r["slot"], r["estimate"] if crowd else r["estimate"][0])))
                 | "LastEstimates" >> beam.CombinePerKey(max))
         if checkpoints is not None:
             outputs["checkpoints"] = checkpoints

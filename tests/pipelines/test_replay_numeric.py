@@ -329,8 +329,6 @@ def test_per_user_crowd_replay_releases_the_distribution_of_its_reports_at_the_m
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--checkpoint-dir", "ck", *CROWD],
-     "not yet in the per-user stage with checkpoints"),
     (["--mechanism", "capp", "--domain", "0,1", "--per-user-clients", "--sma", "3", *CROWD],
      "--sma: the crowd distribution"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "crowd_window=3"], "needs both crowd_window"),

@@ -35,6 +35,7 @@ from transforms.mechanisms.numeric.sampling import samples_per_window
 from transforms.mechanisms.numeric.server import crowd_distribution
 from transforms.mechanisms.numeric.streams import AbsorptionStream, SampledStream
 from transforms.numeric_clients import (
+    CarriedClients,
     ClientStageConfig,
     PrivateNumericClients,
     ResumedStreamLedgerFn,
@@ -811,3 +812,29 @@ def test_the_crowd_reference_is_the_registered_mechanisms_release():
         got.append((release.kind.name.lower(), release.values.tolist()))
     assert got == expected_crowd(events, "ipp", {"epsilon": EPSILON, "window": WINDOW}, CROWD["crowd_window"],
                                  CROWD["crowd_bins"])
+
+
+@pytest.mark.parametrize("mechanism, extra", [("ipp", {}), ("pp-s", {"segment": 3})])
+def test_a_crowd_run_resumed_from_its_checkpoint_releases_what_one_run_releases(tmp_path, mechanism, extra):
+    """The crowd distribution carried across a checkpoint (each user's recent reports in the file): slots 0-3,
+    then 4-8 resumed, release what one run over 0-8 releases (the first resumed slots' means reach back into
+    the first run; its last distribution repeated by skipped slots), at the same ledger usage."""
+    params = {"epsilon": EPSILON, "window": WINDOW, **extra, "crowd_window": 4, "crowd_bins": 4}  # q = 4: PP-S's
+    # slot-5 means reach its slot-2 reports
+    events = make_numeric_events() + [Event("s", "early", 3 * SLOT + 1, 9, None, "s|early|3")]  # none after slot 3
+    whole = _run_carrying(events, mechanism, params)
+    first = _run_carrying([e for e in events if e.time < 4 * SLOT], mechanism, params)
+    config = ClientStageConfig(mechanism, DOMAIN, params, SlotClock(SLOT), POLICY, SEED)
+    write_clients_checkpoint(first["carry"], config, str(tmp_path), None, dict(first["estimates"]))
+    carried = read_clients_checkpoint(str(tmp_path), config)
+    assert any(c.recent for c in carried.values())
+    second = _run_carrying([e for e in events if e.time >= 4 * SLOT], mechanism, params, carried)
+    every = lambda results: {r["slot"]: (r["kind"], r["estimate"]) for r in results["releases"]}  # noqa: E731
+    assert every(first) | every(second) == every(whole)
+    assert {r["statistic"] for r in whole["releases"]} == {"distribution"}
+    usage = lambda results: {u["user"]: u["max_window_usage_ratio"] for u in results["usage"]}  # noqa: E731
+    assert {user: max(usage(first).get(user, 0), usage(second).get(user, 0))
+            for user in usage(first) | usage(second)} == usage(whole)
+    forgetful = CarriedClients({key: c._replace(recent=()) for key, c in carried.items()}, carried.estimates)
+    assert every(_run_carrying([e for e in events if e.time >= 4 * SLOT], mechanism, params, forgetful)) \
+        != every(second)  # power: the carried reports count

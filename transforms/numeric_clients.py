@@ -170,8 +170,6 @@ CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CARRY = "carry"
 CROWD = "crowd"
-CROWD_NOT_YET = ("the crowd distribution is not yet in the streaming per-user stage (bounded input only): run without "
-                 "--per-user-clients")
 USER_STATE, STREAM_ESTIMATE = "user", "estimate"  # what the streaming checkpoint writer receives
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 _SCALE = 1 << 64  # every report is a dyadic rational with a denominator below 2**64: exact as an integer
@@ -451,20 +449,30 @@ class _UserClients:
         every slot from their stream's first open one to their horizon whose last ``crowd_window`` slots hold a
         report of theirs (``recent[i]``, carried, then this run's; :func:`~transforms.numeric_user_methods.
         crowd_bins`), counted per slot."""
-        window, bins = self.config.crowd
         counts: dict = {}
         for user, made, earlier, (_, _, ending) in zip(users, reports, recent, held):
-            for slot, index in crowd_bins([*earlier, *made], window, bins, ending.horizon):
-                if slot >= ending.first_open:
-                    counts.setdefault((user.stream, slot), [0] * bins)[index] += 1
-        return [beam.pvalue.TaggedOutput(CROWD, (key, tuple(held))) for key, held in counts.items()]
+            for key, held_counts in self.crowd_counts(user.stream, earlier, made, ending.horizon, ending.first_open):
+                counts[key] = tuple(map(sum, zip(counts.get(key, held_counts), held_counts))) if key in counts \
+                    else held_counts
+        return [beam.pvalue.TaggedOutput(CROWD, (key, held)) for key, held in counts.items()]
 
-    def recent(self, earlier: tuple, made: list, ending) -> tuple:
-        """A user's reports ``(slot, value)`` a slot after the run still reads (the crowd distribution's; none
+    def crowd_counts(self, stream: str, earlier, made: list, last: int, first: int) -> list:
+        """One user's crowd entries ``((stream, slot), one-hot counts)`` for slots ``first .. last`` from their
+        reports ``earlier`` (carried or stored) and ``made``."""
+        window, bins = self.config.crowd
+        out = []
+        for slot, index in crowd_bins([*earlier, *made], window, bins, last):
+            if slot >= first:
+                counts = [0] * bins
+                counts[index] = 1
+                out.append(((stream, slot), tuple(counts)))
+        return out
+
+    def recent(self, earlier: tuple, made: list, end: int) -> tuple:
+        """A user's reports ``(slot, value)`` a slot after ``end`` still reads (the crowd distribution's; none
         without it)."""
         if self.config.crowd is None:
             return ()
-        end = max(ending.horizon, ending.next_slot - 1)
         return tuple((slot, value) for slot, value, *_ in [*earlier, *made] if slot > end - self.config.crowd[0])
 
     @staticmethod
@@ -564,7 +572,7 @@ class CloseUserClients(beam.DoFn):
                     tail = check_windows(tail, charge_chunk(*output.ledger_input()), self.max_window)[0]
                 kept = reporting.slots or (before is not None and before.row is not None)
                 carried = Carried(row if kept else None, ending.next_slot, ending.declared, tail,
-                                  self.users.recent(earlier, made, ending))
+                                  self.users.recent(earlier, made, max(ending.horizon or -1, ending.next_slot - 1)))
                 outputs.append(beam.pvalue.TaggedOutput(CARRY, ((reporting.stream, reporting.user), carried)))
         return self.users.slot_sums(sums) + outputs
 
@@ -630,6 +638,7 @@ class _ClientCells(beam.DoFn):
     EVENTS, REQUIREMENT = UserSlotState.EVENTS, UserSlotState.REQUIREMENT
     LAST_CLOSED, NEXT_CLOSE = UserSlotState.LAST_CLOSED, UserSlotState.NEXT_CLOSE
     TAIL = ReadModifyWriteStateSpec("tail", ValueCoder())  # with carry: the ledger's tail (check_windows)
+    RECENT = ReadModifyWriteStateSpec("recent", ValueCoder())  # the crowd distribution: reports (slot, value)
 
     def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
                  resume: dict | None = None, first_open: dict | None = None):
@@ -644,13 +653,13 @@ class _ClientCells(beam.DoFn):
         self.counters = _counters()
 
     def hold(self, element, events_state, requirement_state, last_closed_state, next_close_state, close,
-             client_state, tail_state):
+             client_state, tail_state, recent_state):
         """One keyed event held until its slot closes (``hold_event``), a late one dead-lettered, or a
         :data:`RESUMED` element restoring the user's carried state."""
         (stream, user), event = element
         if event.value == RESUMED:
             self._restore((stream, user), requirement_state, last_closed_state, next_close_state, close,
-                          client_state, tail_state)
+                          client_state, tail_state, recent_state)
             return
         slot = self.clock.slot_of(event.time)
         if slot < self.first_open.get(stream, 0):
@@ -662,7 +671,7 @@ class _ClientCells(beam.DoFn):
         yield from hold_event(self, element, events_state, last_closed_state, next_close_state, close)
 
     def _restore(self, key, requirement_state, last_closed_state, next_close_state, close, client_state,
-                 tail_state) -> None:
+                 tail_state, recent_state) -> None:
         before = self.resume[key]
         if before.row is not None:
             client_state.write(before.row)
@@ -675,6 +684,20 @@ class _ClientCells(beam.DoFn):
         if self.carry:
             tail_state.write(before.tail)
         self._arm_segment(before.row, next_close_state, close)
+        if before.recent:
+            recent_state.write(tuple(before.recent))
+            self._arm_crowd(before.recent, next_slot, next_close_state, close)
+
+    def _arm_crowd(self, recent, slot: int, next_close_state, close) -> None:
+        """The crowd distribution: a user whose last ``crowd_window`` slots hold a report of theirs emits their bin
+        at ``slot`` too, so the timer is armed at it (unless earlier) while a stored report still reaches it."""
+        if self.config.crowd is None or not recent or recent[-1][0] + self.config.crowd[0] <= slot:
+            return
+        release_range = self.config.release_range
+        pending = next_close_state.read()
+        if (pending is None or slot < pending) and (release_range is None or slot <= release_range.last_slot):
+            next_close_state.write(slot)
+            close.set(Timestamp(micros=self.clock.close_micros(slot)))
 
     def _arm_segment(self, row, next_close_state, close) -> None:
         """The sampling methods: an open segment reports when its last slot closes (in the release range)."""
@@ -688,14 +711,15 @@ class _ClientCells(beam.DoFn):
             close.set(Timestamp(micros=self.clock.close_micros(end)))
 
     def fire(self, key, events_state, requirement_state, last_closed_state, next_close_state, close, client_state,
-             tail_state):
+             tail_state, recent_state):
         """The slots closed by the timer: the due events through the user's method from the ``client`` cell.  For
         the sampling methods a firing may close a segment without due events (its last slot), and the timer is
         kept armed at the open segment's last slot."""
-        sampled = self.users.method.sampled
+        sampled, crowd = self.users.method.sampled, self.config.crowd is not None
         armed = next_close_state.read()  # the slot whose close fired: every slot up to it is closed
+        closed_before = last_closed_state.read()
         due = take_due(self, Timestamp(micros=self.clock.close_micros(armed)), events_state, next_close_state, close)
-        if not due and not sampled:
+        if not due and not sampled and not crowd:
             return
         stream, user = key
         rows = (yield from close_due(self, user, due, requirement_state, last_closed_state)) if due else []
@@ -712,15 +736,23 @@ class _ClientCells(beam.DoFn):
         sums: dict = {}
         outputs += self.users.emit([reporting], reports, sums, final=False, present=[present])
         outputs += self.users.slot_sums(sums)
-        if sampled:
+        if sampled or crowd:
             last_closed_state.write(max(armed, last_closed_state.read() or 0))
             self._arm_segment(row, next_close_state, close)
+        if crowd:
+            earlier = tuple(recent_state.read() or ())
+            first = max(-1 if closed_before is None else closed_before, self.first_open.get(stream, 0) - 1) + 1
+            outputs += [beam.pvalue.TaggedOutput(CROWD, (slot_key, counts))
+                        for slot_key, counts in self.users.crowd_counts(stream, earlier, reports[0], armed, first)]
+            recent = self.users.recent(earlier, reports[0], armed)
+            recent_state.write(recent)
+            self._arm_crowd(recent, armed + 1, next_close_state, close)
         if self.carry:
             outputs.append(self._carried(key, reports[0], outputs, row, requirement_state, last_closed_state,
-                                         tail_state))
+                                         tail_state, recent_state))
         yield from _counted(outputs, self.counters)
 
-    def _carried(self, key, made, outputs, row, requirement_state, last_closed_state, tail_state):
+    def _carried(self, key, made, outputs, row, requirement_state, last_closed_state, tail_state, recent_state):
         """The user's :class:`Carried` state after a firing (its charges added to the ledger tail in ``tail``), as
         the checkpoint writer's input."""
         tail = tail_state.read() or empty_tail()
@@ -730,7 +762,7 @@ class _ClientCells(beam.DoFn):
             tail = check_windows(tail, charge_chunk(*chunk.ledger_input()), self.max_window)[0]
             tail_state.write(tail)
         carried = (USER_STATE, *key, None if row is None else tuple(row), last_closed_state.read() + 1,
-                   requirement_state.read(), tail)
+                   requirement_state.read(), tail, tuple(recent_state.read() or ()))
         return beam.pvalue.TaggedOutput(CARRY, (CLIENTS_STREAM, encode_value(carried)))
 
 
@@ -742,6 +774,7 @@ def _client_cells(name: str, coder, doc: str) -> type:
     close_spec = TimerSpec("close", TimeDomain.WATERMARK)
     events, requirement = _ClientCells.EVENTS, _ClientCells.REQUIREMENT
     last_closed, next_close, tail = _ClientCells.LAST_CLOSED, _ClientCells.NEXT_CLOSE, _ClientCells.TAIL
+    recent = _ClientCells.RECENT
 
     class Cells(_ClientCells):
         CLIENT, CLOSE = client_spec, close_spec
@@ -750,18 +783,20 @@ def _client_cells(name: str, coder, doc: str) -> type:
                     requirement_state=beam.DoFn.StateParam(requirement),
                     last_closed_state=beam.DoFn.StateParam(last_closed),
                     next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec),
-                    client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail)):
+                    client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail),
+                    recent_state=beam.DoFn.StateParam(recent)):
             return self.hold(element, events_state, requirement_state, last_closed_state, next_close_state, close,
-                             client_state, tail_state)
+                             client_state, tail_state, recent_state)
 
         @on_timer(close_spec)
         def on_close(self, key=beam.DoFn.KeyParam, events_state=beam.DoFn.StateParam(events),
                      requirement_state=beam.DoFn.StateParam(requirement),
                      last_closed_state=beam.DoFn.StateParam(last_closed),
                      next_close_state=beam.DoFn.StateParam(next_close), close=beam.DoFn.TimerParam(close_spec),
-                     client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail)):
+                     client_state=beam.DoFn.StateParam(client_spec), tail_state=beam.DoFn.StateParam(tail),
+                     recent_state=beam.DoFn.StateParam(recent)):
             return self.fire(key, events_state, requirement_state, last_closed_state, next_close_state, close,
-                             client_state, tail_state)
+                             client_state, tail_state, recent_state)
 
     Cells.__name__ = Cells.__qualname__ = name
     Cells.__doc__ = doc
@@ -948,8 +983,10 @@ class ReleaseStreamSlots(beam.DoFn):
     sender, which costs no privacy."""
 
     PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), SlotSumCoder())))  # (slot, partial sum)
+    CROWD = BagStateSpec("crowd", TupleCoder((VarIntCoder(), VarIntCoder(), VarIntCoder())))  # (slot, bin, users)
     NEXT_SLOT = ReadModifyWriteStateSpec("next_slot", VarIntCoder())
     ESTIMATE = ReadModifyWriteStateSpec("estimate", FloatCoder())
+    DISTRIBUTION = ReadModifyWriteStateSpec("distribution", ValueCoder())  # the crowd's last estimate (a list)
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())  # the µs the ``release`` timer is set for
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
@@ -959,19 +996,34 @@ class ReleaseStreamSlots(beam.DoFn):
         self.after_release = Metrics.counter(NAMESPACE, "reports_after_release")
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam, pending=beam.DoFn.StateParam(PENDING),
-                armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
+                crowd=beam.DoFn.StateParam(CROWD), armed=beam.DoFn.StateParam(ARMED),
+                release=beam.DoFn.TimerParam(RELEASE)):
         _, (slot, total) = element
+        if total.count < 0:  # a crowd bin's users (crowd_slot_sums), released with the slot's sums: alone it makes
+            crowd.add((slot, -1 - total.count, total.total))  # no slot present
+            return
         pending.add((slot, total))
         _arm(armed, release, max(self.clock.release_micros(slot), timestamp.micros))
 
     @on_timer(RELEASE)
     def on_release(self, key=beam.DoFn.KeyParam, fired=beam.DoFn.TimestampParam,
-                   pending=beam.DoFn.StateParam(PENDING), next_slot_state=beam.DoFn.StateParam(NEXT_SLOT),
-                   estimate_state=beam.DoFn.StateParam(ESTIMATE), armed=beam.DoFn.StateParam(ARMED),
+                   pending=beam.DoFn.StateParam(PENDING), crowd_state=beam.DoFn.StateParam(CROWD),
+                   next_slot_state=beam.DoFn.StateParam(NEXT_SLOT), estimate_state=beam.DoFn.StateParam(ESTIMATE),
+                   distribution_state=beam.DoFn.StateParam(DISTRIBUTION), armed=beam.DoFn.StateParam(ARMED),
                    release=beam.DoFn.TimerParam(RELEASE)):
         held = list(pending.read())
         pending.clear()
         armed.clear()
+        crowd = self.releases.config.crowd
+        if crowd is not None:
+            estimate_state = distribution_state
+            counted, crowd_due = list(crowd_state.read()), {}
+            crowd_state.clear()
+            for slot, index, users in counted:
+                if self.clock.release_micros(slot) <= fired.micros:  # due: used if the slot has reports
+                    crowd_due.setdefault(slot, [0] * crowd[1])[index] += users
+                else:
+                    crowd_state.add((slot, index, users))
         due: dict = {}
         later = []
         for slot, total in held:
@@ -986,7 +1038,7 @@ class ReleaseStreamSlots(beam.DoFn):
         next_slot = next_slot_state.read()
         estimate = estimate_state.read()
         if next_slot is None and key in self.first_open:  # a resumed stream continues where its checkpoint ended
-            next_slot, estimate = self.first_open[key], self.estimates.get(key, (0, 0.0))[1]
+            next_slot, estimate = self.first_open[key], self.estimates.get(key, (0, None))[1]
         due = self.releases.in_range(due)
         stale = [slot for slot in due if next_slot is not None and slot < next_slot]
         made = sum(due.pop(slot)[0] for slot in stale)
@@ -999,7 +1051,11 @@ class ReleaseStreamSlots(beam.DoFn):
         last = max(due, default=None) if release_range is None else \
             release_range.last_due(self.clock, fired.micros - 1000)
         if next_slot is not None and last is not None and last >= next_slot:
-            records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate or 0.0, last)
+            if crowd is None:
+                records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate or 0.0, last)
+            else:
+                records, next_slot, estimate = self.releases.release(
+                    key, due, next_slot, list(estimate or [0.0] * crowd[1]), last, crowd_due)
             next_slot_state.write(next_slot)
             estimate_state.write(estimate)
         if later:
@@ -1010,6 +1066,14 @@ class ReleaseStreamSlots(beam.DoFn):
             if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
                 _arm(armed, release, at)
         return records
+
+
+def crowd_slot_sums(element) -> list:
+    """Streaming: a crowd entry ``((stream, slot), counts)`` as the release stage's input ``(stream, (slot,
+    SlotSum(-1 - bin, users, 0)))``, one per non-empty bin (a negative count marks it: no slot has fewer than 0
+    reports)."""
+    (stream, slot), counts = element
+    return [(stream, (slot, SlotSum(-1 - index, users, 0))) for index, users in enumerate(counts) if users]
 
 
 def _arm(armed, release, at: int) -> None:
@@ -1093,9 +1157,9 @@ class WriteClientCheckpoints(beam.DoFn):
         for _, payload in items:
             kind, stream, *state = decode_value(payload)
             if kind == USER_STATE:
-                user, row, next_slot, declared, tail = state
+                user, row, next_slot, declared, tail, recent = state
                 if (stream, user) not in users or next_slot >= users[(stream, user)].next_slot:
-                    users[(stream, user)] = Carried(row, next_slot, declared, tail)
+                    users[(stream, user)] = Carried(row, next_slot, declared, tail, tuple(recent))
             else:
                 estimates[stream] = max(estimates.get(stream, (-1, 0.0)), tuple(state))
         users = {key: c._replace(next_slot=max(c.next_slot, estimates.get(key[0], (-1,))[0] + 1))
@@ -1252,8 +1316,6 @@ class PrivateNumericClients(beam.PTransform):
         if self.config.crowd is not None:
             if sma is not None:
                 raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
-            if bounded is False or checkpoint_every is not None:
-                raise ValueError(CROWD_NOT_YET)
         mechanism_built = self.config.build()
         self.method = self.config.method()
         self.variance = self.method.variance()
@@ -1274,8 +1336,6 @@ class PrivateNumericClients(beam.PTransform):
         bounded = self.bounded
         if bounded is None:
             bounded = not events.pipeline.options.view_as(StandardOptions).streaming
-        if self.config.crowd is not None and not bounded:
-            raise ValueError(CROWD_NOT_YET)
         clock = self.config.clock
         types = dict(OUTPUT_TYPES)
         tags = (CHARGES, DEAD_LETTERS, LATE, ACCOUNTING)
@@ -1305,6 +1365,8 @@ class PrivateNumericClients(beam.PTransform):
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
             stage = beam.ParDo(state_fn(self.config, carry=self.checkpoint_every is not None,
                                         max_window=self.ledger_max_window, resume=self.resume, first_open=first_open))
+            if self.config.crowd:
+                types[CROWD], tags = Crowd, tags + (CROWD,)
             if self.checkpoint_every is not None:
                 types[CARRY], tags = typing.Tuple[str, bytes], tags + (CARRY,)
         grouped = events | "GroupUserEvents" >> GroupUserEvents(bounded)
@@ -1341,12 +1403,17 @@ class PrivateNumericClients(beam.PTransform):
                         | "Release" >> beam.FlatMap(releaser.bounded, first_open, estimates)
                         .with_output_types(ReleaseRecord))
         else:
+            if self.config.crowd:  # each bin's users as a marked partial sum beside the slots' (crowd_slot_sums)
+                by_stream = (by_stream, closed[CROWD] | "CrowdSums" >> beam.FlatMap(crowd_slot_sums).with_output_types(
+                    typing.Tuple[str, typing.Tuple[int, SlotSum]])) | "WithCrowd" >> beam.Flatten()
             releases = by_stream | "Release" >> beam.ParDo(ReleaseStreamSlots(releaser, first_open, estimates)) \
                 .with_output_types(ReleaseRecord)
         checkpoints = None
         if self.checkpoint_every is not None:
+            crowd = self.config.crowd is not None
             stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
-                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"][0])))).with_output_types(
+                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0])))) \
+                .with_output_types(
                 typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
                            | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))

@@ -307,12 +307,13 @@ def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_
     assert _full_releases(tmp_path / "batch") == {slot: release for slot, release in second.items() if slot <= 9}
 
 
-def test_streaming_per_user_clients_refuse_the_crowd_distribution_in_one_line(capsys):
-    """The crowd distribution is not yet in the streaming per-user stage: the job refuses it before starting."""
+def test_streaming_per_user_clients_refuse_the_crowd_distribution_with_sma_in_one_line(capsys):
+    """The crowd distribution is a list of fractions per slot: with --sma the per-user streaming job refuses it
+    before starting."""
     from pipelines import streaming
     code = streaming.run(["--demo", "--domain", "0,1", "--mechanism", "capp", "--epsilon", "1", "--window", "3",
                           "--per-user-clients", "--requirement", "fixed:3,1", "--param", "crowd_window=3",
-                          "--param", "crowd_bins=4",
+                          "--param", "crowd_bins=4", "--sma", "3",
                           "--output", "unused"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "not yet in the per-user stage" in err[0]
+    assert code == 2 and len(err) == 1 and "the crowd distribution" in err[0] and "SMA" in err[0]

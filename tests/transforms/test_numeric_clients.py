@@ -838,3 +838,21 @@ def test_a_crowd_run_resumed_from_its_checkpoint_releases_what_one_run_releases(
     forgetful = CarriedClients({key: c._replace(recent=()) for key, c in carried.items()}, carried.estimates)
     assert every(_run_carrying([e for e in events if e.time >= 4 * SLOT], mechanism, params, forgetful)) \
         != every(second)  # power: the carried reports count
+
+
+@pytest.mark.parametrize("mechanism, params", [
+    ("ipp", {"epsilon": EPSILON, "window": WINDOW}),
+    SAMPLED_CASES[0],  # pp-s, segment 3
+])
+def test_streaming_crowd_distribution_equals_the_bounded_one(mechanism, params):
+    """TestStream, events out of order within the allowed lateness: the streaming stage's crowd releases (the
+    users' timers kept armed while a stored report still reaches a slot) are the bounded stage's, slot for slot,
+    and so the core's (``expected_crowd``)."""
+    events = make_numeric_events()
+    lateness = 20.0
+    streaming = run(streaming_pipeline(), lambda p: streaming_source(p, events, lateness, seed=5), mechanism,
+                    {**params, **CROWD}, lateness)
+    every = {r["slot"]: (r["kind"], r["estimate"]) for r in streaming["releases"]}
+    want = expected_crowd(events, mechanism, params, CROWD["crowd_window"], CROWD["crowd_bins"])
+    assert [every[slot] for slot in sorted(every)] == want and len(every) == len(streaming["releases"])
+    assert {r["statistic"] for r in streaming["releases"]} == {"distribution"} and streaming["violations"] == []

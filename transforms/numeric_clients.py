@@ -638,7 +638,8 @@ class _ClientCells(beam.DoFn):
     EVENTS, REQUIREMENT = UserSlotState.EVENTS, UserSlotState.REQUIREMENT
     LAST_CLOSED, NEXT_CLOSE = UserSlotState.LAST_CLOSED, UserSlotState.NEXT_CLOSE
     TAIL = ReadModifyWriteStateSpec("tail", ValueCoder())  # with carry: the ledger's tail (check_windows)
-    RECENT = ReadModifyWriteStateSpec("recent", ValueCoder())  # the crowd distribution: reports (slot, value)
+    RECENT = ReadModifyWriteStateSpec("recent", ValueCoder())  # the crowd distribution: (the last slot whose bin
+    # was sent, the user's reports (slot, value) a later slot still reads)
 
     def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
                  resume: dict | None = None, first_open: dict | None = None):
@@ -685,7 +686,7 @@ class _ClientCells(beam.DoFn):
             tail_state.write(before.tail)
         self._arm_segment(before.row, next_close_state, close)
         if before.recent:
-            recent_state.write(tuple(before.recent))
+            recent_state.write((next_slot - 1, tuple(before.recent)))
             self._arm_crowd(before.recent, next_slot, next_close_state, close)
 
     def _arm_crowd(self, recent, slot: int, next_close_state, close) -> None:
@@ -736,16 +737,18 @@ class _ClientCells(beam.DoFn):
         sums: dict = {}
         outputs += self.users.emit([reporting], reports, sums, final=False, present=[present])
         outputs += self.users.slot_sums(sums)
-        if sampled or crowd:
+        if sampled:
             last_closed_state.write(max(armed, last_closed_state.read() or 0))
             self._arm_segment(row, next_close_state, close)
-        if crowd:
-            earlier = tuple(recent_state.read() or ())
-            first = max(-1 if closed_before is None else closed_before, self.first_open.get(stream, 0) - 1) + 1
+        if crowd:  # (a firing for the crowd alone closes no slot: the user's later events are not late for it)
+            through, earlier = recent_state.read() or (-1, ())
+            first = max(through, -1 if closed_before is None else closed_before,
+                        self.first_open.get(stream, 0) - 1) + 1
             outputs += [beam.pvalue.TaggedOutput(CROWD, (slot_key, counts))
                         for slot_key, counts in self.users.crowd_counts(stream, earlier, reports[0], armed, first)]
-            recent = self.users.recent(earlier, reports[0], armed)
-            recent_state.write(recent)
+            recent = self.users.recent(earlier, reports[0], last_closed_state.read())  # (kept for the slots not
+            # closed yet: a checkpoint's resumed job reads them)
+            recent_state.write((max(through, armed), recent))
             self._arm_crowd(recent, armed + 1, next_close_state, close)
         if self.carry:
             outputs.append(self._carried(key, reports[0], outputs, row, requirement_state, last_closed_state,
@@ -762,7 +765,7 @@ class _ClientCells(beam.DoFn):
             tail = check_windows(tail, charge_chunk(*chunk.ledger_input()), self.max_window)[0]
             tail_state.write(tail)
         carried = (USER_STATE, *key, None if row is None else tuple(row), last_closed_state.read() + 1,
-                   requirement_state.read(), tail, tuple(recent_state.read() or ()))
+                   requirement_state.read(), tail, tuple((recent_state.read() or (-1, ()))[1]))
         return beam.pvalue.TaggedOutput(CARRY, (CLIENTS_STREAM, encode_value(carried)))
 
 

@@ -259,7 +259,8 @@ def _usage(directory) -> list:
     return list(read_records(os.path.join(directory, "usage-*"), "jsonl"))
 
 
-@pytest.mark.parametrize("stage", [["--mechanism", "ipp"], ["--mechanism", "pp-s", "--param", "segment=3"]])
+@pytest.mark.parametrize("stage", [["--mechanism", "ipp"], ["--mechanism", "pp-s", "--param", "segment=3"],
+                                   ["--mechanism", "ipp", "--param", "crowd_window=3", "--param", "crowd_bins=4"]])
 def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_path, monkeypatch, stage):
     """--per-user-clients --checkpoint-dir / --resume-from on a TestStream (BundleBasedDirectRunner): 10 slots in
     one job, or slots 0-5 then 6-9 in a job resumed from the first's final checkpoint: the same releases, no
@@ -305,6 +306,9 @@ def test_a_per_user_stream_split_in_two_jobs_releases_what_one_job_releases(tmp_
                        "--resume-from", str(tmp_path / "split")]) == 0
     # (bounded input carries a segment still open at its last slot, PP-S's 9-11, instead of closing it)
     assert _full_releases(tmp_path / "batch") == {slot: release for slot, release in second.items() if slot <= 9}
+    if "crowd_window=3" in stage:  # the crowd distribution: each user's recent reports carried (the resumed job's
+        # first slots read the first job's), fractions released
+        assert {release[1] and len(release[1]) for release in whole.values()} == {4}
 
 
 def test_streaming_per_user_clients_refuse_the_crowd_distribution_with_sma_in_one_line(capsys):

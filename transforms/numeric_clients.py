@@ -46,6 +46,14 @@ skipped slot too.  With ``sma=K`` each release also carries ``figures["sma"]``, 
 average of the released series (§3.5; centred, or ``sma_mode="trailing"``).  Trust ``local_simulated``: the
 clients run in the collector's pipeline on the users' values.
 
+**Crowd distribution** (``crowd_window = q``, ``crowd_bins = B``, the core's, spec §3.8.3): each user's bin at
+every slot whose last ``q`` slots hold a report of theirs (one without their report too) leaves the key
+(``numeric_user_methods.crowd_bins``, the core's definition); the counts per slot are released as the fractions
+of the users counted (statistic ``distribution``, as the central path), a skipped slot repeating the last ones.
+Bounded input computes every slot of a key at once; streaming keeps the user's recent reports in a ``recent``
+cell and the timer armed until the latest is ``q`` slots old; checkpoints carry the recent reports.  Not with
+``sma``, nor for ToPL (one line).
+
 **Release range.**  ``release_range=(start, end)`` (``transforms.release_range``, ``--start``/``--end``)
 fixes the released slots: every slot meeting ``[start, end)``, empty ones included, and no other.  The central
 path's rule is followed: a record outside the range is a dead letter with its reason and never reaches the

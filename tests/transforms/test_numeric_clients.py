@@ -247,6 +247,13 @@ def test_bad_stage_configuration_fails_at_construction():
         PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4})
     with pytest.raises(ValueError, match="too small"):
         PrivateNumericClients("capp", SLOT, DOMAIN, mechanism_params={"epsilon": 3e-12, "window": 4}, policy=POLICY)
+    with pytest.raises(ValueError, match="topl: the crowd distribution is not in the per-user stage"):
+        ClientStageConfig("topl", DOMAIN, {"epsilon": 1.0, "window": 4, **CROWD}, SlotClock(SLOT))
+    with pytest.raises(ValueError, match="sma: the crowd distribution"):
+        PrivateNumericClients("ipp", SLOT, DOMAIN, mechanism_params={"epsilon": 1.0, "window": 4, **CROWD},
+                              policy=POLICY, sma=3)
+    with pytest.raises(ValueError, match="needs both crowd_window"):
+        ClientStageConfig("ipp", DOMAIN, {"epsilon": 1.0, "window": 4, "crowd_bins": 3}, SlotClock(SLOT))
 
 
 def test_sma_figures_smooth_the_released_series():

@@ -273,10 +273,9 @@ def clients_checkpoint(carried: dict, config: ClientStageConfig, estimates: dict
     """Every user's :class:`Carried` state (``(stream, user) -> Carried``) and each stream's last estimate
     (``stream -> (slot, estimate)``) as one checkpoint (the project's format, ``transforms.checkpoint``), with the
     slot its file is named after (the largest next slot)."""
-    crowd = () if config.crowd is None else None  # with it, each row ends with the user's recent reports
+    crowd = config.crowd is not None  # with it, each row ends with the user's recent reports
     table = [(stream, user, None if c.row is None else tuple(c.row), c.next_slot, c.declared, c.tail,
-              *(crowd if crowd is not None else (tuple(c.recent),)))
-             for (stream, user), c in sorted(carried.items())]
+              *((tuple(c.recent),) if crowd else ())) for (stream, user), c in sorted(carried.items())]
     saved = checkpoint.Checkpoint(config.label, config.build().params.to_json(), config.clock.slot_seconds,
                                   config.clock.origin, config.insecure_seed, live={"per_user_clients": len(table)},
                                   arrays={"clients": np.frombuffer(encode_value(table), np.uint8),
@@ -459,22 +458,22 @@ class _UserClients:
         crowd_bins`), counted per slot."""
         counts: dict = {}
         for user, made, earlier, (_, _, ending) in zip(users, reports, recent, held):
-            for key, held_counts in self.crowd_counts(user.stream, earlier, made, ending.horizon, ending.first_open):
-                counts[key] = tuple(map(sum, zip(counts.get(key, held_counts), held_counts))) if key in counts \
-                    else held_counts
-        return [beam.pvalue.TaggedOutput(CROWD, (key, held)) for key, held in counts.items()]
+            self.count_bins(counts, user.stream, earlier, made, ending.horizon, ending.first_open)
+        return self.crowd_outputs(counts)
 
-    def crowd_counts(self, stream: str, earlier, made: list, last: int, first: int) -> list:
-        """One user's crowd entries ``((stream, slot), one-hot counts)`` for slots ``first .. last`` from their
-        reports ``earlier`` (carried or stored) and ``made``."""
+    def count_bins(self, counts: dict, stream: str, earlier, made: list, last: int, first: int) -> dict:
+        """Add one user's bins at slots ``first .. last`` to ``counts`` (``(stream, slot) -> B counts``), from
+        their reports ``earlier`` (carried or stored) and ``made``."""
         window, bins = self.config.crowd
-        out = []
         for slot, index in crowd_bins([*earlier, *made], window, bins, last):
             if slot >= first:
-                counts = [0] * bins
-                counts[index] = 1
-                out.append(((stream, slot), tuple(counts)))
-        return out
+                counts.setdefault((stream, slot), [0] * bins)[index] += 1
+        return counts
+
+    @staticmethod
+    def crowd_outputs(counts: dict) -> list:
+        """The ``CROWD`` outputs ``((stream, slot), counts)`` of :meth:`count_bins`' counts."""
+        return [beam.pvalue.TaggedOutput(CROWD, (key, tuple(held))) for key, held in counts.items()]
 
     def recent(self, earlier: tuple, made: list, end: int) -> tuple:
         """A user's reports ``(slot, value)`` a slot after ``end`` still reads (the crowd distribution's; none
@@ -700,24 +699,22 @@ class _ClientCells(beam.DoFn):
     def _arm_crowd(self, recent, slot: int, next_close_state, close) -> None:
         """The crowd distribution: a user whose last ``crowd_window`` slots hold a report of theirs emits their bin
         at ``slot`` too, so the timer is armed at it (unless earlier) while a stored report still reaches it."""
-        if self.config.crowd is None or not recent or recent[-1][0] + self.config.crowd[0] <= slot:
-            return
-        release_range = self.config.release_range
-        pending = next_close_state.read()
-        if (pending is None or slot < pending) and (release_range is None or slot <= release_range.last_slot):
-            next_close_state.write(slot)
-            close.set(Timestamp(micros=self.clock.close_micros(slot)))
+        if self.config.crowd is not None and recent and recent[-1][0] + self.config.crowd[0] > slot:
+            self._arm_at(slot, next_close_state, close)
 
     def _arm_segment(self, row, next_close_state, close) -> None:
         """The sampling methods: an open segment reports when its last slot closes (in the release range)."""
         if not self.users.method.sampled or row is None or not row.count:
             return
+        self._arm_at(self.users.method.segment_end(row.segment * self.users.method.segment), next_close_state, close)
+
+    def _arm_at(self, slot: int, next_close_state, close) -> None:
+        """Arm the ``close`` timer at ``slot`` unless it is armed earlier or the slot is after the release range."""
         release_range = self.config.release_range
-        end = self.users.method.segment_end(row.segment * self.users.method.segment)
         pending = next_close_state.read()
-        if (pending is None or end < pending) and (release_range is None or end <= release_range.last_slot):
-            next_close_state.write(end)
-            close.set(Timestamp(micros=self.clock.close_micros(end)))
+        if (pending is None or slot < pending) and (release_range is None or slot <= release_range.last_slot):
+            next_close_state.write(slot)
+            close.set(Timestamp(micros=self.clock.close_micros(slot)))
 
     def fire(self, key, events_state, requirement_state, last_closed_state, next_close_state, close, client_state,
              tail_state, recent_state):
@@ -752,8 +749,7 @@ class _ClientCells(beam.DoFn):
             through, earlier = recent_state.read() or (-1, ())
             first = max(through, -1 if closed_before is None else closed_before,
                         self.first_open.get(stream, 0) - 1) + 1
-            outputs += [beam.pvalue.TaggedOutput(CROWD, (slot_key, counts))
-                        for slot_key, counts in self.users.crowd_counts(stream, earlier, reports[0], armed, first)]
+            outputs += self.users.crowd_outputs(self.users.count_bins({}, stream, earlier, reports[0], armed, first))
             recent = self.users.recent(earlier, reports[0], last_closed_state.read())  # (kept for the slots not
             # closed yet: a checkpoint's resumed job reads them)
             recent_state.write((max(through, armed), recent))
@@ -1324,9 +1320,8 @@ class PrivateNumericClients(beam.PTransform):
         self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}), clock, policy,
                                         insecure_seed, accounting, not_w_event_private,
                                         None if release_range is None else ReleaseRange.of(clock, *release_range))
-        if self.config.crowd is not None:
-            if sma is not None:
-                raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
+        if self.config.crowd is not None and sma is not None:
+            raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
         mechanism_built = self.config.build()
         self.method = self.config.method()
         self.variance = self.method.variance()
@@ -1424,8 +1419,7 @@ class PrivateNumericClients(beam.PTransform):
             crowd = self.config.crowd is not None
             stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
                 (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0])))) \
-                .with_output_types(
-                typing.Tuple[str, bytes])
+                .with_output_types(typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
                            | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
         if self.sma is not None:

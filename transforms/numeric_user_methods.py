@@ -32,6 +32,8 @@ report.
 
 from __future__ import annotations
 
+import bisect
+
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -305,13 +307,14 @@ def crowd_bins(reports: list, window: int, bins: int, last: int) -> list:
     Post-processing of the reports: no charge."""
     if not reports:
         return []
+    slots = [report[0] for report in reports]
     out = []
-    for t in range(reports[0][0], min(reports[-1][0] + window - 1, last) + 1):
-        held = [report[1] for report in reports if t - window < report[0] <= t]
+    for t in range(slots[0], min(slots[-1] + window - 1, last) + 1):
+        held = reports[bisect.bisect_right(slots, t - window):bisect.bisect_right(slots, t)]
         if not held:
             continue
         total = 0.0
-        for value in held:
-            total += value
+        for report in held:
+            total += report[1]
         out.append((t, int(np.argmax(crowd_distribution([total / len(held)], bins)))))
     return out

@@ -25,7 +25,9 @@ Specification, per cohort row ``i`` with fixed ``(w_i, E_i)`` at slot ``t``
    present, earlier publications absorbed the slot: it is *nullified* (DC
    still runs and is charged, as in PBA).
 5. **Enough**: ``ε^(2) = ⌊C · k/64⌋`` for the smallest integer ``k`` in
-   ``1..64`` (found by bisection) whose OBS error is below
+   ``1..64`` (found by bisection, which takes the error to fall as the
+   budgets grow; whatever ``k`` it returns, ``ε^(2) <= C``) whose OBS error
+   is below
    ``(r · σ_1)²``, where ``σ_1`` is the standard deviation of the per-bin
    noise on ``dis`` (the DC noise at ``θ_1`` divided by ``d``) and ``r`` is
    ``resolution`` (default 1/2); ``k = 64`` (``ε^(2) = C``) when none is.
@@ -60,7 +62,7 @@ choices read other than the charged dissimilarity is either public (cohort
 sizes and requirements, as for every personalized mechanism, and the error
 model's predictions from them: ``σ_1`` and the OBS errors of step 5), a past
 decision (fresh or not, itself a function of charged outputs) or a past
-charge: post-processing, free.  Step 5 reads no data at all.  The
+charge: post-processing, free.  Step 5 reads no user's value.  The
 publication is the sampling mechanism at the OBS threshold over ``ε^(2)``,
 as in PBD/PBA, so each user's ``ε^(2)`` bounds its loss at that slot.
 """
@@ -146,7 +148,7 @@ class _AdaptiveChoice:
     def _enough(self, candidate: np.ndarray, data: SlotData) -> np.ndarray:
         """Step 5: ``candidate`` scaled by the smallest ``k / SCALE_STEPS`` whose predicted publication error is
         below ``(resolution · σ_1)²``; ``candidate`` itself when no scale is (nothing is ever raised)."""
-        params = self.params
+        params = self.params  # dc_budgets again: the same tables give the same ε^(1) within a slot
         first = optimal_budget(self.dc_budgets(data), data.sizes, params.sensitivity, params.error_model)
         target = (params.resolution * self._dc_std(first)) ** 2
 

@@ -52,6 +52,20 @@ def _mean_std(values: list[float]) -> str:
     return f"{_number(mean)} ± {_number(float(np.std(values, ddof=1)))}"
 
 
+def _repeat_means(rows: list[dict], column: str) -> list[float]:
+    """``column``'s mean over each repeat's rows (one value per repeat, in repeat order)."""
+    by_repeat: dict[int, list[float]] = {}
+    for row in rows:
+        by_repeat.setdefault(row["repeat"], []).append(row[column])
+    return [float(np.mean(by_repeat[repeat])) for repeat in sorted(by_repeat)]
+
+
+def _fraction_mean_std(values: list[float]) -> str:
+    """A fraction's mean ± sample standard deviation, three decimals (``0.177 ± 0.004``)."""
+    mean = f"{float(np.mean(values)):.3f}"
+    return mean if len(values) < 2 else f"{mean} ± {float(np.std(values, ddof=1)):.3f}"
+
+
 def _table(header: list[str], body: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in body]
 
@@ -130,7 +144,7 @@ def document(rows: list[dict], args, streams: dict[str, EventStream], skipped: d
         lines.append("")
     lines += _privacy_section(rows)
     checks = check_claims(rows, datasets)
-    lines += _adaptive_section(rows, datasets)
+    lines += _adaptive_section(rows, datasets) + _dynamic_adaptive_section(rows, datasets, args.scenarios)
     if checks:
         lines += _claims_section(checks) + _scenario_section(checks)
     users_of = {d: (args.users if d in SYNTHETIC else streams[d].users) for d in datasets
@@ -329,40 +343,75 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
     return lines
 
 
-def _adaptive_section(rows: list[dict], datasets: list[str]) -> list[str]:
-    """The adaptive mechanism against the better of PBD and PBA at every dataset and E (epsilon sweep)."""
+def _goal_rows(rows: list[dict], datasets: list[str], candidate: str, rivals: tuple[str, str],
+               lead: list[str] = ()) -> tuple[list[list[str]], int, list[str]]:
+    """``candidate`` against the better of ``rivals`` at every dataset and E (epsilon sweep): the table rows
+    (each headed by ``lead``), how many points are within 10% of the better mean, and the datasets where the
+    candidate is below both rivals at every E (paired p < ALPHA)."""
+    labels = (candidate,) + rivals
     body, within, beats = [], 0, {}
     for dataset in datasets:
         for epsilon in sweep_points("epsilon"):
             values = {m: [r["amre"] for r in rows if r["dataset"] == dataset and r["sweep"] == "epsilon"
-                          and r["mechanism"] == m and r["epsilon"] == epsilon] for m in ("adaptive", "pbd", "pba")}
+                          and r["mechanism"] == m and r["epsilon"] == epsilon] for m in labels}
             if not all(values.values()):
                 continue
-            best = min(("pbd", "pba"), key=lambda m: np.mean(values[m]))
-            ratio = float(np.mean(values["adaptive"]) / np.mean(values[best]))
-            tests = {m: paired_lower(*paired(rows, dataset, "epsilon", "adaptive", m, epsilon)) for m in ("pbd", "pba")}
-            better_both = all(t.p_value < ALPHA for t in tests.values())
+            best = min(rivals, key=lambda m: np.mean(values[m]))
+            ratio = float(np.mean(values[candidate]) / np.mean(values[best]))
+            tests = {m: paired_lower(*paired(rows, dataset, "epsilon", candidate, m, epsilon)) for m in rivals}
+            below_both = all(t.p_value < ALPHA for t in tests.values())
             within += ratio <= 1.1
-            beats.setdefault(dataset, []).append(better_both)
-            body.append([dataset_name(dataset), str(epsilon)]
-                        + [_mean_std(values[m]) for m in ("adaptive", "pbd", "pba")]
-                        + [f"{ratio:.3f}", _p(tests["pbd"].p_value), _p(tests["pba"].p_value),
-                           "yes" if better_both else "no"])
+            beats.setdefault(dataset, []).append(below_both)
+            body.append(list(lead) + [dataset_name(dataset), str(epsilon)]
+                        + [_mean_std(values[m]) for m in labels]
+                        + [f"{ratio:.3f}"] + [_p(tests[m].p_value) for m in rivals] + ["yes" if below_both else "no"])
+    return body, within, [d for d, flags in beats.items() if all(flags)]
+
+
+def _goal_verdict(within: int, points: int, beaten: list[str]) -> str:
+    """The issue's goal in one sentence: within 10% of the better everywhere, below both on two datasets."""
+    met = within == points and len(beaten) >= 2
+    return (f"within 10% of the better at {within} of {points} points; below both (every E, paired p < {ALPHA}) on "
+            f"{len(beaten)} dataset(s){': ' + ', '.join(dataset_name(d) for d in beaten) if beaten else ''}: "
+            f"the goal is {'met' if met else 'not met'}")
+
+
+def _adaptive_section(rows: list[dict], datasets: list[str]) -> list[str]:
+    """The adaptive mechanism against the better of PBD and PBA at every dataset and E (epsilon sweep)."""
+    body, within, beaten = _goal_rows(rows, datasets, "adaptive", ("pbd", "pba"))
     if not body:
         return []
-    datasets_beaten = [d for d, flags in beats.items() if all(flags)]
     return ["## The adaptive mechanism against PBD and PBA", "",
             "`adaptive` (transforms/mechanisms/adaptive.py, docs/adaptive.md) chooses per slot between PBD's and "
-            "PBA's publication budget under a window cap and publishes only when the charged dissimilarity clears "
+            "PBA's publication budget under a window cap, spends no more of it than buys a publication error "
+            "below the resolution of the dissimilarity, and publishes only when the charged dissimilarity clears "
             "the predicted error by one standard deviation of the dissimilarity's own noise. Goal (issue): within "
             "10% of the better of PBD and PBA on every dataset and E, and better than both on at least two "
             "datasets. Cells: AMRE mean ± standard deviation (epsilon sweep); 'ratio' adaptive's mean over the "
             "better mean; p the one-sided paired p-values of 'adaptive below PBD' and '… below PBA' over the "
             f"point's repeats; 'below both' when both are < {ALPHA}.", ""] + \
         _table(["dataset", "E", "adaptive", "PBD", "PBA", "ratio", "p vs PBD", "p vs PBA", "below both"], body) + \
-        ["", f"**Within 10% of the better at {within} of {len(body)} points; below both (every E, paired p < "
-             f"{ALPHA}) on {len(datasets_beaten)} dataset(s)"
-             + (f": {', '.join(dataset_name(d) for d in datasets_beaten)}" if datasets_beaten else "") + ".**", ""]
+        ["", f"**Adaptive: {_goal_verdict(within, len(body), beaten)}.**", ""]
+
+
+def _dynamic_adaptive_section(rows: list[dict], datasets: list[str], scenarios: list[str]) -> list[str]:
+    """``dadaptive`` against the better of DPBD and DPBA under each requirement scenario (epsilon sweep)."""
+    lines, verdicts = [], []
+    for scenario in scenarios:
+        suffix = "" if scenario == SCENARIOS[0] else f":{scenario}"
+        body, within, beaten = _goal_rows(rows, datasets, "dadaptive" + suffix, ("dpbd" + suffix, "dpba" + suffix),
+                                          lead=[scenario])
+        if body:
+            lines += body
+            verdicts.append(f"* `{scenario}`: {_goal_verdict(within, len(body), beaten)}.")
+    if not lines:
+        return []
+    return ["## The adaptive mechanism under dynamic requirements: `dadaptive` against DPBD and DPBA", "",
+            "`dadaptive` is `adaptive`'s rule under DPBD's caps (docs/adaptive.md), run on the same streams, "
+            "requirement draws and noise seeds as DPBD and DPBA under each requirement scenario (Setup). Same goal "
+            "and cells as the previous section, against the better of DPBD and DPBA of the same scenario.", ""] + \
+        _table(["scenario", "dataset", "E", "dadaptive", "DPBD", "DPBA", "ratio", "p vs DPBD", "p vs DPBA",
+                "below both"], lines) + [""] + verdicts + [""]
 
 
 def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream | None) -> list[str]:
@@ -389,7 +438,7 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
                 amre.append(["*papers*"] + [f"*{v:,.2f}*" for v in paper[mechanism]])
             ajsd.append([label_name(mechanism)] + [_mean_std([r["ajsd"] for r in at[p]]) if at[p] else "–"
                                                    for p in points])
-            kinds = " / ".join(f"{np.mean([r[k + '_fraction'] for r in mine]):.3f}"
+            kinds = " / ".join(_fraction_mean_std(_repeat_means(mine, k + "_fraction"))
                                for k in ("fresh", "skipped", "nullified"))
             behaviour.append([label_name(mechanism), kinds,
                               f"{1e3 * np.mean([r['seconds_per_slot'] for r in mine]):.3f}",
@@ -399,7 +448,8 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
         if paper:
             lines += [PAPER_NOTE, ""]
         lines += ["AJSD (mean ± standard deviation):", ""] + _table(header, ajsd) + [""]
-        lines += ["Slots fresh / skipped / nullified (mean over the sweep), time, largest window usage:", ""]
+        lines += ["Slots fresh / skipped / nullified (each repeat's mean over the sweep's points; mean ± standard "
+                  "deviation over repeats), time, largest window usage:", ""]
         lines += _table(["mechanism", "fresh / skipped / nullified", "ms per slot", "max window usage"],
                         behaviour) + [""]
     return lines

@@ -18,37 +18,51 @@ Specification, per cohort row ``i`` with fixed ``(w_i, E_i)`` at slot ``t``
 3. **Candidates**: distribute ``D_i = R_i // 2`` (PBD's choice) and absorb
    ``A_i = min(R_i, k · s_i)`` with ``k = min(t - l, w_i)``, ``l`` the last
    fresh publication (0 before any), PBA's choice without nullification.
-4. **Mix**: ``ε^(2)_i = max(D_i, A_i)``: absorb when enough slots were
+4. **Mix**: ``C_i = max(D_i, A_i)``: absorb when enough slots were
    skipped for absorption to beat distribution, distribute otherwise.  A
    cohort whose cap is below one share (``R_i < s_i``) offers 0 (crumbs
    would only buy noise); when that holds for every cohort with a user
    present, earlier publications absorbed the slot: it is *nullified* (DC
    still runs and is charged, as in PBA).
-5. **Decide**: publish when ``dis > sqrt(err(θ_2)) + m · σ_1``, where
-   ``θ_2`` and ``err`` are OBS over ``ε^(2)`` (Alg. 1), ``σ_1`` is the
-   standard deviation of the per-bin noise on ``dis`` (the DC noise divided
-   by ``d``) and ``m`` is ``margin`` (default 1).  PBD and PBA use ``m = 0``
+5. **Enough**: ``ε^(2) = ⌊C · k/64⌋`` for the smallest integer ``k`` in
+   ``1..64`` (found by bisection, which takes the error to fall as the
+   budgets grow; whatever ``k`` it returns, ``ε^(2) <= C``) whose OBS error
+   is below
+   ``(r · σ_1)²``, where ``σ_1`` is the standard deviation of the per-bin
+   noise on ``dis`` (the DC noise at ``θ_1`` divided by ``d``) and ``r`` is
+   ``resolution`` (default 1/2); ``k = 64`` (``ε^(2) = C``) when none is.
+   The publish test cannot tell changes much below ``σ_1`` from noise, so
+   a release more precise than that buys nothing the next slots can use,
+   while the budget it spends stays in the window: absorbing the whole
+   ``E_i/2`` for a 2-bin publication whose error is a hundredth of
+   ``σ_1`` nullifies the next ``w_i - 1`` slots.  ``r = 0`` turns the step
+   off; it never raises a budget.
+6. **Decide**: publish when ``dis > sqrt(err(θ_2)) + m · σ_1``, where
+   ``θ_2`` and ``err`` are OBS over ``ε^(2)`` (Alg. 1) and ``m`` is
+   ``margin`` (default 1).  PBD and PBA use ``m = 0``
    and so publish on noise alone whenever ``σ_1`` dwarfs the error of a
    publication, which is the common case (``s_i`` is small): each such
    publication spends budget for nothing.  The margin asks for evidence.
-6. **Charge**: ``(ε^(1), ε^(2))`` per cohort row when fresh, ``(ε^(1), 0)``
+7. **Charge**: ``(ε^(1), ε^(2))`` per cohort row when fresh, ``(ε^(1), 0)``
    when skipped, nothing when nobody can afford the dissimilarity (A8).
 
 Dynamic requirements (:class:`DynamicAdaptive`, ``dadaptive``): ``ε^(1)`` is DPBD's (the forward and
 backward caps of every live declaration, ``dynamic``); the cap ``R_i`` is
 the smaller of the unhalved forward remainder over every live declaration
 (``ε_UF``) and the backward remainder (``ε_UB``); ``s_i`` is the smallest
-live forward share.  Steps 3-6 are unchanged.
+live forward share.  Steps 3-7 are unchanged.
 
 Privacy.  Every charge is in ``Decision(dc_units, publication_units)``, so
 the ledger sees it.  Fixed requirements: in any ``w_i`` consecutive slots
-``Σ ε^(1) <= w_i s_i <= E_i/2`` and, because ``ε^(2)_t <= R_t``,
-``Σ ε^(2) <= E_i/2``; so the window spends at most ``E_i``.  Dynamic: the
-caps are exactly DPBD's (``ε^(2) <= min(ε_UF, ε_UB)``, not halved), which is
-the bound DPBD's proof uses.  Everything the choices read other than the
-charged dissimilarity is either public (cohort sizes and requirements, as for
-every personalized mechanism), a past decision (fresh or not, itself a
-function of charged outputs) or a past charge: post-processing, free.  The
+``Σ ε^(1) <= w_i s_i <= E_i/2`` and, because ``ε^(2)_t <= C_t <= R_t``
+(step 5 only lowers ``C``), ``Σ ε^(2) <= E_i/2``; so the window spends at
+most ``E_i``.  Dynamic: the caps are exactly DPBD's (``ε^(2) <= min(ε_UF,
+ε_UB)``, not halved), which is the bound DPBD's proof uses.  Everything the
+choices read other than the charged dissimilarity is either public (cohort
+sizes and requirements, as for every personalized mechanism, and the error
+model's predictions from them: ``σ_1`` and the OBS errors of step 5), a past
+decision (fresh or not, itself a function of charged outputs) or a past
+charge: post-processing, free.  Step 5 reads no user's value.  The
 publication is the sampling mechanism at the OBS threshold over ``ε^(2)``,
 as in PBD/PBA, so each user's ``ε^(2)`` bounds its loss at that slot.
 """
@@ -63,27 +77,34 @@ import numpy as np
 from transforms.mechanisms.base import MechanismParams, window_sums
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.dynamic import DynamicMechanism, DynamicParams
-from transforms.mechanisms.obs import Selection
+from transforms.mechanisms.obs import Selection, optimal_budget
 from transforms.mechanisms.personalized import fixed_share
 from transforms.mechanisms.population import Column, SlotData
 from transforms.mechanisms.pwsm import PersonalizedMechanism
 
 
-def _check_margin(margin) -> None:
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (math.isfinite(margin)
-                                                                                  and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+def _check_choice(margin, resolution) -> None:
+    for name, value in (("margin", margin), ("resolution", resolution)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                    and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+SCALE_STEPS = 64
+"""Step 5 scales the candidate budgets by ``k / SCALE_STEPS`` for an integer ``k`` (a 1/64 grid)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveParams(MechanismParams):
-    """Adds ``margin``: how many DC-noise standard deviations ``dis`` must clear to publish."""
+    """Adds ``margin``: how many DC-noise standard deviations ``dis`` must clear to publish, and ``resolution``:
+    the publication error (its standard deviation, in DC-noise standard deviations) worth paying for."""
 
     margin: float = 1.0
+    resolution: float = 0.5
 
     def __post_init__(self):
         super().__post_init__()
-        _check_margin(self.margin)
+        _check_choice(self.margin, self.resolution)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +112,11 @@ class DynamicAdaptiveParams(DynamicParams):
     """:class:`AdaptiveParams` for dynamic requirements."""
 
     margin: float = 1.0
+    resolution: float = 0.5
 
     def __post_init__(self):
         super().__post_init__()
-        _check_margin(self.margin)
+        _check_choice(self.margin, self.resolution)
 
 
 class _AdaptiveChoice:
@@ -121,13 +143,37 @@ class _AdaptiveChoice:
             return None  # earlier publications absorbed every present user's budget: nullified
         skipped = np.minimum(self.slot - self.last_publication, self.window_lengths())
         absorbed = np.minimum(cap, skipped * share)
-        return np.where(open_, np.maximum(cap // 2, absorbed), 0)
+        return self._enough(np.where(open_, np.maximum(cap // 2, absorbed), 0), data)
+
+    def _enough(self, candidate: np.ndarray, data: SlotData) -> np.ndarray:
+        """Step 5: ``candidate`` scaled by the smallest ``k / SCALE_STEPS`` whose predicted publication error is
+        below ``(resolution · σ_1)²``; ``candidate`` itself when no scale is (nothing is ever raised)."""
+        params = self.params  # dc_budgets again: the same tables give the same ε^(1) within a slot
+        first = optimal_budget(self.dc_budgets(data), data.sizes, params.sensitivity, params.error_model)
+        target = (params.resolution * self._dc_std(first)) ** 2
+
+        def scaled(k: int) -> np.ndarray:  # ⌊candidate · k / SCALE_STEPS⌋ without overflowing int64
+            whole, rest = np.divmod(candidate, SCALE_STEPS)
+            return whole * k + rest * k // SCALE_STEPS
+
+        def fine(k: int) -> bool:
+            chosen = optimal_budget(scaled(k), data.sizes, params.sensitivity, params.error_model)
+            return chosen.exists and chosen.error < target
+
+        low, high = 0, SCALE_STEPS  # invariant: k = high is the full candidate or meets the target
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if fine(middle) else (middle, high)
+        return scaled(high)
+
+    def _dc_std(self, first: Selection) -> float:
+        """``σ_1``: the standard deviation of the noise on ``dis`` (per bin) at the dissimilarity's threshold."""
+        params = self.params
+        return math.sqrt(params.error_model.noise_variance(first.epsilon_units / UNITS_PER_EPSILON,
+                                                           params.sensitivity)) / params.bins
 
     def publication_threshold(self, first: Selection, second: Selection) -> float:
-        bins = self.params.bins
-        dc_std = math.sqrt(self.params.error_model.noise_variance(
-            first.epsilon_units / UNITS_PER_EPSILON, self.params.sensitivity)) / bins
-        return math.sqrt(second.error) + self.params.margin * dc_std
+        return math.sqrt(second.error) + self.params.margin * self._dc_std(first)
 
     def extra_state(self):
         return {"last_publication": self.last_publication}
@@ -169,8 +215,7 @@ class Adaptive(_AdaptiveChoice, PersonalizedMechanism):
 
 
 class DynamicAdaptive(_AdaptiveChoice, DynamicMechanism):
-    """Adaptive budget allocation for dynamic requirements (``dadaptive``; built directly, not yet in
-    ``MECHANISMS``: the shared tests still name the dynamic mechanisms one by one)."""
+    """Adaptive budget allocation for dynamic requirements (registered as ``dadaptive``)."""
 
     name = "dadaptive"
     params_type = DynamicAdaptiveParams

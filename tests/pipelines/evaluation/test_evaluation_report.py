@@ -9,7 +9,7 @@ from pathlib import Path
 from pipelines.evaluation import cli, report, sweeps
 from pipelines.evaluation.claims import check_claims
 from pipelines.evaluation.paper import PAPER_NOTE
-from tests.pipelines.evaluation.helpers import claim_rows
+from tests.pipelines.evaluation.helpers import claim_rows, rows_with
 
 
 def test_summary_has_the_papers_numbers_claims_and_plots(sweep):
@@ -73,3 +73,46 @@ def test_the_document_points_to_the_other_families_results(sweep):
         assert f"[`{name}`]({name})" in summary and (docs / name).is_file()
     assert (docs / "results.md").is_file()
     assert report.LDP_POINTER in (docs / "results.md").read_text(encoding="utf-8")
+
+
+def _goal_rows(candidate: str, rivals: tuple[str, str], candidate_amre: list[float]) -> list[dict]:
+    """Two datasets, epsilon sweep, six repeats (the smallest paired p is 1/64): the rivals at 10 and 12
+    everywhere, the candidate as given on Sin (one value per E) and at 5 on Log."""
+    return rows_with({candidate: candidate_amre, rivals[0]: [10] * 5, rivals[1]: [12] * 5}, repeats=6) + \
+        rows_with({candidate: [5] * 5, rivals[0]: [10] * 5, rivals[1]: [12] * 5}, dataset="log", repeats=6)
+
+
+def test_the_adaptive_goal_counts_points_within_ten_percent_and_datasets_below_both():
+    rows = _goal_rows("adaptive", ("pbd", "pba"), [5, 5, 10.5, 11.5, 5])
+    lines = "\n".join(report._adaptive_section(rows, ["sin", "log"]))
+    assert "| Sin | 1.0 | 5 ± 0 | 10 ± 0 | 12 ± 0 | 0.500 | 0.016 | 0.016 | yes |" in lines
+    assert "| Sin | 0.8 | 11.5 ± 0 | 10 ± 0 | 12 ± 0 | 1.150 | 1 | 0.016 | no |" in lines
+    # E = 0.8 is 15% above the better rival: 9 of 10 points; only Log is below both at every E
+    assert "**Adaptive: within 10% of the better at 9 of 10 points; below both (every E, paired p < 0.05) on 1 " \
+           "dataset(s): Log: the goal is not met.**" in lines
+
+
+def test_dadaptive_is_compared_with_dpbd_and_dpba_of_its_own_scenario():
+    rows = _goal_rows("dadaptive:held", ("dpbd:held", "dpba:held"), [5] * 5) + \
+        _goal_rows("dadaptive", ("dpbd", "dpba"), [20] * 5)[:90]  # redrawn: Sin only, above both rivals
+    lines = "\n".join(report._dynamic_adaptive_section(rows, ["sin", "log"], ["redrawn", "held", "drifting"]))
+    assert "| held | Log | 0.2 | 5 ± 0 | 10 ± 0 | 12 ± 0 | 0.500 | 0.016 | 0.016 | yes |" in lines
+    assert "| redrawn | Sin | 0.2 | 20 ± 0 | 10 ± 0 | 12 ± 0 | 2.000 | 1 | 1 | no |" in lines
+    assert "* `held`: within 10% of the better at 10 of 10 points; below both (every E, paired p < 0.05) on 2 " \
+           "dataset(s): Sin, Log: the goal is met." in lines
+    assert "* `redrawn`: within 10% of the better at 0 of 5 points; below both (every E, paired p < 0.05) on 0 " \
+           "dataset(s): the goal is not met." in lines
+    assert "`drifting`" not in lines  # no dadaptive runs under it
+    assert report._dynamic_adaptive_section(claim_rows(), ["sin"], ["redrawn", "held"]) == []
+
+
+def test_the_release_kinds_table_gives_a_spread_over_repeats():
+    """Fresh / skipped / nullified: each repeat's mean over the sweep's points, then mean ± sd over repeats."""
+    rows = [{"dataset": "sin", "sweep": "epsilon", "mechanism": "pba", "epsilon": e, "repeat": k, "amre": 1.0,
+             "ajsd": 0.1, "fresh_fraction": 0.1 * (k + 1), "skipped_fraction": 0.5, "nullified_fraction": 0.5 - 0.1 * k,
+             "seconds_per_slot": 0.001, "max_window_usage_ratio": 1.0}
+            for e in (0.2, 0.4, 0.6, 0.8, 1.0) for k in range(3)]
+    args = cli.parse_args(["--datasets", "sin", "--mechanisms", "pba", "--sweep", "epsilon"])
+    lines = "\n".join(report._dataset_section(rows, args, "sin", None))
+    assert "| PBA | 0.200 ± 0.100 / 0.500 ± 0.000 / 0.400 ± 0.100 |" in lines
+    assert "mean ± standard deviation over repeats" in lines

@@ -11,25 +11,28 @@ from mechanism_helpers import drive, run_with_ledger, units
 from streams import StreamSpec, stream_specs
 from transforms.mechanisms import (MECHANISMS, DynamicRequirements, FixedRequirements, ReleaseKind, SlotBatch,
                                    make_mechanism)
-from transforms.mechanisms.adaptive import Adaptive, AdaptiveParams, DynamicAdaptive, DynamicAdaptiveParams
+from transforms.mechanisms.adaptive import (SCALE_STEPS, Adaptive, AdaptiveParams, DynamicAdaptive,
+                                           DynamicAdaptiveParams)
 from transforms.mechanisms.noise import insecure_seeded_randomness
+from transforms.mechanisms.obs import optimal_budget
 
 specs = stream_specs(max_slots=60, max_join_spread=20, dynamic=st.booleans())
 
 
-def build(spec: StreamSpec, margin: float):
+def build(spec: StreamSpec, margin: float, resolution: float = 0.5):
     if spec.dynamic:
-        return DynamicAdaptive(DynamicAdaptiveParams(bins=spec.bins, max_window=max(spec.windows), margin=margin))
-    return Adaptive(AdaptiveParams(bins=spec.bins, margin=margin))
+        return DynamicAdaptive(DynamicAdaptiveParams(bins=spec.bins, max_window=max(spec.windows), margin=margin,
+                                                     resolution=resolution))
+    return Adaptive(AdaptiveParams(bins=spec.bins, margin=margin, resolution=resolution))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=specs, margin=st.sampled_from([0.0, 1.0, 3.0]))
-def test_the_ledger_finds_no_violation_with_joins_and_requirement_changes(spec, margin):
+@given(spec=specs, margin=st.sampled_from([0.0, 1.0, 3.0]), resolution=st.sampled_from([0.0, 0.5, 4.0]))
+def test_the_ledger_finds_no_violation_with_joins_and_requirement_changes(spec, margin, resolution):
     """Users join late, come and go, and change requirements (fixed ones wait for their window, dynamic ones
     declare new backward and forward requirements); every charge goes to the ledger, which finds no window of
     any user over its requirement."""
-    mechanism = build(spec, margin)
+    mechanism = build(spec, margin, resolution)
     releases, ledger = run_with_ledger(mechanism, spec.batches(), seed=spec.seed, max_window=max(spec.windows))
     assert ledger.violation_count == 0, [str(v) for v in ledger.violations[:3]]
     assert ledger.max_usage_ratio <= 1
@@ -41,7 +44,9 @@ def test_the_ledger_sees_a_window_spent_in_full():
     spends a window's whole requirement to the last unit, so an off-by-one in its cap would show."""
     # E = 600 keeps every budget below e^354, above which obs.sampling_errors overflows (a known limit)
     spec = StreamSpec(seed=5, users=20, bins=3, slots=80, windows=(4, 7), epsilons=(600.0,))
-    releases, ledger = run_with_ledger(Adaptive(AdaptiveParams(bins=3)), spec.batches(), max_window=7)
+    # resolution 0: step 5 would spend less than the cap allows (it only lowers budgets), hiding the cap
+    releases, ledger = run_with_ledger(Adaptive(AdaptiveParams(bins=3, resolution=0.0)), spec.batches(),
+                                       max_window=7)
     assert ledger.violation_count == 0
     assert ledger.max_usage_ratio == pytest.approx(1.0, abs=1e-9)
     assert sum(r.kind is ReleaseKind.FRESH for r in releases) >= 16  # a fifth of the slots
@@ -92,12 +97,42 @@ def test_the_margin_asks_for_evidence_beyond_the_dissimilarity_noise():
     assert fresh[0] > fresh[1] >= fresh[2]
 
 
-@pytest.mark.parametrize("margin", [-1.0, float("nan"), float("inf"), True, "1"])
-def test_a_bad_margin_is_named(margin):
-    with pytest.raises(ValueError, match="margin"):
-        AdaptiveParams(bins=2, margin=margin)
-    with pytest.raises(ValueError, match="margin"):
-        DynamicAdaptiveParams(bins=2, margin=margin)
+def test_a_publication_buys_no_finer_error_than_the_dissimilarity_resolves():
+    """Step 5 at large E on a 2-bin stream (TLNS-like: 10,000 users, w = 120, E = 1.0): distribution offers
+    E/4 = 0.25, whose predicted error is far below the dissimilarity's noise; adaptive spends the smallest
+    k/64 of it whose error is below (σ_1/2)², which the next step down (k-1)/64 is not; resolution 0 spends
+    the whole candidate."""
+    users = 10_000
+    batch = SlotBatch.of(np.arange(users), np.zeros(users, np.int64), one_cohort(120, 1.0, users))
+    _, whole = drive(Adaptive(AdaptiveParams(bins=2, resolution=0.0)), batch, publish=True)
+    assert (whole == units(0.25)).all()
+    mechanism = Adaptive(AdaptiveParams(bins=2))
+    data = mechanism.admit(batch)
+    spent = mechanism.publication_budgets(data)
+    first = optimal_budget(mechanism.dc_budgets(data), data.sizes)
+    target = (0.5 * mechanism._dc_std(first)) ** 2
+    k = int(spent[0]) * SCALE_STEPS // units(0.25)
+    assert 1 < k < SCALE_STEPS // 4 and spent[0] == units(0.25) * k // SCALE_STEPS
+    assert optimal_budget(spent, data.sizes).error < target
+    assert optimal_budget(spent * (k - 1) // k, data.sizes).error >= target
+
+
+def test_the_resolution_never_raises_a_budget_where_publications_are_coarse():
+    """Few users on many bins (a publication's error exceeds σ_1/2 even at the full candidate): step 5 keeps
+    the candidate, so the worked example of the budget rule is unchanged."""
+    batch = SlotBatch.of(np.arange(10), np.zeros(10, np.int64), one_cohort(4, 0.8))
+    _, default = drive(Adaptive(AdaptiveParams(bins=2)), batch, publish=True)
+    _, off = drive(Adaptive(AdaptiveParams(bins=2, resolution=0.0)), batch, publish=True)
+    assert (default == off).all() and (default == units(0.2)).all()
+
+
+@pytest.mark.parametrize("name", ["margin", "resolution"])
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), True, "1"])
+def test_a_bad_margin_or_resolution_is_named(name, value):
+    with pytest.raises(ValueError, match=name):
+        AdaptiveParams(bins=2, **{name: value})
+    with pytest.raises(ValueError, match=name):
+        DynamicAdaptiveParams(bins=2, **{name: value})
 
 
 def test_registered_as_adaptive_and_built_by_name():

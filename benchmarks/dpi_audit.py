@@ -56,8 +56,8 @@ class ConstantRBA:
 def tv10_mechanism(name: str, epsilon: float = 1000.0):
     """``name`` on TV10's set-up (a large lifetime budget so that nothing stops it; ζ only sizes the series)."""
     mechanism = make_mechanism(name, bins=2, epsilon=epsilon, lam=0.1, mu=0.1, zeta=0.01, pool_size=2, draws=1,
-                               n_units=2, update="all")
-    mechanism._matrix = POOL
+                               n_units=2, update="all", pool_cache_mb=1)
+    mechanism._matrix = POOL  # TV10's two-entry pool in place of the seeded one (read through the cache)
     mechanism.rba = ConstantRBA(SLOT_UNITS)
     return mechanism
 

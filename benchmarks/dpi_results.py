@@ -207,6 +207,8 @@ def to_pdf(counts: np.ndarray) -> np.ndarray:
     return clipped / total if total > 0 else np.full(clipped.size, 1 / clipped.size)
 
 
+EVALUATION_CACHE_MB = 256
+"""The evaluation caches the pool's counts (the releases are those of the lazy default, only faster)."""
 _POOLS: dict[tuple, object] = {}
 """One mechanism per pool (k, N, n_units, public seed) whose cache and distance memo the others share
 (:meth:`share_pool`): built once per process, not once per run."""
@@ -218,7 +220,7 @@ def build(method: str, bins: int, epsilon: float, settings: dict):
         return make_mechanism(WEVENT, bins=bins, epsilon=epsilon, window=WINDOW,
                               default_requirement=FixedRequirement(WINDOW, epsilon))
     mechanism = make_mechanism(method, bins=bins, epsilon=epsilon, default_requirement=LifetimeRequirement(epsilon),
-                               **settings)
+                               **{"pool_cache_mb": EVALUATION_CACHE_MB, **settings})
     pool = mechanism.params.pool
     key = (pool.k, pool.size, pool.n_units, pool.seed)
     if key in _POOLS:

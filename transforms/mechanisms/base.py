@@ -93,6 +93,8 @@ class MechanismParams:
     error_model: ErrorModel = ErrorModel.DISCRETE
     carry_forward: bool = False
     default_requirement: FixedRequirement | DynamicRequirement | None = None
+    operational_fields: ClassVar[frozenset[str]] = frozenset()
+    """Fields that set resources (memory, caches), never an output: a saved state resumes whatever they are."""
 
     def __post_init__(self):
         Categorical(self.bins)  # validates bins
@@ -164,8 +166,11 @@ class MechanismParams:
 
     def matches_json(self, saved: str) -> bool:
         """Whether parameters saved by :meth:`to_json` are these: a field the saved ones lack (added since) must
-        hold its default, so states saved before a new option existed still resume."""
+        hold its default, so states saved before a new option existed still resume; operational fields are
+        not compared."""
         before, now = json.loads(saved), json.loads(self.to_json())
+        for name in self.operational_fields:
+            before.pop(name, None), now.pop(name, None)
         if before.keys() - now.keys():
             return False
         defaults = {f.name: _plain(f.default) for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}

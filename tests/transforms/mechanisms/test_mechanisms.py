@@ -360,3 +360,15 @@ def test_budgets_at_the_edges_neither_overspend_nor_crash(name, epsilon, window)
     else:
         assert 0 < ledger.max_usage_ratio <= 1
     assert len(releases) == 40
+
+
+def test_a_state_resumes_whatever_its_operational_fields_were():
+    """DPI's pool cache changes memory, never a release: a state saved with one cache size resumes with another
+    (and from before the default changed), while a semantic field still has to match."""
+    lazy = make_mechanism("dpi-sound", bins=5, epsilon=1.0, pool_size=20, draws=2)
+    cached = make_mechanism("dpi-sound", bins=5, epsilon=1.0, pool_size=20, draws=2, pool_cache_mb=256)
+    assert lazy.params.pool_cache_mb == 0 and lazy.params.matches_json(cached.params.to_json())
+    restored = type(lazy).from_bytes(lazy.params, cached.to_bytes())
+    assert restored.params == lazy.params
+    other_seed = make_mechanism("dpi-sound", bins=5, epsilon=1.0, pool_size=20, draws=2, pool_seed=1)
+    assert not lazy.params.matches_json(other_seed.params.to_json())

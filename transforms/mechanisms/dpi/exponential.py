@@ -17,9 +17,19 @@ the true PDF ``y`` to candidate ``A_j`` (utility ``-d_j``) and ``Delta = 2``.
   factory whose coins are integer comparisons ``randbelow(b·k) < a``;
   :func:`bernoulli_exp`), else repeat.  Rounds are i.i.d., so the output is
   ``p`` with probability ``exp(-gamma_p)/sum_q exp(-gamma_q)``, exactly the
-  exponential mechanism's law (subtracting ``D_min`` multiplies every weight by
-  the same constant).  Since ``gamma_min = 0`` a round accepts with probability
-  at least ``1/M`` (``M`` candidates): at most ``M`` rounds expected.
+  exponential mechanism's law whatever floor ``F <= D_min`` is subtracted in
+  ``gamma_p = eps·(D_p - F)/(2·Delta·H·n)`` (it multiplies every weight by the
+  same constant).
+
+**Measuring only what is proposed.**  The floor is chosen from public
+quantities alone (:func:`measures_lazily`).  When a draw's budget is small
+(``eps/Delta <= ln 8``) it is ``F = 0``, a bound that needs no distance: since
+``d_p <= 2`` a round accepts with probability at least ``exp(-eps/Delta) >=
+1/8``, so a draw measures a few proposed candidates instead of the pool
+(:class:`PoolDistances` measures one block of the pool on first use).  Above
+it ``F = D_min`` (every distance measured once): a round then accepts with
+probability at least ``1/M`` (``M`` candidates).  Either way the law is the
+same; only the time differs.
 
 **Privacy.**  For neighbouring streams (one user's whole history added or
 removed) ``||y - y'||_1 <= 2 = Delta``, hence ``|d_j - d'_j| <= 2`` for every
@@ -33,6 +43,8 @@ the data (a timing channel, out of scope as in spec §1.5).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -46,6 +58,8 @@ from transforms.mechanisms.noise.coins import bernoulli_exp
 SENSITIVITY = 2
 """l1 sensitivity of a PDF, hence of the utility ``-||y - A_j||_1`` (spec §2.1)."""
 _INT64_SAFE = 1 << 62
+LAZY_ROUNDS = 8
+"""A draw whose expected rounds with the floor 0 are at most this many measures only what it proposes."""
 
 
 def l1_numerators(histogram, candidate_counts, n_units: int) -> tuple[list[int], int]:
@@ -103,24 +117,71 @@ def l1_numerators_of_matrix(histogram, matrix: np.ndarray, n_units: int, chunk: 
     return numerators.tolist(), total * n_units
 
 
+def measures_lazily(epsilon_units: int, sensitivity: int = SENSITIVITY) -> bool:
+    """Whether a draw at ``epsilon_units`` subtracts the floor 0, measuring only what it proposes (else
+    ``D_min``): when ``exp(eps·2/(2·sensitivity)) <= LAZY_ROUNDS`` (module doc), a public condition."""
+    return epsilon_units <= math.floor(math.log(LAZY_ROUNDS) * sensitivity * UNITS_PER_EPSILON)
+
+
 def exponential_draw(numerators, denominator: int, epsilon_units: int, rng: Randomness,
-                     sensitivity: int = SENSITIVITY, lowest: int | None = None) -> int:
+                     sensitivity: int = SENSITIVITY) -> int:
     """A position ``p`` drawn with probability proportional to ``exp(-eps·(D_p/denominator)/(2·sensitivity))``.
 
-    ``eps = epsilon_units/10**12``; exact rejection sampler of the module doc.  ``lowest`` is
-    ``min(numerators)`` when the caller has it (many draws from the same numerators).
+    ``eps = epsilon_units/10**12``; exact rejection sampler of the module doc.  ``numerators`` is a
+    sequence (``len``, indexing; iterating it measures every entry), e.g. a :class:`PoolDistances`, which
+    measures a candidate only when it is proposed.
     """
-    if len(numerators) == 0:
+    size = len(numerators)
+    if size == 0:
         raise ValueError("the exponential mechanism needs at least one candidate")
     if isinstance(epsilon_units, bool) or not isinstance(epsilon_units, Integral) or epsilon_units < 0:
         raise ValueError(f"epsilon_units must be a non-negative int, got {epsilon_units!r}")
-    lowest = min(numerators) if lowest is None else lowest
+    floor = 0 if measures_lazily(int(epsilon_units), sensitivity) else min(numerators)
     gamma_denominator = 2 * sensitivity * denominator * UNITS_PER_EPSILON
     randbelow = rng.randbelow
     while True:
-        p = randbelow(len(numerators))
-        if bernoulli_exp(int(epsilon_units) * (numerators[p] - lowest), gamma_denominator, randbelow):
+        p = randbelow(size)
+        if bernoulli_exp(int(epsilon_units) * (numerators[p] - floor), gamma_denominator, randbelow):
             return p
+
+
+class PoolDistances:
+    """The exact l1 numerators of one histogram to every candidate of a pool (:func:`l1_numerators`), each
+    block of :data:`~.pool.BLOCK` candidates measured when one of them is first read.
+
+    ``block_rows(b)`` gives block ``b``'s counts (the pool's cache, or :meth:`SynopsisPool.block`); memory is
+    the ``N`` numerators plus one block.  Indexing and ``len`` make it the ``numerators`` of
+    :func:`exponential_draw`.
+    """
+
+    def __init__(self, histogram, pool: SynopsisPool, block_rows=None):
+        h = np.asarray(histogram)
+        if h.ndim != 1 or h.size != pool.k or h.dtype.kind not in "iu" or h.min() < 0:
+            raise ValueError(f"histogram must be {pool.k} non-negative integer counts")
+        total = int(h.sum(dtype=object))
+        self.histogram = h if total else np.ones(pool.k, np.int64)  # the empty histogram is uniform (I-14)
+        self.denominator = (total or pool.k) * pool.n_units
+        self.pool, self.block_rows = pool, block_rows or pool.block
+        self._numerators: list = [None] * pool.size
+        self.measured_blocks = 0
+
+    def __len__(self) -> int:
+        return self.pool.size
+
+    def __getitem__(self, j: int) -> int:
+        value = self._numerators[j]
+        if value is None:
+            b = j // BLOCK
+            start = b * BLOCK
+            rows = self.block_rows(b)[:self.pool.size - start]
+            self._numerators[start:start + len(rows)], _ = l1_numerators_of_matrix(self.histogram, rows,
+                                                                                  self.pool.n_units)
+            self.measured_blocks += 1
+            value = self._numerators[j]
+        return value
+
+    def __iter__(self) -> Iterator[int]:
+        return (self[j] for j in range(self.pool.size))
 
 
 @dataclass(frozen=True)
@@ -145,18 +206,15 @@ def select_synopses(histogram, pool: SynopsisPool, epsilon_units: int, draws: in
     if isinstance(epsilon_units, bool) or not isinstance(epsilon_units, Integral) or epsilon_units < 0:
         raise ValueError(f"epsilon_units must be a non-negative int, got {epsilon_units!r}")
     rng = rng or secure_randomness()
-    whole_pool = candidates is None
-    candidates = list(range(pool.size)) if whole_pool else [int(j) for j in candidates]
     if len(np.asarray(histogram).ravel()) != pool.k:
         raise ValueError(f"histogram must have the pool's domain size {pool.k}")
-    if whole_pool:  # block by block: memory one block, never the pool
-        rows = (row for _, block in pool.blocks() for row in block)
-    else:
-        rows = (row for start in range(0, len(candidates), BLOCK)
-                for row in pool.counts_of(candidates[start:start + BLOCK]))
-    numerators, denominator = l1_numerators(histogram, rows, pool.n_units)
     per_draw = int(epsilon_units) // draws
-    lowest = min(numerators)
-    picks = tuple(candidates[exponential_draw(numerators, denominator, per_draw, rng, lowest=lowest)]
-                  for _ in range(draws))
+    if candidates is None:  # the whole pool, measured as proposed: memory one block, never the pool
+        distances = PoolDistances(histogram, pool)
+        picks = tuple(exponential_draw(distances, distances.denominator, per_draw, rng) for _ in range(draws))
+        return SynopsisDraw(picks, per_draw, per_draw * draws)
+    candidates = [int(j) for j in candidates]
+    rows = (row for start in range(0, len(candidates), BLOCK) for row in pool.counts_of(candidates[start:start + BLOCK]))
+    numerators, denominator = l1_numerators(histogram, rows, pool.n_units)
+    picks = tuple(candidates[exponential_draw(numerators, denominator, per_draw, rng)] for _ in range(draws))
     return SynopsisDraw(picks, per_draw, per_draw * draws)

@@ -89,10 +89,10 @@ from transforms.mechanisms.dpi.budgets import (
 )
 from transforms.mechanisms.dpi.exponential import (
     SENSITIVITY,
+    PoolDistances,
     exponential_draw,
-    l1_numerators_of_matrix,
 )
-from transforms.mechanisms.dpi.pool import MAX_SEED, SynopsisPool
+from transforms.mechanisms.dpi.pool import BLOCK, MAX_SEED, SynopsisPool
 from transforms.mechanisms.evidence import Draws, every_member_certain
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness
 from transforms.mechanisms.population import SlotData
@@ -166,7 +166,8 @@ class DPIParams(MechanismParams):
     Λ), ranges (Algorithm 4, ``ranges`` of series indices) or sequential;
     ``update`` which synopses are reweighted (I-11); ``restart`` what happens
     once the epoch's budget is spent; ``pool_cache_mb`` the memory the pool's
-    counts may be cached in (above it they are regenerated on use).
+    counts may be cached in (default 0: regenerated on use, memory one block;
+    the releases are the same either way).
     """
 
     epsilon: float
@@ -184,7 +185,8 @@ class DPIParams(MechanismParams):
     ranges: tuple[tuple[int, int], ...] | str = DEFAULT_RANGES
     update: str = "sampled"
     restart: str = "stop"
-    pool_cache_mb: int = 256
+    pool_cache_mb: int = 0
+    operational_fields = frozenset({"pool_cache_mb"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -326,25 +328,18 @@ class _DPI(Mechanism):
             self._matrix = matrix
         return self._matrix
 
-    def distances(self, truth: np.ndarray) -> tuple[list[int], int, int]:
-        """The exact l1 numerators of ``pdf(truth)`` to every pool entry, their denominator
-        (:func:`.exponential.l1_numerators_of_matrix`) and the least numerator, from the cache or else block by
-        block (memory: one block).
+    def distances(self, truth: np.ndarray) -> PoolDistances:
+        """The exact l1 numerators of ``pdf(truth)`` to the pool's entries (:class:`.exponential.PoolDistances`),
+        each block measured when a draw first proposes one of its candidates, from the cache or regenerated.
 
-        The last result is kept by truth: mechanisms that share the pool (:meth:`share_pool`) and see the same
-        truth in lock step (an evaluation over several budgets) compute it once; the numbers are the same."""
+        The last one is kept by truth: mechanisms that share the pool (:meth:`share_pool`) and see the same
+        truth in lock step (an evaluation over several budgets) measure each block once; the numbers are the
+        same."""
         key = np.asarray(truth, np.int64).tobytes()
         if self._memo.get("key") != key:
-            matrix, n_units = self.pool_matrix(), self.params.pool.n_units
-            if matrix is not None:
-                value = l1_numerators_of_matrix(truth, matrix, n_units)
-            else:
-                numerators, denominator = [], 0
-                for _, block in self.params.pool.blocks():
-                    part, denominator = l1_numerators_of_matrix(truth, block, n_units)
-                    numerators += part
-                value = numerators, denominator
-            self._memo.update(key=key, value=(*value, min(value[0])))
+            matrix = self.pool_matrix()
+            block_rows = None if matrix is None else (lambda b: matrix[b * BLOCK:(b + 1) * BLOCK])
+            self._memo.update(key=key, value=PoolDistances(truth, self.params.pool, block_rows))
         return self._memo["value"]
 
     def share_pool(self, other: _DPI) -> None:
@@ -534,8 +529,8 @@ class SoundDPI(_DPI):
         per_draw = units // (len(p.queries) * p.draws)
         outputs, statistics = [], []
         for q, truth in zip(p.queries, truths):
-            numerators, denominator, lowest = self.distances(truth)
-            picks = [exponential_draw(numerators, denominator, per_draw, rng, lowest=lowest) for _ in range(p.draws)]
+            distances = self.distances(truth)
+            picks = [exponential_draw(distances, distances.denominator, per_draw, rng) for _ in range(p.draws)]
             outputs.append(self.counts(np.asarray(picks)).astype(np.int64).sum(axis=0))
             statistics.append((f"synopses:{q}", per_draw, p.draws))
         return np.stack(outputs), per_draw * p.draws * len(p.queries), statistics

@@ -20,10 +20,13 @@ from scipy import stats
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.dpi.exponential import (
+    LAZY_ROUNDS,
     SENSITIVITY,
+    PoolDistances,
     exponential_draw,
     l1_numerators,
     l1_numerators_of_matrix,
+    measures_lazily,
     select_synopses,
 )
 from transforms.mechanisms.dpi.pool import SynopsisPool
@@ -132,7 +135,7 @@ def _case():
     return l1_numerators(CASE_HISTOGRAM, (CASE_POOL.counts(j) for j in range(8)), CASE_POOL.n_units)
 
 
-@pytest.mark.parametrize("epsilon", [0, 2, 6])
+@pytest.mark.parametrize("epsilon", [0, 2, 6])  # 0 and 2 subtract the floor 0, 6 the least distance
 def test_draws_follow_the_exact_law_and_twice_the_budget_is_caught(epsilon):
     numerators, denominator = _case()
     units = epsilon * UNITS_PER_EPSILON
@@ -189,3 +192,31 @@ def test_law_ratio_of_neighbouring_streams_is_at_most_e_to_the_epsilon(others, u
     laws = [_law(*l1_numerators(h, (pool.counts(j) for j in range(6)), 6), units) for h in (without, with_user)]
     ratio = np.abs(np.log(laws[0]) - np.log(laws[1])).max()
     assert ratio <= units / UNITS_PER_EPSILON * (1 + 1e-9) + 1e-12
+
+
+# ---- measuring only what is proposed -----------------------------------------------------------------
+
+def test_pool_distances_are_the_exact_numerators_measured_block_by_block():
+    pool = SynopsisPool(k=7, size=37, seed=5, n_units=9)  # three blocks, the last one cut
+    histogram = np.array([4, 0, 1, 9, 2, 0, 3])
+    distances = PoolDistances(histogram, pool)
+    assert len(distances) == 37 and distances.measured_blocks == 0
+    assert distances[20] == l1_numerators(histogram, [pool.counts(20)], 9)[0][0] and distances.measured_blocks == 1
+    assert list(distances) == l1_numerators(histogram, (pool.counts(j) for j in range(37)), 9)[0]
+    assert distances.measured_blocks == 3 and distances.denominator == 19 * 9
+    assert PoolDistances(np.zeros(7, np.int64), pool).denominator == 7 * 9  # empty: uniform (I-14)
+
+
+def test_a_small_budget_measures_what_it_proposes_and_a_large_one_the_whole_pool():
+    """The floor is public: at eps = 0 every round accepts, so a draw measures exactly one block; above
+    ln(LAZY_ROUNDS)·Delta the floor is D_min and every block is measured."""
+    pool = SynopsisPool(k=50, size=2000, seed=1)
+    histogram = np.arange(50)
+    threshold = math.floor(math.log(LAZY_ROUNDS) * SENSITIVITY * UNITS_PER_EPSILON)
+    assert measures_lazily(threshold) and not measures_lazily(threshold + 1)
+    distances = PoolDistances(histogram, pool)
+    exponential_draw(distances, distances.denominator, 0, secure_randomness())
+    assert distances.measured_blocks == 1
+    distances = PoolDistances(histogram, pool)
+    exponential_draw(distances, distances.denominator, threshold + 1, secure_randomness())
+    assert distances.measured_blocks == 2000 // 16

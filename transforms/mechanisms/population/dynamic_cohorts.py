@@ -100,8 +100,8 @@ class DynamicCohorts(CohortPolicy):
         member[rows] = np.arange(rows.size)
         per_cohort = []
         for column in declared:
-            value = column[member]
-            if not (value[rows] == column).all():
+            value = column.take(member)
+            if not (value.take(rows) == column).all():
                 return False
             per_cohort.append(value)
         present = table.size > 0

@@ -302,13 +302,16 @@ class PrivacyLedger:
     def _follow(self, rows: np.ndarray) -> None:
         """Split every class whose members are in different ``rows`` (users past its end: unregistered)."""
         known = self._class_of.size
-        if rows.size > known:  # new user indices: one new class with no history
+        grown = rows.size > known
+        if grown:  # new user indices: one new class with no history
             fresh = self._add_classes(np.zeros((self._totals.shape[0], 1), np.uint64), np.array([UNREGISTERED]))
             self._class_of = np.concatenate([self._class_of, np.full(rows.size - known, fresh[0])])
             self._class_size = np.concatenate([self._class_size, [rows.size - known]])
         elif rows.size < known:
             rows = np.concatenate([rows, np.full(known - rows.size, UNREGISTERED)])
-        moved = np.flatnonzero(rows != self._class_row[self._class_of])
+        moved = np.flatnonzero(rows != self._class_row.take(self._class_of))
+        if not (moved.size or grown):
+            return  # the same classes in the same rows: sizes and checked rows stand
         if moved.size:
             source, target_row = self._class_of[moved], rows[moved]
             _, first, inverse, counts = np.unique(source * (int(target_row.max()) + 3) + target_row + 2,

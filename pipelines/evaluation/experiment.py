@@ -179,7 +179,7 @@ def run_task_stream(task: Task, setup: PaperSetup, bins: int, slots, declaration
     and its ledger are re-created every ``task.segment_reset`` slots; a cross-segment ledger then measures what
     the whole stream spent."""
     dynamic = declarations is not None
-    users = np.arange(task.users)
+    users = range(task.users)  # every user reports: SlotBatch.of knows them as 0..n-1 without a scan
     released = np.empty((task.slots, bins), np.int64)
     truth = np.empty((task.slots, bins), np.int64)
     kinds = {kind: 0 for kind in ReleaseKind}

@@ -152,8 +152,9 @@ class _AdaptiveChoice:
         first = optimal_budget(self.dc_budgets(data), data.sizes, params.sensitivity, params.error_model)
         target = (params.resolution * self._dc_std(first)) ** 2
 
+        whole, rest = np.divmod(candidate, SCALE_STEPS)
+
         def scaled(k: int) -> np.ndarray:  # ⌊candidate · k / SCALE_STEPS⌋ without overflowing int64
-            whole, rest = np.divmod(candidate, SCALE_STEPS)
             return whole * k + rest * k // SCALE_STEPS
 
         def fine(k: int) -> bool:

@@ -41,7 +41,7 @@ import numpy as np
 
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, Charges
-from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays
+from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays, rows_differ
 from transforms.mechanisms.population import UNREGISTERED
 from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
                                                 Requirements)
@@ -260,23 +260,28 @@ class PrivacyLedger:
         """Rows of (charge group, declared requirement): the charges' groups, split where members disagree."""
         declared = self._declared
         users = np.flatnonzero(group_of != UNREGISTERED)
+        everyone = users.size == group_of.size
         requirement = self._requirements_of(declared, users)
-        row_of = np.where(group_of[users] >= 0, group_of[users], rows)  # in no group: row `rows`, charged 0
+        groups = group_of if everyone else group_of[users]
+        row_of = np.where(groups >= 0, groups, rows)  # in no group: row `rows`, charged 0
         representative = np.full(rows + 1, -1)
         representative[row_of] = np.arange(users.size)
         source = np.concatenate([np.arange(rows), [-1]])
         table = np.tile(declared.nothing_allowed, (rows + 1, 1))
         members = representative >= 0
         table[members] = requirement[representative[members]]
-        odd = np.flatnonzero((requirement != table[row_of]).any(axis=1))
+        odd = np.flatnonzero(rows_differ(requirement, table.take(row_of, axis=0)))
         if odd.size:
             pairs = np.column_stack([row_of[odd], requirement[odd]])
             distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
             row_of[odd] = rows + 1 + inverse.reshape(-1)
             source = np.concatenate([source, np.where(distinct[:, 0] < rows, distinct[:, 0], -1)])
             table = np.concatenate([table, distinct[:, 1:]])
-        per_user = np.full(group_of.size, UNREGISTERED, np.int64)
-        per_user[users] = row_of
+        if everyone:
+            per_user = row_of
+        else:
+            per_user = np.full(group_of.size, UNREGISTERED, np.int64)
+            per_user[users] = row_of
         self._follow(per_user)
         self._row_source = source
         self._row_requirements = declared.kind(*table.T)
@@ -297,13 +302,16 @@ class PrivacyLedger:
     def _follow(self, rows: np.ndarray) -> None:
         """Split every class whose members are in different ``rows`` (users past its end: unregistered)."""
         known = self._class_of.size
-        if rows.size > known:  # new user indices: one new class with no history
+        grown = rows.size > known
+        if grown:  # new user indices: one new class with no history
             fresh = self._add_classes(np.zeros((self._totals.shape[0], 1), np.uint64), np.array([UNREGISTERED]))
             self._class_of = np.concatenate([self._class_of, np.full(rows.size - known, fresh[0])])
             self._class_size = np.concatenate([self._class_size, [rows.size - known]])
         elif rows.size < known:
             rows = np.concatenate([rows, np.full(known - rows.size, UNREGISTERED)])
-        moved = np.flatnonzero(rows != self._class_row[self._class_of])
+        moved = np.flatnonzero(rows != self._class_row.take(self._class_of))
+        if not (moved.size or grown):
+            return  # the same classes in the same rows: sizes and checked rows stand
         if moved.size:
             source, target_row = self._class_of[moved], rows[moved]
             _, first, inverse, counts = np.unique(source * (int(target_row.max()) + 3) + target_row + 2,

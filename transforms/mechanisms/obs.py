@@ -27,6 +27,7 @@ import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.noise import continuous_laplace_variance, discrete_laplace_variance
+from transforms.mechanisms.noise.variance import continuous_laplace_variance_of, discrete_laplace_variance_of
 
 _EXP_CAP = 300.0  # budgets above this are equal for the error model: (e^300)², times a billion users, stays finite
 
@@ -52,6 +53,18 @@ class ErrorModel(str, Enum):
                     else discrete_laplace_variance(scale))
         variance = np.where(positive, variance, np.inf)
         return float(variance) if variance.ndim == 0 else variance
+
+    def variance_of_units(self, units: np.ndarray, sensitivity: int) -> np.ndarray:
+        """:meth:`noise_variance` at ``units / UNITS_PER_EPSILON`` for int64 budget units, without the checks
+        (an integer budget below 2^63 units is a finite epsilon; inf where ``units <= 0``)."""
+        if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity <= 0:
+            return self.noise_variance(units / UNITS_PER_EPSILON, sensitivity)
+        eps = units / UNITS_PER_EPSILON
+        positive = units > 0
+        scale = sensitivity / np.where(positive, eps, 1.0)
+        variance = (continuous_laplace_variance_of(scale) if self is ErrorModel.CONTINUOUS
+                    else discrete_laplace_variance_of(scale))
+        return np.where(positive, variance, np.inf)
 
 
 @dataclass(frozen=True)
@@ -80,13 +93,15 @@ def sampling_errors(distinct_units: np.ndarray, holders: np.ndarray) -> np.ndarr
     """``err_s(θ)`` for every candidate ``θ = distinct_units[k]`` (variance + bias²)."""
     eps = np.minimum(distinct_units / UNITS_PER_EPSILON, _EXP_CAP)
     a = np.expm1(eps)
-    # Exclusive prefix sums over the users strictly below each candidate.
-    below_users = np.concatenate([[0.0], np.cumsum(holders)[:-1]])
-    below_a = np.concatenate([[0.0], np.cumsum(holders * a)[:-1]])
-    below_a2 = np.concatenate([[0.0], np.cumsum(holders * a * a)[:-1]])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_p = np.where(a > 0, below_a / a, 0.0)             # Σ n_k p_k
-        mean_p2 = np.where(a > 0, below_a2 / (a * a), 0.0)     # Σ n_k p_k²
+    # Exclusive prefix sums over the users strictly below each candidate (rows: n_k, n_k a_k, n_k a_k²).
+    below = np.zeros((3, a.size))
+    weighted = holders * a
+    for row, terms in enumerate((holders, weighted, weighted * a)):
+        np.cumsum(terms[:-1], out=below[row, 1:])
+    below_users, below_a, below_a2 = below
+    counted = a > 0
+    mean_p = np.divide(below_a, a, out=np.zeros_like(a), where=counted)               # Σ n_k p_k
+    mean_p2 = np.divide(below_a2, a * a, out=np.zeros_like(a), where=counted)         # Σ n_k p_k²
     variance = np.maximum(mean_p - mean_p2, 0.0)
     bias = np.maximum(below_users - mean_p, 0.0)
     return variance + bias * bias
@@ -114,7 +129,7 @@ def _cached_selection(units: bytes, counts: bytes, sensitivity: int, model: Erro
     if distinct.size == 0 or distinct[-1] <= 0:
         return NO_SELECTION
     errors = sampling_errors(distinct, holders)
-    noise = model.noise_variance(distinct / UNITS_PER_EPSILON, sensitivity)
+    noise = model.variance_of_units(distinct, sensitivity)
     total = np.where(distinct > 0, errors + noise, np.inf)
     best = int(np.argmin(total))  # first minimum: ties go to the smaller budget
     return Selection(int(distinct[best]), float(total[best]))

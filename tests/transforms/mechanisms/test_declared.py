@@ -8,7 +8,7 @@ import numpy as np
 
 from transforms.mechanisms import (DynamicRequirements, FixedRequirements, LifetimeRequirements, PrivacyLedger,
                                    ReporterCharges, SlotBatch)
-from transforms.mechanisms.declared import DeclaredRequirements
+from transforms.mechanisms.declared import DeclaredRequirements, rows_differ
 from transforms.mechanisms.evidence import no_statistics
 
 
@@ -104,3 +104,29 @@ def test_registers_and_ledgers_saved_before_lifetime_budgets_still_load():
     loaded = PrivacyLedger.from_bytes(payload)
     assert loaded._declared.kind is DynamicRequirements
     assert [loaded.window_sum(u, 1, 2) for u in users] == [U // 2, 0]
+
+
+def test_rows_differ_is_any_over_each_row_for_every_width_and_layout():
+    rng = np.random.default_rng(3)
+    for width in (1, 2, 3, 4, 5, 8):
+        a, b = rng.integers(0, 2, (50, width)), rng.integers(0, 2, (50, width))
+        assert np.array_equal(rows_differ(a, b), (a != b).any(axis=1))
+        assert np.array_equal(rows_differ(a[::2], b[::2]), (a[::2] != b[::2]).any(axis=1))
+    assert rows_differ(np.zeros((0, 4)), np.zeros((0, 4))).shape == (0,)
+
+
+def test_the_usual_slot_of_users_0_to_n_minus_1_gives_what_any_other_order_does():
+    """Users 0..n-1 who all declared before are compared in place (a fast path); the same declarations given
+    in another order, through the general path, leave the same requirements and move the version alike."""
+    rng = np.random.default_rng(4)
+    n, order = 40, rng.permutation(40)
+    fast, general = DeclaredRequirements(DynamicRequirements), DeclaredRequirements(DynamicRequirements)
+    draws = [[rng.integers(1, 4, n), rng.integers(1, 3, n) * 0.5, rng.integers(1, 4, n), rng.choice([0.5, 1.0], n)]
+             for _ in range(4)]
+    draws.insert(2, draws[1])  # slot 3 declares what slot 2 did: nothing changes, the version stays
+    for slot, columns in enumerate(draws, start=1):
+        before = fast.version, general.version
+        fast.declare(slot, np.arange(n), DynamicRequirements.of(*columns), None)
+        general.declare(slot, order, DynamicRequirements.of(*(c[order] for c in columns)), None)
+        assert np.array_equal(fast.matrix_of(np.arange(n)), general.matrix_of(np.arange(n)))
+        assert (fast.version > before[0]) == (general.version > before[1]) == (slot != 3)

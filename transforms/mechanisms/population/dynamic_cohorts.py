@@ -93,15 +93,24 @@ class DynamicCohorts(CohortPolicy):
         some user joins, some cohort is not all present, or its members differ.
         """
         table = self.table
-        if rows.size == 0 or rows.min() < 0 or not np.array_equal(np.bincount(rows, minlength=table.rows),
-                                                                  table.size):
+        # The users are distinct (the batch was validated) and each is counted in its cohort's size, so they
+        # are every member of every cohort exactly when there are as many of them as members.
+        if rows.size == 0 or rows.min() < 0 or rows.size != table.size.sum():
             return False
+        changes = rows[1:] != rows[:-1]
+        ends = np.flatnonzero(changes)  # where a run of one cohort's users ends (and the last user)
         member = np.zeros(table.rows, np.int64)  # one batch position per cohort
-        member[rows] = np.arange(rows.size)
+        member[rows.take(ends)] = ends
+        member[rows[-1]] = rows.size - 1
+        # each cohort in one run (users listed cohort by cohort, the usual batch): a column is alike within
+        # every cohort iff it changes only where the cohort does
+        one_run_each = ends.size + 1 == np.count_nonzero(table.size)
         per_cohort = []
         for column in declared:
-            value = column[member]
-            if not (value[rows] == column).all():
+            value = column.take(member)
+            alike = ((column[1:] == column[:-1]) | changes).all() if one_run_each else \
+                (value.take(rows) == column).all()
+            if not alike:
                 return False
             per_cohort.append(value)
         present = table.size > 0

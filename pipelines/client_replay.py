@@ -25,6 +25,7 @@ reports and counts them per slot and payload (the speed reference of
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -78,9 +79,10 @@ class _Parse(beam.DoFn):
 
 
 class _Release(beam.DoFn):
-    def __init__(self, config: ClientReleaseConfig | NumericReportConfig):
+    def __init__(self, config: ClientReleaseConfig | NumericReportConfig, clock: SlotClock):
         self.config = config
-        self.release = release_numeric_stream if isinstance(config, NumericReportConfig) else release_stream
+        self.release = functools.partial(release_numeric_stream, clock=clock) \
+            if isinstance(config, NumericReportConfig) else release_stream
 
     def process(self, element):
         stream, reports = element
@@ -104,6 +106,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         users = (tuple(ids), tuple(int(w) for w in requirements.window),
                  tuple(int(e) for e in requirements.epsilon_units))
         config: ClientReleaseConfig | NumericReportConfig
+        clock = SlotClock(args.slot_seconds, args.origin)
         if args.domain is not None:
             domain = NumericDomain.parse(args.domain)
             name, params = cli.mechanism_params(args, 1, **domain.mechanism_params())
@@ -112,8 +115,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise cli.ConfigError(f"{args.mechanism} device reports are numeric: give --domain LOW,HIGH")
         else:
             name, params = cli.mechanism_params(args, args.bins)
-            config = ClientReleaseConfig(name, params, *users, args.insecure_seed,
-                                         SlotClock(args.slot_seconds, args.origin))
+            config = ClientReleaseConfig(name, params, *users, args.insecure_seed, clock)
     except (cli.ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -130,7 +132,7 @@ def run(argv: Sequence[str] | None = None) -> int:
              | "WriteCounts" >> beam.io.WriteToText(out + "counts", file_name_suffix=".jsonl"))
             return 0
         released = (parsed.reports | beam.GroupByKey()
-                    | beam.ParDo(_Release(config)).with_outputs("dead", "duplicate", "ledger", main="releases"))
+                    | beam.ParDo(_Release(config, clock)).with_outputs("dead", "duplicate", "ledger", main="releases"))
         released.releases | "WriteReleases" >> beam.io.WriteToText(out + "releases", file_name_suffix=".jsonl")
         ((parsed.dead, released.dead) | beam.Flatten()
          | "WriteDead" >> beam.io.WriteToText(out + "dead_letters", file_name_suffix=".jsonl"))

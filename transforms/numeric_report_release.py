@@ -21,9 +21,12 @@ one report per user and slot (a second one is a duplicate).  Anything else is a 
 nothing is charged or counted for it.  No numeric method's schedule depends on collector-side private state, so
 none is refused before the job.
 
-Each slot with accepted reports releases the paper's average of the reports at face value (``estimate``, in
-the domain's units, as the central and per-user paths do; ToPL's average de-biased) and, for SW-direct, the
-de-biased mean (``debiased``, ``server.debiased``: unbiased, post-processing).  The sum is exact (every report
+Each slot with accepted reports releases a ``schemas/release.avsc`` record (the streaming job's, dated by the
+slot clock): the paper's average of the reports at face value (``estimate``, in the domain's units, as the
+central and per-user paths do; ToPL's average de-biased), the reporters as ``registered_users``, the most a
+report of the slot was charged as ``epsilon``, and for SW-direct the de-biased mean in ``figures``
+(``debiased``, ``server.debiased``: unbiased, post-processing).  Dead letters and duplicates are
+``schemas/dead_letter.avsc`` records (stage ``numeric_reports``).  The sum is exact (every report
 value is a dyadic rational, summed as an integer times ``2**64``), so the order the reports arrive in cannot
 change a bit.  A slot between the first and last report of a stream without any accepted report repeats the
 last estimate (``kind`` ``skipped``, as the central path; the sampling methods' slots between segment ends).
@@ -75,11 +78,12 @@ from transforms.numeric_clients import (
     SlotSums,
     _scaled,
     release_record,
+    skipped_record,
 )
 from transforms.numeric_events import NumericDomain
 from transforms.numeric_records import SlotSum
 from transforms.numeric_user_methods import user_method
-from transforms.records import KEY_SEPARATOR, ReleaseRecord, dead_letter
+from transforms.records import KEY_SEPARATOR, DeadLetterRecord, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock
 from transforms.user_state import LATE
 
@@ -185,10 +189,6 @@ class _Schedule:
         self.absorbed[index] = [published, last, shares, age + 1]
         return index, _scaled(published), sum(w.realised_units for w in parts)
 
-    def estimate(self, mean: float) -> float:
-        """The slot's estimate in [0, 1] units from the average report (ToPL's de-biased)."""
-        return self.user_method.unit_estimate(mean)
-
 
 def _expect(epsilon, realised, units: int, realised_units: int) -> None:
     """Refuse a report whose budget or realised epsilon is not the schedule's."""
@@ -208,53 +208,57 @@ def _cell_value(wave, cell: int) -> Fraction:
     return Fraction(2 * cell + 1, 2 * wave.steps)
 
 
-def release_numeric_stream(config: NumericReportConfig, stream: str, reports: Iterable[tuple]
-                           ) -> Iterator[tuple[str, dict]]:
-    """``("release", record)`` per slot of ``stream``, ``("dead", {...})`` per rejected report (``"duplicate"`` for a
+def release_numeric_stream(config: NumericReportConfig, stream: str, reports: Iterable[tuple],
+                           clock: SlotClock | None = None) -> Iterator[tuple[str, dict]]:
+    """``("release", record)`` per slot of ``stream`` (``schemas/release.avsc``, dated by ``clock``; default slots of
+    one second from 0), ``("dead", record)`` per rejected report (``schemas/dead_letter.avsc``; ``"duplicate"`` for a
     second report of a user in a slot), and last ``("ledger", {...})``: the exact per-user window check.  BA-SW's
     reports are checked in slot order per user (its public rule reads the earlier accepted ones)."""
     schedule = _Schedule(config)
-    sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    sums: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # reports, their sum·2**64, the most charged
     seen: set[tuple[int, int]] = set()
     charges_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+
+    def refused(reason: str, report: tuple) -> DeadLetterRecord:
+        return dead_letter(reason, _raw(report), "numeric_reports", stream,
+                           report[_USER] if isinstance(report[_USER], str) else None)
+
     if schedule.absorption is not None:
         reports = sorted(reports, key=lambda r: (r[_SLOT], str(r[_USER])) if isinstance(r[_SLOT], int) else (-1, ""))
     for report in reports:
         if schedule.absorption is not None and (schedule.index_of.get(report[_USER]), report[_SLOT]) in seen:
-            yield "duplicate", {"reason": DUPLICATE_REPORT, "record": report_record(report)}
+            yield "duplicate", refused(DUPLICATE_REPORT, report)
             continue  # before the rule reads it: a second report of a slot must not advance the user's state
         try:
             index, scaled, units = schedule.check(report)
         except ReportRejected as reason:
-            yield "dead", {"reason": str(reason), "record": report_record(report)}
+            yield "dead", refused(str(reason), report)
             continue
         if (index, report[_SLOT]) in seen:
-            yield "duplicate", {"reason": DUPLICATE_REPORT, "record": report_record(report)}
+            yield "duplicate", refused(DUPLICATE_REPORT, report)
             continue
         seen.add((index, report[_SLOT]))
         charges_of[index].append((report[_SLOT], units))
         held = sums[report[_SLOT]]
         held[0] += 1
         held[1] += scaled
+        held[2] = max(held[2], units)
     if not sums:
         return
-    domain, wave = config.domain, schedule.wave
-    interval = Interval(domain.low, domain.high)
-    epsilon = units_to_decimal_string(schedule.absorption.share_units if schedule.absorption is not None
-                                      else wave.epsilon_units)
-    last: dict = {}  # the first slot always has reports
+    dated = DeviceStreamConfig(config, clock or SlotClock(1.0))
+    method, wave = schedule.user_method, schedule.wave
+    variance, interval = method.variance(), Interval(config.domain.low, config.domain.high)
+    estimate = None  # the first slot always has reports
     for slot in range(min(sums), max(sums) + 1):
-        n, total = sums.get(slot, (0, 0))
-        record = {"stream": stream, "slot": slot, "statistic": "mean", "trust": "local_client",
-                  "mechanism": config.mechanism, "reporters": n}
-        if n:
-            mean = total / (n * _SCALE)  # int / int: correctly rounded
-            last = {"estimate": [domain.low + domain.width * schedule.estimate(mean)],
-                    "debiased": float(server.debiased(mean, wave, interval)) if config.mechanism == "sw-direct"
-                    else None}
-            yield "release", {**record, "kind": "fresh", "epsilon": epsilon, **last}
+        n, total, units = sums.get(slot, (0, 0, 0))
+        if n:  # epsilon: the most a report of the slot was charged (realised), as the streaming job releases
+            record = release_record(((stream, slot), (n, total, units)), dated, method, variance, "local_client")
+            if config.mechanism == "sw-direct":  # unbiased, post-processing (server.debiased)
+                record["figures"]["debiased"] = float(server.debiased(total / (n * _SCALE), wave, interval))
+            estimate = record["estimate"][0]
+            yield "release", record
         else:
-            yield "release", {**record, "kind": "skipped", "epsilon": "0", **last}
+            yield "release", skipped_record(stream, slot, estimate, dated, method, "local_client")
     violations, worst = _window_check(config, charges_of)
     yield "ledger", {"stream": stream, "reports_used": len(seen), "violations": violations,
                      "max_window_usage_ratio": worst}

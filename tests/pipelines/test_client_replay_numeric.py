@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import pytest
 
+import schemas
 import wevent_client
 from pipelines import client_replay
 from transforms.mechanisms import make_mechanism
@@ -59,7 +60,8 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
               json.dumps({**good, "user": "intruder"}),
               json.dumps({**good, "slot": -1}),
               "not json"]
-    code = _run(tmp_path, method, lines + forged + [lines[3]])  # and one device's second report of a slot
+    code = _run(tmp_path, method, lines + forged + [lines[3]],  # and one device's second report of a slot
+                "--slot-seconds", "60", "--origin", "1000")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and report["max_window_usage_ratio"] <= 1
     assert report["reports_read"] == len(lines) + len(forged) + 1
@@ -69,16 +71,24 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
     for expected in ("not the schedule's", "not the square wave's", "report for method", "not sw over 1",
                      "outside the domain", "unknown user", "slots start at 0", "not JSON"):
         assert sum(expected in reason for reason in reasons) == 1, (expected, reasons)
+    for record in _lines(tmp_path, "dead_letters") + _lines(tmp_path, "duplicates"):
+        schemas.validate("dead_letter", record)
+        assert record["stage"] == "parse" or (record["stage"], record["stream"]) == ("numeric_reports", "s")
     releases = {r["slot"]: r for r in _lines(tmp_path, "releases")}
     assert sorted(releases) == sorted(values)
     for slot, reported in values.items():
+        record = releases[slot]
+        schemas.validate("release", record)  # the same records as every other job's, dated by the clock
+        assert (record["slot_start"], record["slot_end"]) == (1000 + 60 * slot, 1060 + 60 * slot)
         mean = float(sum(reported) / len(reported))
-        assert releases[slot]["estimate"] == [LOW + (HIGH - LOW) * mean]
-        assert releases[slot]["reporters"] == len(reported) and releases[slot]["trust"] == "local_client"
-        assert (releases[slot]["debiased"] is None) == (method != "sw-direct")
-    per_report = wevent_client.units_to_decimal_string(
-        wevent_client.epsilon_units_from_string(BUDGET) // (WINDOW + {"sw-direct": 0, "ipp": 1}.get(method, WINDOW)))
-    assert {r["epsilon"] for r in releases.values()} == {per_report}
+        assert record["estimate"] == [LOW + (HIGH - LOW) * mean] and record["statistic"] == "mean"
+        assert record["registered_users"] == len(reported) and record["trust"] == "local_client"
+        assert ("debiased" in record["figures"]) == (method == "sw-direct")
+    per_report = wevent_client.epsilon_units_from_string(BUDGET) // (WINDOW + {"sw-direct": 0, "ipp": 1}.get(method,
+                                                                                                           WINDOW))
+    assert {json.loads(line)["epsilon"] for line in lines} == {wevent_client.units_to_decimal_string(per_report)}
+    realised = {json.loads(line)["realised_epsilon"] for line in lines}  # what each report was charged
+    assert {r["epsilon"] for r in releases.values()} == realised and len(realised) == 1
 
 
 def test_a_users_declaration_the_schedule_does_not_honour_is_refused_before_the_pipeline(tmp_path, capsys):
@@ -157,4 +167,4 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
         mean = float(sum(reported) / len(reported))
         unit = mean if gain is None else (1 + (2 * mean - 1) / gain) / 2
         assert fresh[slot]["estimate"] == [LOW + (HIGH - LOW) * unit]
-        assert fresh[slot]["reporters"] == len(reported)
+        assert fresh[slot]["registered_users"] == len(reported)

@@ -181,7 +181,9 @@ class PoolDistances:
         return value
 
     def __iter__(self) -> Iterator[int]:
-        return (self[j] for j in range(self.pool.size))
+        for start in range(0, self.pool.size, BLOCK):  # every block measured once, then the plain list
+            self[start]
+        return iter(self._numerators)
 
 
 @dataclass(frozen=True)

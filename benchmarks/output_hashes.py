@@ -5,8 +5,11 @@
     python -m benchmarks.output_hashes --compare before.json after.json
 
 runs the main job (``pipelines.local``), a T-Drive replay (when the shared
-data is beside the repository) and a quick evaluation, each with an
-``--insecure-seed`` (reproducible, not private), and prints the SHA-256 of
+data is beside the repository), a quick evaluation and one replay per other
+family on the main job's generated stream or a generated numeric stream
+(LDP-IDS, PLBU, DPI, a numeric method simulated in the release stage and in
+the per-user stage), each with an ``--insecure-seed`` (reproducible, not
+private), and prints the SHA-256 of
 every output file: line order as written, except that sharded outputs are
 compared as sorted lines; ``report.json`` and ``results.csv`` without their
 timing fields.  ``--compare`` prints the jobs and files that differ and
@@ -20,11 +23,15 @@ import glob
 import hashlib
 import json
 import os
+import math
 import subprocess
 import sys
 
 from benchmarks.compare_evaluation import read as read_results
 from pipelines.evaluation.experiment import TIMING_COLUMNS
+from pipelines.local import DATA as MAIN_STREAM
+from pipelines.local import DAY_END, DAY_START, GRID
+from transforms.loaders import TDRIVE_START
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 TDRIVE = os.path.join("tdrive_sample600", "taxi_log_2008_by_id.tar.xz")
@@ -59,8 +66,36 @@ def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-JOBS = {"main_job": "main", "tdrive_replay": "tdrive", "evaluation_quick": "evaluation"}
+FAMILY_JOBS: dict[str, list[str]] = {
+    "ldp_replay": ["--binning", GRID, "--carry-forward", "--mechanism", "lpd", "--epsilon", "2", "--window", "6",
+                   "--requirement", "fixed:6,2"],
+    "plbu_replay": ["--binning", GRID, "--carry-forward", "--mechanism", "plbu",
+                    "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0", "--level-ratios", "hour=0.5,two_hours=0.5"],
+    "dpi_replay": ["--binning", GRID, "--mechanism", "dpi", "--epsilon", "4", "--requirement", "lifetime:4"],
+    "numeric_replay": ["--mechanism", "capp", "--epsilon", "1", "--window", "6", "--requirement", "fixed:6,1"],
+    "numeric_per_user": ["--mechanism", "capp", "--epsilon", "1", "--window", "6", "--requirement", "fixed:6,1",
+                         "--per-user-clients"],
+}
+"""The other families' replays: each job's flags beyond input, range, seed and output."""
+
+NUMERIC_USERS, NUMERIC_SLOTS, NUMERIC_LOW, NUMERIC_HIGH = 200, 48, 0.0, 70.0
+
+JOBS = {"main_job": "main", "tdrive_replay": "tdrive", "evaluation_quick": "evaluation",
+        **{job: job for job in FAMILY_JOBS}}
 """Each job's output directory under the work directory."""
+
+
+def write_numeric_stream(path: str) -> None:
+    """A deterministic numeric stream: ``NUMERIC_USERS`` sensors, one reading per 10-minute slot of the generated
+    day's first ``NUMERIC_SLOTS`` slots (some missing, some outside the domain)."""
+    with open(path, "w") as f:
+        for slot in range(NUMERIC_SLOTS):
+            for user in range(NUMERIC_USERS):
+                if (user * 5 + slot * 3) % 11 == 0:
+                    continue  # this sensor is silent in this slot
+                value = 35.0 + 30.0 * math.sin((slot + user % 7) / 6.0) + ((user * 13 + slot * 7) % 17) * 0.5
+                f.write(json.dumps({"user": f"s{user}", "time": TDRIVE_START + slot * 600 + user % 600,
+                                    "value": round(value, 3)}) + "\n")
 
 
 def fingerprints_of(work: str) -> dict[str, dict[str, str]]:
@@ -92,6 +127,15 @@ def fingerprints(work: str, data_dir: str = DATA) -> dict[str, dict[str, str]]:
           "--mechanisms", "bd,ba,uniform,sample,pbd,pba,dpbd,dpba,adaptive", "--seed", SEED, "--workers", "1", "--no-plots",
           "--quiet", "--output", evaluation_out])
     jobs["evaluation_quick"] = _hashes(evaluation_out)
+    numeric_stream = os.path.join(work, "numeric_stream.jsonl")
+    write_numeric_stream(numeric_stream)
+    for job, flags in FAMILY_JOBS.items():
+        out = os.path.join(work, JOBS[job])
+        source = (["--input", numeric_stream, f"--domain={NUMERIC_LOW},{NUMERIC_HIGH}", "--out-of-range", "clip"]
+                  if job.startswith("numeric") else ["--input", MAIN_STREAM])
+        _run(["pipelines.replay", *source, *flags, "--slot-seconds", "600", "--start", DAY_START, "--end", DAY_END,
+              "--insecure-seed", SEED, "--output", out, "--overwrite", "--quiet"])
+        jobs[job] = _hashes(out)
     return jobs
 
 

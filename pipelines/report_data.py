@@ -241,7 +241,10 @@ def level_usage(policy: RequirementPolicy, usage: list[dict], ledger: list[dict]
     ledger's charges are there, its largest over every stream), how many users the public levels do not explain,
     and where the usage came from (``ledger``, ``usage`` or ``none``)."""
     levels = public_levels(policy)
-    largest_of = {(u["stream"], u["user"]): float(u["max_window_usage_ratio"]) for u in usage}
+    largest_of: dict = {}  # a streaming job writes a user's usage again at every firing: the largest counts
+    for u in usage:
+        key = (u["stream"], u["user"])
+        largest_of[key] = max(largest_of.get(key, 0.0), float(u["max_window_usage_ratio"]))
     members: dict = {name: [] for name in levels}
     for key in sorted(largest_of):
         name = _level_of(policy, key[1])
@@ -315,5 +318,6 @@ def load(output: str, config: PublicConfig) -> ReportData:
     labels: tuple = ()
     if isinstance(binner, CategoryBins):
         labels = tuple(binner.categories)
-    return ReportData(output, config, report, streams, levels, source, unmatched, len(usage), len(release_files),
+    users = len({(u["stream"], u["user"]) for u in usage})
+    return ReportData(output, config, report, streams, levels, source, unmatched, users, len(release_files),
                       binner if isinstance(binner, GridBins) else None, labels)

@@ -107,11 +107,13 @@ def busiest_section(data: ReportData) -> str:
         means = stream.mean_per_bin()
         spread = np.sqrt(stream.predicted_error)
         fresh = np.array([kind == "fresh" for kind in stream.kinds], bool)
+        name = (lambda b: f"the released {stream.statistic}") if stream.values.shape[1] == 1 \
+            else (lambda b: bin_label(data, b))  # a numeric stream releases one value
         parts.append(f"<h3>Stream {escape(stream.stream)}</h3>")
-        parts.append(_table([(rank + 1, bin_label(data, b), f"{float(means[b]):,.2f}") for rank, b in
+        parts.append(_table([(rank + 1, name(b), f"{float(means[b]):,.2f}") for rank, b in
                              enumerate(busiest)], ("rank", "bin", "mean released"), "busiest"))
         parts.append('<div class="panels">' + "".join(
-            report_svg.band_panel(bin_label(data, b), stream.starts, stream.values[:, b], spread, fresh)
+            report_svg.band_panel(name(b), stream.starts, stream.values[:, b], spread, fresh)
             for b in busiest) + "</div>")
     if len(data.streams) > MAX_STREAMS:
         parts.append(f'<p class="note">{len(data.streams) - MAX_STREAMS} more stream(s) not drawn.</p>')

@@ -197,3 +197,81 @@ def test_headless_chromium_renders_the_page(main_job, tmp_path):
     keep = os.environ.get("REPORT_HTML_SCREENSHOT")
     if keep:
         shutil.copy(screenshot, keep)
+
+
+def _records_on_page(page: str) -> int:
+    found = re.search(r"<td>stream &#x27;default&#x27;: release records on disk</td><td class=\"n\">(\d+)</td>", page)
+    return int(found.group(1)) if found else 0
+
+
+def test_the_watch_loop_redraws_the_page_as_slots_are_released(tmp_path):
+    """After every round that released slots the page shows exactly the releases on disk (refreshed with no
+    minimum interval here), so it follows the loop slot by slot; the final page has the loop's report.json."""
+    from pipelines.live import watch
+    from transforms.parse import ParseConfig
+    from transforms.private_histogram import PrivateStreamHistogram
+
+    incoming, out = tmp_path / "in", tmp_path / "out"
+    incoming.mkdir()
+    for slot in range(4):
+        records = [{"user": f"u{u}", "time": slot * 60 + 10 + u, "value": (slot + u) % 4} for u in range(4)]
+        (incoming / f"slot{slot}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    transform = PrivateStreamHistogram("pbd", 60, 4, insecure_seed=3,
+                                       policy=RequirementPolicy(default=FixedRequirement(3, 1.0)))
+    now = [0.0]
+    refresher = report_html.Refresher(str(out), PublicConfig("int:4", requirement="fixed:3,1.0"), min_seconds=0)
+    seen = []
+
+    def on_round(released: bool) -> None:
+        refresher.refresh(released)
+        if released:
+            on_disk = len((out / "releases-live.jsonl").read_text().splitlines())
+            seen.append((on_disk, _records_on_page(_page(str(out)))))
+
+    counts = watch(str(incoming), str(out), ParseConfig(bins=4), transform, 30.0, 6, clock=lambda: now[0],
+                   sleep=lambda s: now.__setitem__(0, now[0] + s), on_round=on_round)
+    assert len(seen) >= 3 and all(on_disk == shown for on_disk, shown in seen), seen
+    assert [n for n, _ in seen] == sorted({n for n, _ in seen})  # one redraw per round that released a slot
+    report_html.write_after_job(str(out), refresher.config)  # what streaming.run_watch does after the loop
+    page = _page(str(out))
+    assert _records_on_page(page) == counts["releases"] == 4
+    assert "the watch loop writes no per-user usage" in page and "<td>all users</td>" in page
+
+
+def test_the_streaming_demo_writes_the_page(tmp_path):
+    from pipelines import streaming
+
+    out = tmp_path / "demo"
+    assert streaming.run(["--demo", "--demo-taxis", "15", "--max-slots", "6", "--requirement", "fixed:3,1.0",
+                          "--output", str(out), "--quiet", "--insecure-seed", "3"]) == 0
+    page = _page(str(out))
+    files = sorted(out.glob("releases-*.jsonl"))
+    assert _records_on_page(page) == len(files) > 0
+    assert '<section id="heat-map">' in page  # the demo's T-Drive grid, from its own --binning default
+    assert json.loads(re.search(r'id="public-configuration">(.*?)</script>', page).group(1))["binning"] == "tdrive"
+
+
+def test_a_lifetime_budget_is_drawn_as_everything_spent_since_the_start(tmp_path):
+    """DPI under lifetime:2.0: the curve is each slot's cumulative charge over E (the ledger's own sums), it never
+    falls, and it ends at the largest usage the ledger wrote."""
+    gen = np.random.default_rng(0)
+    lines = [json.dumps({"user": f"u{u}", "time": 10 * t + float(gen.random()), "value": int(gen.integers(4))})
+             for t in range(6) for u in range(20)]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert replay.run(["--input", str(tmp_path / "events.jsonl"), "--binning", "int:4", "--slot-seconds", "10",
+                       "--start", "0", "--end", "60", "--requirement", "lifetime:2.0", "--mechanism", "dpi",
+                       "--epsilon", "2.0", "--param", "pool_size=50", "--param", "draws=4", "--output", str(out),
+                       "--quiet", "--insecure-seed", "1", "--ledger-detail"]) == 0
+    data = load(str(out), PublicConfig("int:4", requirement="lifetime:2.0"))
+    (level,) = data.levels
+    assert level.name == "all users" and level.users == 20 and data.unmatched_users == 0
+    spent: dict = {}
+    with open(out / "ledger-00000-of-00001.jsonl") as f:
+        for line in f:
+            entry = json.loads(line)
+            spent[entry["slot"]] = max(spent.get(entry["slot"], Decimal(0)), Decimal(entry["charge"]))
+    expected = np.cumsum([float(spent.get(s, 0)) for s in level.slots.tolist()]) / 2.0
+    assert level.usage == pytest.approx(expected, abs=1e-9)  # every user is charged alike here
+    assert np.all(np.diff(level.usage) >= 0) and level.usage[-1] == pytest.approx(level.largest, abs=1e-12)
+    assert _page(str(out)).count('class="usage"') == 1

@@ -171,7 +171,10 @@ def usage_section(data: ReportData) -> str:
                      "needs every charge: run the replay with --ledger-detail"
                      + (" (the watch loop writes no per-user usage)" if data.usage_source == "none" else "")
                      + ".</p>")
-    parts.append(_table(rows, ("level", "requirement", "users", "largest window usage"), "levels"))
+    if data.usage_source == "none":  # nothing on disk says what anyone spent: the levels only
+        parts.append(_table([row[:2] for row in rows], ("level", "requirement"), "levels"))
+    else:
+        parts.append(_table(rows, ("level", "requirement", "users", "largest window usage"), "levels"))
     if data.unmatched_users:
         parts.append(f'<p class="note">{data.unmatched_users} user(s) are in no level: their own declarations, '
                      "which the ledger checked against their own requirement (usage files).</p>")

@@ -235,7 +235,8 @@ def test_the_watch_loop_redraws_the_page_as_slots_are_released(tmp_path):
     report_html.write_after_job(str(out), refresher.config)  # what streaming.run_watch does after the loop
     page = _page(str(out))
     assert _records_on_page(page) == counts["releases"] == 4
-    assert "the watch loop writes no per-user usage" in page and "<td>all users</td>" in page
+    assert "the watch loop writes no per-user usage" in page
+    assert "<td>all users</td><td>w = 3, E = 1</td></tr></table>" in page  # no users, no usage: none on disk
 
 
 def test_the_streaming_demo_writes_the_page(tmp_path):

@@ -41,6 +41,9 @@ from transforms.sinks import read_records
 
 EVALUATION_DIR = "evaluation"  # never read here: computed from the true histograms
 BUSIEST_BINS = 6
+LEDGER_READ_LIMIT = 256 * 2**20
+"""Ledger files larger than this together are not read (about 1.4 million charges as JSON lines): the page then
+shows each level's largest usage from usage-*, and says why."""
 USAGE_TOLERANCE = 1e-9
 """How close a recomputed largest window usage must be to the ledger's (both are ratios of the same integers)."""
 
@@ -148,6 +151,7 @@ class ReportData:
     release_files: int
     grid: GridBins | None
     bin_labels: tuple
+    ledger_not_read: int = 0  # bytes of ledger files above LEDGER_READ_LIMIT, left unread
 
 
 def _output_files(output: str, prefix: str) -> list[str]:
@@ -209,20 +213,24 @@ def _requirement_text(requirement) -> str:
            f"w_F = {requirement.forward_window}, E_F = {requirement.forward_epsilon:g}"
 
 
+DEFAULT_LEVEL = "all users"
+"""The name a requirement given to every user who declares none (``--requirement``) is shown under."""
+
+
 def public_levels(policy: RequirementPolicy) -> dict:
-    """Level name -> requirement: the named levels, or ``all users`` for one requirement given to everyone."""
-    if policy.levels:
-        return dict(policy.levels)
-    return {"all users": policy.default} if policy.default is not None else {}
+    """Level name -> requirement: the named levels, and the default requirement under ``DEFAULT_LEVEL``."""
+    levels = dict(policy.levels)
+    if policy.default is not None:
+        levels[DEFAULT_LEVEL] = policy.default
+    return levels
 
 
 def _level_of(policy: RequirementPolicy, user: str) -> str | None:
+    """The level the operator's public rule gives a user who declares nothing (None: no rule)."""
     if policy.level_shares:
         assigned = policy.assigned(user)
         return None if assigned is None else assigned[1]
-    if policy.default is not None:
-        return "all users"
-    return next(iter(policy.levels)) if len(policy.levels) == 1 else None
+    return DEFAULT_LEVEL if policy.default is not None else None
 
 
 def _window_usage(slots: np.ndarray, charges: np.ndarray, requirement, grid: np.ndarray) -> np.ndarray:
@@ -236,9 +244,29 @@ def _window_usage(slots: np.ndarray, charges: np.ndarray, requirement, grid: np.
     return (upto - before) / to_units(requirement.epsilon)
 
 
-def level_usage(policy: RequirementPolicy, usage: list[dict], ledger: list[dict], stream: str | None):
+def ledger_charges(paths: list[str]) -> dict:
+    """``(stream, user) -> [(slot, charge units), ...]`` from ledger files, read record by record (the ledger is
+    the largest output: one line per user and slot)."""
+    charged: dict = {}
+
+    def add(entry: dict) -> None:
+        charged.setdefault((entry["stream"], entry["user"]), []).append((int(entry["slot"]), _units(entry["charge"])))
+
+    for path in paths:
+        if path.endswith(".jsonl"):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.endswith("\n") and line.strip():  # an unfinished last line is not read yet
+                        add(json.loads(line))
+        else:
+            for entry in _read_file(path):
+                add(entry)
+    return charged
+
+
+def level_usage(policy: RequirementPolicy, usage: list[dict], charged: dict | None, stream: str | None):
     """``(levels, unmatched users, source)``: each public level's usage (over time for ``stream`` when the
-    ledger's charges are there, its largest over every stream), how many users the public levels do not explain,
+    ledger's ``charged`` are there, its largest over every stream), how many users the public levels do not explain,
     and where the usage came from (``ledger``, ``usage`` or ``none``)."""
     levels = public_levels(policy)
     largest_of: dict = {}  # a streaming job writes a user's usage again at every firing: the largest counts
@@ -250,14 +278,11 @@ def level_usage(policy: RequirementPolicy, usage: list[dict], ledger: list[dict]
         name = _level_of(policy, key[1])
         if name in members:
             members[name].append(key)
-    if not ledger:  # the ledger's largest usage per user, grouped by the public rule (not checkable here)
+    if not charged:  # the ledger's largest usage per user, grouped by the public rule (not checkable here)
         assigned = sum(len(keys) for keys in members.values())
         return (tuple(LevelUsage(name, _requirement_text(levels[name]), len(keys),
                                  max((largest_of[k] for k in keys), default=0.0)) for name, keys in members.items()),
                 len(largest_of) - assigned, "usage" if usage else "none")
-    charged: dict = {}
-    for entry in ledger:
-        charged.setdefault((entry["stream"], entry["user"]), []).append((int(entry["slot"]), _units(entry["charge"])))
     stream_slots = np.array(sorted({slot for (s, _), rows in charged.items() if s == stream for slot, _ in rows}),
                             np.int64)
     results, explained = [], 0
@@ -311,13 +336,16 @@ def load(output: str, config: PublicConfig) -> ReportData:
     release_files = _output_files(output, "releases")
     streams = streams_of([r for path in release_files for r in _read_file(path)])
     usage = read_outputs(output, "usage")
-    ledger = read_outputs(output, "ledger")
+    ledger_paths = _output_files(output, "ledger")
+    ledger_bytes = sum(os.path.getsize(p) for p in ledger_paths)
+    charged = ledger_charges(ledger_paths) if ledger_bytes <= LEDGER_READ_LIMIT else None
     first = streams[0].stream if streams else None
-    levels, unmatched, source = level_usage(config.policy(), usage, ledger, first)
+    levels, unmatched, source = level_usage(config.policy(), usage, charged, first)
     binner = config.binner()
     labels: tuple = ()
     if isinstance(binner, CategoryBins):
         labels = tuple(binner.categories)
     users = len({(u["stream"], u["user"]) for u in usage})
     return ReportData(output, config, report, streams, levels, source, unmatched, users, len(release_files),
-                      binner if isinstance(binner, GridBins) else None, labels)
+                      binner if isinstance(binner, GridBins) else None, labels,
+                      ledger_bytes if charged is None else 0)

@@ -29,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import report_svg
-from pipelines.report_data import BUSIEST_BINS, PublicConfig, ReportData, StreamReleases, load
+from pipelines.report_data import BUSIEST_BINS, LEDGER_READ_LIMIT, PublicConfig, ReportData, StreamReleases, load
 from pipelines.report_svg import format_number, time_label
 
 _LOGGER = logging.getLogger("pipelines.report_html")
@@ -59,24 +59,32 @@ def bin_label(data: ReportData, index: int) -> str:
     return f"bin {index}"
 
 
+def _cell(value) -> str:
+    """A table cell: numbers right-aligned with thousands separators, true/false/null as in JSON."""
+    if isinstance(value, bool) or value is None:
+        return f"<td>{json.dumps(value)}</td>"
+    if isinstance(value, (int, float)):
+        return f'<td class="n">{escape(format_number(value))}</td>'
+    return f"<td>{escape(str(value))}</td>"
+
+
 def _table(rows: list[tuple], header: tuple | None = None, css: str = "") -> str:
     head = "<tr>" + "".join(f"<th>{escape(str(h))}</th>" for h in header) + "</tr>" if header else ""
-    body = "".join("<tr>" + "".join(f'<td class="n">{escape(format_number(c))}</td>'
-                                   if isinstance(c, (int, float)) and not isinstance(c, bool)
-                                   else f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
     return f'<table class="{css}">{head}{body}</table>'
 
 
 def summary_section(data: ReportData) -> str:
     report = data.report
     rows: list[tuple] = []
-    for key in ("mechanism", "records_read", "records_used", "duplicates", "late", "dead_letters", "slots", "fresh",
-                "skipped", "nullified", "ledger_violations", "max_window_usage_ratio", "wall_seconds"):
-        if key in report:
-            rows.append((key, report[key]))
-    released = report.get("release_range")
-    if isinstance(released, dict) and "start" in released:
-        rows.append(("release range", f"{time_label(released['start'])} to {time_label(released['end'])} UTC"))
+    for key, value in report.items():  # every job's report.json as it is, in its own order
+        if key == "warnings":
+            continue
+        if key == "release_range" and isinstance(value, dict) and "start" in value:
+            value = f"{time_label(value['start'])} to {time_label(value['end'])} UTC"
+        elif isinstance(value, (dict, list)):
+            value = json.dumps(value, sort_keys=True)
+        rows.append((key, value))
     for stream in data.streams:
         kinds = {kind: stream.kinds.count(kind) for kind in ("fresh", "skipped", "nullified")}
         rows.append((f"stream {stream.stream!r}: release records on disk", stream.slots.size))
@@ -166,6 +174,10 @@ def usage_section(data: ReportData) -> str:
         parts.append(report_svg.usage_chart("Window usage per level", starts, curves))
     elif data.usage_source == "ledger":
         parts.append('<p class="note">No curve: the levels\' windows follow each user\'s own declarations.</p>')
+    elif data.ledger_not_read:
+        parts.append(f'<p class="note">Each level\'s largest window usage from the usage files: the ledger files '
+                     f"({data.ledger_not_read / 2**20:,.0f} MiB) are larger than this page reads "
+                     f"({LEDGER_READ_LIMIT / 2**20:,.0f} MiB).</p>")
     else:
         parts.append('<p class="note">Each level\'s largest window usage from the usage files. The curve over time '
                      "needs every charge: run the replay with --ledger-detail"

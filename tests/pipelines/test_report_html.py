@@ -276,3 +276,17 @@ def test_a_lifetime_budget_is_drawn_as_everything_spent_since_the_start(tmp_path
     assert level.usage == pytest.approx(expected, abs=1e-9)  # every user is charged alike here
     assert np.all(np.diff(level.usage) >= 0) and level.usage[-1] == pytest.approx(level.largest, abs=1e-12)
     assert _page(str(out)).count('class="usage"') == 1
+
+
+def test_a_ledger_too_large_to_read_falls_back_to_each_levels_largest_usage(main_job, monkeypatch):
+    from pipelines import report_data
+
+    monkeypatch.setattr(report_data, "LEDGER_READ_LIMIT", 1000)
+    data = load(main_job, PublicConfig(GRID, LEVELS, RATIOS))
+    assert data.usage_source == "usage" and data.ledger_not_read == os.path.getsize(
+        os.path.join(main_job, "ledger-00000-of-00001.jsonl"))
+    monkeypatch.setattr(report_data, "LEDGER_READ_LIMIT", 2**40)
+    whole = load(main_job, PublicConfig(GRID, LEVELS, RATIOS))
+    assert [(level.name, level.users, level.largest) for level in data.levels] == \
+        [(level.name, level.users, level.largest) for level in whole.levels]  # every user in their hashed level
+    assert "are larger than this page reads" in report_html.render(data)

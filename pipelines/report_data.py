@@ -33,6 +33,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from pipelines.cli import ConfigError, parse_levels, parse_requirement
 from transforms.binning import CategoryBins, GridBins, binner_from_spec
 from transforms.declarations import RequirementPolicy
 from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
@@ -84,8 +85,6 @@ class PublicConfig:
 
     def policy(self) -> RequirementPolicy:
         """The requirement levels, their shares and the default, as the job read them."""
-        from pipelines.cli import ConfigError, parse_levels, parse_requirement
-
         try:
             levels, shares = parse_levels(self.levels or "", self.level_ratios)
             default = parse_requirement(self.requirement) if self.requirement else None

@@ -2,14 +2,15 @@
 
     python -m pipelines.report_html OUTPUT_DIR      # (re)build it from a finished (or running) job's outputs
 
-Every job writes it beside ``report.json`` (the replay and the main job at the
-end, the streaming job and the watch loop also as slots are released, at most
-every ``REFRESH_SECONDS``): the summary, the released values of the busiest
+The replay (so the main job), the streaming job and the watch loop write it
+beside ``report.json``: at the end, and the last two also as slots are
+released, at most every ``REFRESH_SECONDS``: the summary, the released values of the busiest
 bins over time with their predicted error band, a heat map for a grid
 binning, and each requirement level's window usage over time with the bound
 1.0.  It is built from the files the job published (``pipelines.report_data``
 says which) and never from ``OUTPUT/evaluation/`` (the true histograms).  The
-page is inline SVG and CSS: no script, no network, no external font.  It
+page is inline SVG and CSS: no code runs (its one script block is JSON data), nothing is fetched, no
+external font.  It
 carries the public configuration it was built with, so the command above
 rebuilds it without flags.
 """
@@ -28,7 +29,7 @@ from html import escape
 import apache_beam as beam
 import numpy as np
 
-from pipelines import report_svg
+from pipelines import cli, report_svg
 from pipelines.report_data import BUSIEST_BINS, LEDGER_READ_LIMIT, PublicConfig, ReportData, StreamReleases, load
 from pipelines.report_svg import format_number, time_label
 
@@ -162,8 +163,7 @@ def usage_section(data: ReportData) -> str:
     curves = [(level.name, level.usage) for level in data.levels if level.usage.size]
     if data.usage_source == "ledger" and curves and data.streams:
         stream = data.streams[0]
-        slots = data.levels[0].slots if data.levels[0].slots.size else next(l.slots for l in data.levels
-                                                                             if l.slots.size)
+        slots = next(level.slots for level in data.levels if level.usage.size)  # the stream's slots, every level
         seconds = float(np.median(np.diff(stream.starts) / np.maximum(np.diff(stream.slots), 1))) \
             if stream.slots.size > 1 else 0.0
         starts = stream.starts[0] + (slots - stream.slots[0]) * seconds
@@ -181,7 +181,7 @@ def usage_section(data: ReportData) -> str:
     else:
         parts.append('<p class="note">Each level\'s largest window usage from the usage files. The curve over time '
                      "needs every charge: run the replay with --ledger-detail"
-                     + (" (the watch loop writes no per-user usage)" if data.usage_source == "none" else "")
+                     + (" (no usage files here: the watch loop writes no per-user usage)" if data.usage_source == "none" else "")
                      + ".</p>")
     if data.usage_source == "none":  # nothing on disk says what anyone spent: the levels only
         parts.append(_table([row[:2] for row in rows], ("level", "requirement"), "levels"))
@@ -300,8 +300,6 @@ def config_from_page(output: str) -> PublicConfig | None:
 
 
 def main(argv=None) -> int:
-    from pipelines import cli
-
     parser = cli.job_parser("python -m pipelines.report_html", __doc__.split("\n\n")[0])
     parser.add_argument("output", metavar="OUTPUT_DIR", help="a job's output folder")
     parser.add_argument("--binning", help="the job's --binning (default: the one the existing report.html names)")

@@ -9,8 +9,8 @@ data is beside the repository) and a quick evaluation, each with an
 ``--insecure-seed`` (reproducible, not private), and prints the SHA-256 of
 every output file: line order as written, except that sharded outputs are
 compared as sorted lines; ``report.json`` and ``results.csv`` without their
-timing fields; pictures (``.png``, ``report.html``) and ``.md`` documents are not hashed.  ``--compare`` prints the jobs and files that differ and
-exits 1 if any does.
+timing fields.  ``--compare`` prints the jobs and files that differ and
+exits 1 if any does.  Pictures (``.png``, ``report.html``) and ``.md`` documents are not hashed.
 """
 
 from __future__ import annotations

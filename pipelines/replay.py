@@ -412,7 +412,8 @@ def run(argv=None) -> int:
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
-                   "report.html", "released_vs_true.png", *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
+                   "report.html", "released_vs_true.png",
+                   *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
 
 
 def remove_previous_outputs(directory: str) -> None:

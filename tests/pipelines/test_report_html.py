@@ -156,23 +156,19 @@ def test_without_the_ledger_detail_each_level_shows_its_largest_usage(plain_job)
     assert sum(level.users for level in data.levels) == data.users == 150
 
 
-def test_the_refresher_builds_at_most_every_interval_and_never_loses_a_release(plain_job):
+def test_the_refresher_builds_at_most_every_interval_and_never_loses_a_release(plain_job, monkeypatch):
     now = [0.0]
     built = []
+    monkeypatch.setattr(report_html, "write_after_job", lambda output, config: built.append(now[0]))
     refresher = report_html.Refresher(plain_job, PublicConfig(GRID), min_seconds=10, clock=lambda: now[0])
-    refresher_build = report_html.write_after_job
-    try:
-        report_html.write_after_job = lambda output, config: built.append(now[0])  # type: ignore[assignment]
-        assert refresher.refresh(True) and built == [0.0]
-        now[0] = 5.0
-        assert not refresher.refresh(True)       # too soon: pending
-        now[0] = 11.0
-        assert refresher.refresh(False)          # a round without releases draws the pending one
-        now[0] = 30.0
-        assert not refresher.refresh(False)      # nothing new
-        assert built == [0.0, 11.0]
-    finally:
-        report_html.write_after_job = refresher_build  # type: ignore[assignment]
+    assert refresher.refresh(True) and built == [0.0]
+    now[0] = 5.0
+    assert not refresher.refresh(True)       # too soon: pending
+    now[0] = 11.0
+    assert refresher.refresh(False)          # a round without releases draws the pending one
+    now[0] = 30.0
+    assert not refresher.refresh(False)      # nothing new
+    assert built == [0.0, 11.0]
 
 
 def _chromium() -> str | None:

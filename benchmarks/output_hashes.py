@@ -13,7 +13,7 @@ private), and prints the SHA-256 of
 every output file: line order as written, except that sharded outputs are
 compared as sorted lines; ``report.json`` and ``results.csv`` without their
 timing fields.  ``--compare`` prints the jobs and files that differ and
-exits 1 if any does.
+exits 1 if any does.  Pictures (``.png``, ``report.html``) and ``.md`` documents are not hashed.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _file_hash(path: str) -> str:
 
 def _hashes(directory: str) -> dict[str, str]:
     paths = sorted(p for p in glob.glob(os.path.join(directory, "**", "*"), recursive=True)
-                   if os.path.isfile(p) and not p.endswith((".png", ".md")))
+                   if os.path.isfile(p) and not p.endswith((".png", ".md", ".html")))
     return {os.path.relpath(p, directory): _file_hash(p) for p in paths}
 
 

@@ -285,8 +285,9 @@ class LiveRelease:
 
 def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStreamHistogram,
           poll_seconds: float, max_slots: int | None, clock=time.time, sleep=time.sleep,
-          checkpoint: str | None = None, settle_seconds: float = 0.0) -> dict:
-    """Run until ``max_slots`` slots of wall-clock time have passed (or Ctrl-C); returns the counts.
+          checkpoint: str | None = None, settle_seconds: float = 0.0, on_round=None) -> dict:
+    """Run until ``max_slots`` slots of wall-clock time have passed (or Ctrl-C); returns the counts.  After every
+    round ``on_round(released_something)`` is called when given.
 
     Without a checkpoint, stopping closes every open slot (there is no later run to finish them); with one,
     open slots stay open in the checkpoint and the next run continues them; files still settling are read
@@ -298,7 +299,9 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
     try:
         while max_slots is None or clock() - started < max_slots * transform.clock.slot_seconds:
             live.poll()
-            live.release_due(clock())
+            released = live.release_due(clock())
+            if on_round is not None:  # e.g. report_html.Refresher.refresh: the page as slots are released
+                on_round(released > 0)
             sleep(poll_seconds)
         live.poll(settled=not checkpoint)
         live.release_due(clock() if checkpoint else float("inf"))

@@ -65,7 +65,7 @@ def main(argv=None) -> int:
                 utility = json.load(f)
             print(f"utility (NOT private, in {OUTPUT}/evaluation/): AMRE {utility.get('amre', float('nan')):.1f} "
                   f"(a mean squared error), AJSD {utility.get('ajsd', float('nan')):.4f}")
-        print(f"outputs in {OUTPUT}/: releases-*, usage-*, dead_letters-*, violations-*, report.json")
+        print(f"outputs in {OUTPUT}/: releases-*, usage-*, dead_letters-*, violations-*, report.json, report.html")
     return code
 
 

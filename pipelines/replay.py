@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 
-from pipelines import cli, logs
+from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
 from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
 from transforms.accounting import account
@@ -407,11 +407,13 @@ def run(argv=None) -> int:
         result = pipeline.run()
         result.wait_until_finish()
     report = write_report(config, result, progress.seconds)
+    report_html.write_after_job(config.output, report_html.public_config(cli.strict_parse(parser(), argv)[0]))
     return cli.finish_replay(config, report)
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
-                   "released_vs_true.png", *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
+                   "report.html", "released_vs_true.png",
+                   *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
 
 
 def remove_previous_outputs(directory: str) -> None:

@@ -57,7 +57,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
-from pipelines import cli, logs
+from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
 from pipelines.collector import read_users
 
@@ -437,8 +437,9 @@ def build(pipeline, args) -> None:
     releases = outputs["releases"]
     if args.sma is not None and not args.per_user_clients:  # the per-user stage smooths its own releases
         releases = releases | "SMA" >> SmoothReleases(args.sma, args.sma_mode, bounded=False)
-    releases | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
+    written = releases | "ReleaseProgress" >> beam.Map(logs.count_release) | "WriteReleases" >> WriteSlotFiles(
         out("releases"))
+    written | "RefreshReportHtml" >> beam.ParDo(report_html.RefreshFn(args.output, report_html.public_config(args)))
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
@@ -470,7 +471,9 @@ def run_watch(args) -> int:
     _LOGGER.info("watching %s, releasing into %s/releases-live.jsonl (Ctrl-C stops)", args.watch, args.output)
     with logs.Progress("watch") as progress:
         counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
-                       checkpoint=args.checkpoint, settle_seconds=args.settle_seconds)
+                       checkpoint=args.checkpoint, settle_seconds=args.settle_seconds,
+                       on_round=report_html.Refresher(args.output, report_html.public_config(args)).refresh)
+    report_html.write_after_job(args.output, report_html.public_config(args))
     return cli.finish_watch(args, counts, progress.seconds)
 
 
@@ -509,7 +512,9 @@ def run(argv=None) -> int:
         except KeyboardInterrupt:
             _LOGGER.info("stopped by signal after %.1f s", progress.seconds)
             return 0
-    return cli.finish_stream(args, result, progress.seconds)
+    code = cli.finish_stream(args, result, progress.seconds)
+    report_html.write_after_job(args.output, report_html.public_config(args))
+    return code
 
 
 if __name__ == "__main__":

@@ -103,6 +103,14 @@ def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[
     return args, rest
 
 
+def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """A job without Beam options: its own flags only; anything else is a ``ConfigError`` with a suggestion."""
+    args, rest = parser.parse_known_args(list(argv))
+    if rest:
+        raise ConfigError(unknown_flag_message(parser, rest[0]))
+    return args
+
+
 def unknown_flag_message(parser: argparse.ArgumentParser, token: str) -> str:
     """``unknown flag --epsilonn (did you mean --epsilon?)`` with suggestions among the job's flags only."""
     flag = token.split("=", 1)[0]

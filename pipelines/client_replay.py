@@ -49,7 +49,7 @@ from transforms.numeric_report_release import (
 
 
 def parser():
-    p = cli.job_parser("python -m pipelines.client_replay", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent client-replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", required=True, help="report files (JSONL; glob, repeatable)")
     p.add_argument("--users", required=True, help="the registered devices: ID per line, or ID<TAB>fixed:W,E")
     p.add_argument("--requirement", help="fixed:W,E for every device whose line names none")

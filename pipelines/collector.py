@@ -43,7 +43,7 @@ from transforms.mechanisms.requirements import FixedRequirement
 
 
 def parser():
-    p = cli.job_parser("python -m pipelines.collector", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent collect", __doc__.split("\n\n")[0])
     p.add_argument("--mechanism", required=True, help="a local-DP method: lbu, lsp, lbd, lba, lpu, lpd, lpa, plbu")
     p.add_argument("--epsilon", type=float, help="homogeneous methods: epsilon")
     p.add_argument("--window", type=int, help="homogeneous methods: window w")

@@ -37,7 +37,7 @@ from pipelines.collector import read_users
 
 
 def parser():
-    p = cli.job_parser("python -m pipelines.devices", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent devices", __doc__.split("\n\n")[0])
     p.add_argument("--users", required=True, help="ID per line, or ID<TAB>fixed:W,E")
     p.add_argument("--requirement", help="fixed:W,E for every user whose line names none")
     p.add_argument("--requests", required=True)

@@ -1,5 +1,12 @@
 """What a job says about its run: ``report.json`` and, only on request, the NOT private evaluation.
 
+Every job writes one ``report.json`` in one schema (``schemas/job_report.avsc``, checked by
+:func:`write_job_report`), and its counts are read back from the job's own outputs
+(:func:`output_counts`: release records by kind, dead letters, late ones among them, usage,
+violations, and the ``accounting-*.jsonl`` lines a Beam job writes with :class:`WriteAccounting`),
+never only from runner metrics, which some runners do not deliver: the summary line and the
+report agree with the files on disk on every runner.
+
 ``report.json`` holds only what the operator needs to run the job: counts of
 records by fate (used, duplicates, late, dead letters), slots by kind, the
 ledger's verdict, the configuration's release range and warnings.  Nothing in
@@ -16,8 +23,11 @@ temporary file.
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 from collections import Counter
+from collections.abc import Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -101,3 +111,160 @@ def run_warnings(release_range, pairs) -> list[str]:
                         f"mechanism with its own budget, so a user in k streams can lose up to k times their E in a "
                         f"window (docs/attack_model.md, 'Several streams')")
     return warnings
+
+
+# ---------------------------------------------------------------------------------------------- report.json
+REPORT_SCHEMA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas",
+                                  "job_report.avsc")
+JOBS = ("replay", "stream", "watch", "collect", "devices", "client-replay")
+ACCOUNTING_PREFIX = "accounting"
+"""``OUTPUT/accounting-*.jsonl``: ``{"counter": NAME, "n": N}`` lines, the records read, used and duplicated."""
+RELEASE_KINDS = ("fresh", "skipped", "nullified")
+LATE_PREFIX = "late"
+"""A dead letter whose reason starts with this is counted as late (``transforms.user_state``, the engines)."""
+
+
+def report_schema() -> dict:
+    """The parsed Avro schema of ``report.json`` (``schemas/job_report.avsc``)."""
+    import fastavro
+
+    with open(REPORT_SCHEMA_FILE, encoding="utf-8") as f:
+        return fastavro.parse_schema(json.load(f))
+
+
+def check_report(report: dict) -> None:
+    """Raise ValueError unless ``report`` follows ``schemas/job_report.avsc`` exactly (no key missing, none extra)."""
+    from fastavro.validation import ValidationError, validate
+
+    if report.get("job") not in JOBS:
+        raise ValueError(f"report.json: job {report.get('job')!r} is not one of {', '.join(JOBS)}")
+    try:
+        validate(report, report_schema(), strict=True)
+    except ValidationError as error:
+        raise ValueError(f"report.json does not follow schemas/job_report.avsc: {error}") from None
+
+
+def _records(pattern: str, file_format: str) -> list[dict]:
+    from transforms.sinks import read_records
+
+    return read_records(pattern, file_format) if glob.glob(pattern) else []
+
+
+def _lines(pattern: str) -> list[dict]:
+    records = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path, encoding="utf-8") as f:
+            records += [json.loads(line) for line in f if line.strip()]
+    return records
+
+
+def output_counts(output: str, file_format: str = "jsonl", usage_violations: bool = True) -> dict:
+    """What the files in ``output`` hold: release records by kind, dead letters (late ones apart), the users
+    and the ledger's verdict of the usage files, the violation records, and the accounting lines' totals.
+
+    Every job names its files ``releases*``, ``dead_letters*``, ``usage*``, ``violations*`` and ``accounting*``
+    (one file or shards, windowed or per slot; ``.part`` files being written are not read).  With
+    ``usage_violations`` the usage records' violation counts are the ledger's verdict when no violation file
+    exists (the streaming job writes none)."""
+    ext = file_format
+    releases = _records(os.path.join(output, f"releases*.{ext}"), file_format)
+    letters = _records(os.path.join(output, f"dead_letters*.{ext}"), file_format)
+    usage = _records(os.path.join(output, f"usage*.{ext}"), file_format)
+    violation_files = glob.glob(os.path.join(output, "violations*.jsonl"))
+    kinds = Counter(str(r.get("kind")) for r in releases)
+    late = sum(1 for letter in letters if str(letter.get("reason", "")).startswith(LATE_PREFIX))
+    accounting: Counter = Counter()
+    for line in _lines(os.path.join(output, f"{ACCOUNTING_PREFIX}*.jsonl")):
+        accounting[line["counter"]] += int(line["n"])
+    if violation_files or not usage_violations:
+        violations = len(_lines(os.path.join(output, "violations*.jsonl")))
+    else:
+        violations = sum(int(u.get("violations", 0)) for u in usage)
+    return {"slots": len(releases), **{kind: kinds.get(kind, 0) for kind in RELEASE_KINDS},
+            "late": late, "dead_letters": len(letters) - late,
+            "users": len({(u.get("stream"), u.get("user")) for u in usage}),
+            "ledger_violations": violations,
+            "max_window_usage_ratio": float(max((u["max_window_usage_ratio"] for u in usage), default=0.0)),
+            "accounting": dict(accounting), "pairs": [(u.get("stream"), u.get("user")) for u in usage]}
+
+
+def job_report(job: str, mechanism: str, counts: dict, records_read: int, records_used: int, duplicates: int,
+               wall_seconds: float, warnings: Iterable[str] = (), unanswered: int = 0, **optional) -> dict:
+    """``report.json`` of one job in the one schema: ``counts`` from :func:`output_counts` (or the job's own
+    outputs counted the same way), the record totals the files cannot show, and the optional keys."""
+    report = {"job": job, "mechanism": mechanism, "records_read": int(records_read),
+              "records_used": int(records_used), "duplicates": int(duplicates), "late": int(counts["late"]),
+              "dead_letters": int(counts["dead_letters"]), "unanswered": int(unanswered)}
+    report["reconciles"] = report["records_read"] == sum(
+        report[k] for k in ("records_used", "duplicates", "late", "dead_letters", "unanswered"))
+    report.update({key: int(counts[key]) for key in ("slots", *RELEASE_KINDS, "users", "ledger_violations")})
+    report["max_window_usage_ratio"] = float(counts["max_window_usage_ratio"])
+    report["range_from_data"] = optional.pop("range_from_data", None)
+    report["release_range"] = optional.pop("release_range", None)
+    report["warnings"] = list(warnings)
+    for key in ("clipped", "evaluation", "requests_sent", "trust", "stopped"):
+        report[key] = optional.pop(key, None)
+    if optional:
+        raise ValueError(f"report.json has no key {', '.join(sorted(optional))} (schemas/job_report.avsc)")
+    report["wall_seconds"] = float(wall_seconds)
+    return report
+
+
+def write_job_report(output: str, report: dict) -> dict:
+    """Check ``report`` against the schema and write it as ``OUTPUT/report.json``; returns it."""
+    check_report(report)
+    path = os.path.join(output, "report.json")
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    os.replace(path + ".part", path)
+    return report
+
+
+def summary_line(report: dict, output: str) -> str:
+    """The one line a job ends with, from its report: where every record went, the slots, the output path."""
+    unanswered = f" + {report['unanswered']:,} unanswered" if report.get("unanswered") else ""
+    stopped = f" (stopped early: {report['stopped']})" if report.get("stopped") else ""
+    return (f"{report['job']} done in {report.get('wall_seconds', 0):.1f} s{stopped}: {report['records_read']:,} "
+            f"records read = {report['records_used']:,} used + {report['duplicates']:,} duplicates + "
+            f"{report['late']:,} late + {report['dead_letters']:,} dead letters{unanswered}; {report['slots']:,} "
+            f"slots released ({report['fresh']:,} fresh) for {report['users']:,} users; "
+            f"{report['ledger_violations']} ledger violations; outputs in {output}")
+
+
+def _read_pair(raw) -> tuple[str, int]:
+    from transforms.lines import LineBatch
+
+    return ("records_read", len(raw) if type(raw) is LineBatch else 1)
+
+
+class CountRead(beam.PTransform):
+    """Raw records (or ``LineBatch`` es, as ``ParseEvents`` reads them) -> ``("records_read", n)`` pairs."""
+
+    def expand(self, raw):
+        return raw | "ReadPairs" >> beam.Map(_read_pair)
+
+
+def _accounting_line(pair: tuple[str, int]) -> str:
+    return json.dumps({"counter": pair[0], "n": int(pair[1])}, sort_keys=True)
+
+
+class WriteAccounting(beam.PTransform):
+    """``(counter, n)`` pairs (records read, used, duplicates, late, dead letters) -> ``PREFIX-*.jsonl`` lines
+    with their totals: one file for a bounded input, one per window of ``every`` seconds for an unbounded one.
+    ``report.json`` reads them back (:func:`output_counts`)."""
+
+    def __init__(self, prefix: str, every: float | None = None):
+        super().__init__()
+        self.prefix, self.every = prefix, every
+
+    def expand(self, pairs):
+        if pairs.is_bounded:
+            return (pairs | "Totals" >> beam.CombinePerKey(sum) | "Lines" >> beam.Map(_accounting_line)
+                    | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl", num_shards=1))
+        from apache_beam.transforms.window import FixedWindows
+
+        every = int(self.every or 60)
+        return (pairs | "Windows" >> beam.WindowInto(FixedWindows(every)) | "Totals" >> beam.CombinePerKey(sum)
+                | "Lines" >> beam.Map(_accounting_line)
+                | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl", num_shards=1,
+                                                 triggering_frequency=every))

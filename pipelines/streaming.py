@@ -84,7 +84,7 @@ _LOGGER = logging.getLogger("pipelines.streaming")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli.job_parser("python -m pipelines.streaming", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent stream", __doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--watch", help="directory to watch for new .jsonl files")
     source.add_argument("--demo", action="store_true", help="replay a generated taxi stream slot by slot")

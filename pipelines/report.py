@@ -268,3 +268,47 @@ class WriteAccounting(beam.PTransform):
                 | "Lines" >> beam.Map(_accounting_line)
                 | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl", num_shards=1,
                                                  triggering_frequency=every))
+
+
+def _range_keys(release_range) -> dict:
+    from transforms.release_range import range_report
+
+    return range_report(release_range)
+
+
+def stream_report(args, result, seconds: float) -> dict:
+    """``report.json`` of a Beam streaming job (the demo, or a drained job) from its output files: slot files,
+    windowed dead-letter, usage and accounting files (its usage records carry the ledger's verdict)."""
+    from transforms.release_range import ReleaseRange, parse_range
+    from transforms.slotting import SlotClock
+
+    counts = output_counts(args.output)
+    accounting = counts["accounting"]
+    bounds = parse_range(args.start, args.end)
+    release_range = None if bounds is None else ReleaseRange.of(
+        SlotClock(args.slot_seconds, 0.0, args.allowed_lateness), *bounds)
+    optional = {"trust": "local_client"} if getattr(args, "clients", False) else {}
+    if not accounting:  # client-device graphs write no accounting lines: their reads come from the runner only
+        from transforms.accounting import account
+
+        metrics = account(result)
+        accounting = {"records_read": metrics.records_read, "records_used": metrics.records_used,
+                      "duplicates": metrics.duplicates}
+    report = job_report("stream", args.mechanism.lower(), counts, accounting.get("records_read", 0),
+                        accounting.get("records_used", 0), accounting.get("duplicates", 0), seconds,
+                        run_warnings(release_range, counts["pairs"]), **_range_keys(release_range), **optional)
+    return write_job_report(args.output, report)
+
+
+def watch_report(args, loop_counts: dict, seconds: float, release_range=None) -> dict:
+    """``report.json`` of the watch loop: releases, dead letters, late ones and violations from its ``*-live.jsonl``
+    files; the records read, used and duplicated, the users and the worst window from the loop's own counts
+    (it writes no usage file; the counts are its checkpointed state)."""
+    counts = output_counts(args.output, usage_violations=False)
+    counts["users"] = loop_counts.get("users", 0)
+    counts["max_window_usage_ratio"] = loop_counts.get("max_window_usage_ratio", 0.0)
+    report = job_report("watch", args.mechanism.lower(), counts, loop_counts.get("records_read", 0),
+                        loop_counts.get("records_used", 0), loop_counts.get("duplicates", 0), seconds,
+                        run_warnings(release_range, loop_counts.get("pairs", ())), **_range_keys(release_range),
+                        stopped=loop_counts.get("stopped"))
+    return write_job_report(args.output, report)

@@ -61,6 +61,7 @@ from pipelines import cli, logs
 from pipelines.cli import ConfigError
 from pipelines.collector import read_users
 
+from pipelines.report import ACCOUNTING_PREFIX, CountRead, WriteAccounting
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.client_rounds import ClientRounds, ClientRoundsConfig
@@ -431,6 +432,7 @@ def build(pipeline, args) -> None:
         lines = runner_source(pipeline, args)
     lines = lines | "Progress" >> beam.Map(logs.count_read)
     parsed = lines | "Parse" >> ParseEvents(parse)
+    read_counts = lines | "CountRead" >> CountRead()  # report.json's records read, from the job's own outputs
     outputs = parsed.events | "Private" >> transform
     every = args.slot_seconds
     out = lambda name: os.path.join(args.output, name)  # noqa: E731
@@ -442,6 +444,8 @@ def build(pipeline, args) -> None:
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
+    ((outputs["accounting"], read_counts) | "AllCounts" >> beam.Flatten()
+     | "WriteAccounting" >> WriteAccounting(out(ACCOUNTING_PREFIX), every))
     if args.checkpoint_dir and "checkpoints" in outputs:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir))
 
@@ -471,7 +475,7 @@ def run_watch(args) -> int:
     with logs.Progress("watch") as progress:
         counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
                        checkpoint=args.checkpoint, settle_seconds=args.settle_seconds)
-    return cli.finish_watch(args, counts, progress.seconds)
+    return cli.finish_watch(args, counts, progress.seconds, transform.config.release_range)
 
 
 def run(argv=None) -> int:

@@ -426,7 +426,7 @@ def dead_letter_reasons(pattern: str, file_format: str = "jsonl") -> collections
 
 def summary(job: str, report: dict, output: str) -> str:
     """The one line a job ends with (``pipelines.report.summary_line``)."""
-    from pipelines.report import summary_line
+    from pipelines.job_report import summary_line
 
     return summary_line({"job": job, **report}, output)
 
@@ -466,7 +466,7 @@ def finish_replay(config, report: dict) -> int:
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
     """A Beam streaming job that ended (the demo, or a drained job): report.json from its output files, the
     summary line, the checks."""
-    from pipelines.report import stream_report
+    from pipelines.job_report import stream_report
 
     report = stream_report(args, result, seconds)
     return finish("stream", report, args.output, args.max_rejected_fraction,
@@ -476,9 +476,9 @@ def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
 def finish_watch(args: argparse.Namespace, counts: dict, seconds: float, release_range=None) -> int:
     """The watch loop's end (also when a signal stopped it: call it from the stop path with the loop's counts so
     far): report.json from its output files and the loop's own counts, the summary line, the checks."""
-    from pipelines.report import watch_report
+    from pipelines.job_report import watch_report
 
-    report = watch_report(args, counts, seconds, release_range)
+    report = watch_report(args.output, args.mechanism, counts, seconds, release_range)
     return finish("watch", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-live.jsonl"))
 

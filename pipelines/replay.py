@@ -35,8 +35,10 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import cli, logs
 from pipelines.cli import ConfigError
-from pipelines.report import (ACCOUNTING_PREFIX, EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
-                              evaluation_dir, job_report, output_counts, run_warnings, write_evaluation, write_job_report)
+from pipelines.job_report import job_report, output_counts, run_warnings, write_job_report
+from pipelines.job_report import ACCOUNTING_PREFIX
+from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
+                              evaluation_dir, write_evaluation)
 from transforms.binning import binner_from_spec
 from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy

@@ -61,7 +61,8 @@ from pipelines import cli, logs
 from pipelines.cli import ConfigError
 from pipelines.collector import read_users
 
-from pipelines.report import ACCOUNTING_PREFIX, CountRead, WriteAccounting
+from pipelines.job_report import ACCOUNTING_PREFIX
+from pipelines.report import CountRead, WriteAccounting
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.client_rounds import ClientRounds, ClientRoundsConfig

@@ -37,7 +37,7 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and report["reconciles"]
     assert report["requests_sent"] == fleet["answered"] > 0  # no device refused a request
-    assert report["reports_read"] == fleet["answered"] and report["dead_letters"] == 0
+    assert report["records_read"] == fleet["answered"] and report["dead_letters"] == 0
     releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
     assert [r["slot"] for r in releases] == list(range(1, 7))
     assert {r["trust"] for r in releases} == {"local_client"} and any(r["kind"] == "fresh" for r in releases)
@@ -57,7 +57,7 @@ def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):
                           "--round-seconds", "0.2", "--insecure-seed", "1"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     dead = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
-    assert code == 0 and report["dead_letters"] == 2 and report["reconciles"] and report["reports_used"] == 0
+    assert code == 0 and report["dead_letters"] == 2 and report["reconciles"] and report["records_used"] == 0
     assert "epsilon" in dead[0]["reason"] and "unknown user" in dead[1]["reason"]
 
 

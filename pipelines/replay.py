@@ -263,7 +263,8 @@ def parser() -> argparse.ArgumentParser:
                    "paper) or trailing (the reference code)")
     p.add_argument("--slot-seconds", type=float, default=600.0)
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
-    p.add_argument("--allowed-lateness", type=float, default=0.0)
+    p.add_argument("--allowed-lateness", type=float, default=0.0, help="seconds an event may come after its slot "
+                   "ends and still count (later: a late dead letter)")
     p.add_argument("--carry-forward", action="store_true", help="a user's last bin stays in force until a new event")
     p.add_argument("--mechanism", default="pbd", help=", ".join(MECHANISMS))
     p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
@@ -278,8 +279,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
     p.add_argument("--level-ratios", help="assign levels by ratio: high=0.5,low=0.5")
     p.add_argument("--format", choices=FORMATS, default="jsonl", help="output file format")
-    p.add_argument("--output", required=True)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--output", required=True, help="directory of the releases, usage, dead letters, violations and "
+                   "report.json")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier replay's outputs in --output")
     p.add_argument("--ledger-detail", action="store_true", help="also write every per-user charge")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (tests/replays only)")
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "

@@ -119,15 +119,18 @@ def parser() -> argparse.ArgumentParser:
                    "not been modified for this long; producers should write NAME.jsonl.part, then rename it")
     p.add_argument("--max-slots", type=int, help="stop after this many slots")
     p.add_argument("--mechanism", default="pbd")
-    p.add_argument("--epsilon", type=float)
-    p.add_argument("--window", type=int)
-    p.add_argument("--max-window", type=int, default=1000)
+    p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
+    p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
+    p.add_argument("--max-window", type=int, default=1000, help="operator bound: longest declarable window")
     cli.add_mechanism_parameter_option(p)
-    p.add_argument("--carry-forward", action="store_true")
+    p.add_argument("--carry-forward", action="store_true", help="a user's last bin stays in force until a new event")
     p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E, "
                    "dynamic:WB,EB,WF,EF or lifetime:E")
-    p.add_argument("--levels")
-    p.add_argument("--output", required=True)
+    p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
+    p.add_argument("--level-ratios", help="assign the --levels to users by ratio: high=0.5,low=0.5")
+    p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
+    p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
+    p.add_argument("--output", required=True, help="directory of the releases, dead letters, usage and report.json")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
     p.add_argument("--checkpoint", help="--watch: checkpoint file, resumed from when it exists, written every round")
     p.add_argument("--resume-from", help="Beam job: continue the release state of a checkpoint file or directory "
@@ -155,12 +158,23 @@ def check_checkpoint_flags(args) -> None:
         raise ConfigError(f"--checkpoint {args.checkpoint!r} is a directory; give a file path")
 
 
+def requirement_policy(args) -> RequirementPolicy:
+    """Whose requirements apply, from the flags every job shares: ``--requirement``, ``--levels`` with
+    ``--level-ratios``, and the operator's bounds ``--min-epsilon``/``--max-epsilon``/``--max-window``."""
+    levels, shares = cli.parse_levels(args.levels or "", args.level_ratios)
+    cli.check_requirement_source(args)
+    default = cli.parse_requirement(args.requirement) if args.requirement else None
+    try:
+        return RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window,
+                                 level_shares=tuple(shares))
+    except ValueError as error:
+        raise ConfigError(cli.flag_names(str(error))) from None
+
+
 def private_transform(args, bins: int, numeric: NumericDomain | None = None) -> PrivateStreamHistogram:
     name, params = cli.mechanism_params(args, bins, **(numeric.mechanism_params() if numeric is not None else {}))
     del params["bins"]  # the transform takes them apart
-    levels, _ = cli.parse_levels(args.levels or "", None)
-    cli.check_requirement_source(args)
-    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    policy = requirement_policy(args)
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:
@@ -182,9 +196,7 @@ def per_user_clients(args, numeric: NumericDomain) -> PrivateNumericClients:
     """``--per-user-clients``: each user's client in the per-user stage's cells (transforms.numeric_clients)."""
     name, params = cli.mechanism_params(args, 1, **numeric.mechanism_params())
     params = {k: v for k, v in params.items() if k not in ("bins", *numeric.mechanism_params())}
-    levels, _ = cli.parse_levels(args.levels or "", None)
-    cli.check_requirement_source(args)
-    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    policy = requirement_policy(args)
     check_checkpoint_flags(args)
     try:
         transform = PrivateNumericClients(name, args.slot_seconds, numeric, mechanism_params=params,

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from pipelines import replay
+from pipelines import cli, replay
 
 OUTPUT = os.path.join("output", "local")
 DATA = os.path.join("output", "default_stream.jsonl")
@@ -48,6 +48,10 @@ def main(argv=None) -> int:
               f"{' '.join(DEFAULTS)} (the stream is generated into {DATA} on the first run). Any flag of wevent "
               "replay (below) overrides them.\n")
         return replay.run(["--help"])
+    try:  # a bad flag is one line before the stream is generated
+        cli.strict_parse(replay.parser(), DEFAULTS + list(argv))
+    except cli.ConfigError as error:
+        return cli.fail(str(error))
     output = next((argv[i + 1] for i in range(len(argv) - 2, -1, -1) if argv[i] == "--output"), None) or next(
         (flag.partition("=")[2] for flag in reversed(argv) if flag.startswith("--output=")), OUTPUT)
     if not os.path.exists(DATA):

@@ -239,7 +239,7 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
 def parser() -> argparse.ArgumentParser:
     p = cli.job_parser("wevent replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
-    p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl")
+    p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl", help="how --input is read")
     p.add_argument("--poi", help="check-ins: POI coordinates file (poi<TAB>lat<TAB>lon)")
     p.add_argument("--csv-columns", help="CSV column names, comma-separated (default: the file's header row)")
     p.add_argument("--field", action="append", default=[], help="field mapping, e.g. user=taxi_id (repeatable)")
@@ -261,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
                    "simple moving average of K released values of its stream (spec 3.5; post-processing)")
     p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered", help="--sma: centred (the "
                    "paper) or trailing (the reference code)")
-    p.add_argument("--slot-seconds", type=float, default=600.0)
+    p.add_argument("--slot-seconds", type=float, default=600.0, help="slot length in seconds")
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
     p.add_argument("--allowed-lateness", type=float, default=0.0, help="seconds an event may come after its slot "
                    "ends and still count (later: a late dead letter)")
@@ -273,7 +273,8 @@ def parser() -> argparse.ArgumentParser:
     cli.add_mechanism_parameter_option(p)
     p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
     p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
-    p.add_argument("--sensitivity", type=int, default=1)
+    p.add_argument("--sensitivity", type=int, default=1, help="L1 change of a histogram by one user (1: added or "
+                   "removed, 2: replaced)")
     p.add_argument("--requirement", help="one requirement for all: fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")
     p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")

@@ -112,13 +112,14 @@ def parser() -> argparse.ArgumentParser:
                    "simple moving average of K released values of its stream (spec 3.5; post-processing)")
     p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered",
                    help="--sma: centred (the paper; a release waits for (K-1)/2 more) or trailing")
-    p.add_argument("--slot-seconds", type=float, default=600.0)
-    p.add_argument("--allowed-lateness", type=float, default=60.0)
+    p.add_argument("--slot-seconds", type=float, default=600.0, help="slot length in seconds")
+    p.add_argument("--allowed-lateness", type=float, default=60.0, help="seconds an event may come after its slot "
+                   "ends and still count (later: a late dead letter)")
     p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
     p.add_argument("--settle-seconds", type=float, default=5.0, help="--watch: a *.jsonl file is read once it has "
                    "not been modified for this long; producers should write NAME.jsonl.part, then rename it")
     p.add_argument("--max-slots", type=int, help="stop after this many slots")
-    p.add_argument("--mechanism", default="pbd")
+    p.add_argument("--mechanism", default="pbd", help="the release mechanism (wevent replay --help lists them)")
     p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
     p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
     p.add_argument("--max-window", type=int, default=1000, help="operator bound: longest declarable window")
@@ -142,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
-    p.add_argument("--demo-taxis", type=int, default=50)
+    p.add_argument("--demo-taxis", type=int, default=50, help="--demo: taxis in the generated stream")
     p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
                    "from Beam or its workers")
     cli.add_run_flags(p)

@@ -65,6 +65,11 @@ def check_report(report: dict) -> None:
 
     if report.get("job") not in JOBS:
         raise ValueError(f"report.json: job {report.get('job')!r} is not one of {', '.join(JOBS)}")
+    names = [field["name"] for field in report_schema()["fields"]]
+    extra, missing = sorted(set(report) - set(names)), [name for name in names if name not in report]
+    if extra or missing:
+        raise ValueError(f"report.json does not follow schemas/job_report.avsc: keys {extra} not in it, "
+                         f"{missing} missing")
     try:
         validate(report, report_schema(), strict=True)
     except ValidationError as error:

@@ -17,6 +17,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 REPORT_SCHEMA_FILE = "job_report.avsc"
 """In the ``schemas`` package (beside the record schemas, installed with them)."""
@@ -56,7 +57,9 @@ def report_schema() -> dict:
     import fastavro
 
     text = importlib.resources.files("schemas").joinpath(REPORT_SCHEMA_FILE).read_text(encoding="utf-8")
-    return fastavro.parse_schema(json.loads(text))
+    schema = fastavro.parse_schema(json.loads(text))
+    assert isinstance(schema, dict)  # a record schema parses to a dict
+    return schema
 
 
 def check_report(report: dict) -> None:
@@ -126,7 +129,7 @@ def job_report(job: str, mechanism: str, counts: dict, records_read: int, record
                wall_seconds: float, warnings: Iterable[str] = (), unanswered: int = 0, **optional) -> dict:
     """``report.json`` of one job in the one schema: ``counts`` from :func:`output_counts` (or the job's own
     outputs counted the same way), the record totals the files cannot show, and the optional keys."""
-    report = {"job": job, "mechanism": mechanism, "records_read": int(records_read),
+    report: dict[str, Any] = {"job": job, "mechanism": mechanism, "records_read": int(records_read),
               "records_used": int(records_used), "duplicates": int(duplicates), "late": int(counts["late"]),
               "dead_letters": int(counts["dead_letters"]), "unanswered": int(unanswered)}
     report["reconciles"] = report["records_read"] == sum(
@@ -187,7 +190,7 @@ def stream_report(args, result, seconds: float) -> dict:
     bounds = parse_range(args.start, args.end)
     release_range = None if bounds is None else ReleaseRange.of(
         SlotClock(args.slot_seconds, 0.0, args.allowed_lateness), *bounds)
-    optional = {"trust": "local_client"} if getattr(args, "clients", False) else {}
+    optional: dict[str, Any] = {"trust": "local_client"} if getattr(args, "clients", False) else {}
     if not accounting:  # client-device graphs write no accounting lines: their reads come from the runner only
         from transforms.accounting import account
 

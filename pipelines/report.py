@@ -25,7 +25,6 @@ import json
 import apache_beam as beam
 import numpy as np
 
-from pipelines.job_report import ACCOUNTING_PREFIX  # noqa: F401  (the jobs name their accounting files by it)
 from transforms.mechanisms.metrics import utility_report
 
 EVALUATION_DIR = "evaluation"

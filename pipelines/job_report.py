@@ -191,12 +191,13 @@ def stream_report(args, result, seconds: float) -> dict:
     release_range = None if bounds is None else ReleaseRange.of(
         SlotClock(args.slot_seconds, 0.0, args.allowed_lateness), *bounds)
     optional: dict[str, Any] = {"trust": "local_client"} if getattr(args, "clients", False) else {}
-    if not accounting:  # client-device graphs write no accounting lines: their reads come from the runner only
-        from transforms.accounting import account
+    if not accounting:  # the client-device graphs (Pub/Sub) write no accounting lines yet: the runner's counters,
+        from transforms.accounting import account  # every fate from them (their dead letters hold duplicates)
 
         metrics = account(result)
         accounting = {"records_read": metrics.records_read, "records_used": metrics.records_used,
                       "duplicates": metrics.duplicates}
+        counts.update(late=metrics.late, dead_letters=metrics.dead_letters)
     report = job_report("stream", args.mechanism.lower(), counts, accounting.get("records_read", 0),
                         accounting.get("records_used", 0), accounting.get("duplicates", 0), seconds,
                         run_warnings(release_range, counts["pairs"]), **_range_keys(release_range), **optional)

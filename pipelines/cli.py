@@ -103,6 +103,14 @@ def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[
     return args, rest
 
 
+def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """A job without Beam options: its own flags only; anything else is a ``ConfigError`` with a suggestion."""
+    args, rest = parser.parse_known_args(list(argv))
+    if rest:
+        raise ConfigError(unknown_flag_message(parser, rest[0]))
+    return args
+
+
 def unknown_flag_message(parser: argparse.ArgumentParser, token: str) -> str:
     """``unknown flag --epsilonn (did you mean --epsilon?)`` with suggestions among the job's flags only."""
     flag = token.split("=", 1)[0]
@@ -417,12 +425,10 @@ def dead_letter_reasons(pattern: str, file_format: str = "jsonl") -> collections
 
 
 def summary(job: str, report: dict, output: str) -> str:
-    """The one line a job ends with."""
-    users = f" for {report['users']:,} users" if "users" in report else ""
-    return (f"{job} done in {report.get('wall_seconds', 0):.1f} s: {report['records_read']:,} records read = "
-            f"{report['records_used']:,} used + {report['duplicates']:,} duplicates + {report['late']:,} late + "
-            f"{report['dead_letters']:,} dead letters; {report['slots']:,} slots released ({report['fresh']:,} "
-            f"fresh){users}; {report['ledger_violations']} ledger violations; outputs in {output}")
+    """The one line a job ends with (``pipelines.report.summary_line``)."""
+    from pipelines.job_report import summary_line
+
+    return summary_line({"job": job, **report}, output)
 
 
 def finish(job: str, report: dict, output: str, max_rejected_fraction: float, dead_letters: str,
@@ -458,22 +464,21 @@ def finish_replay(config, report: dict) -> int:
 
 
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
-    """A Beam streaming job that ended (the demo, or a drained job): its counters, report.json, the checks."""
-    import json
+    """A Beam streaming job that ended (the demo, or a drained job): report.json from its output files, the
+    summary line, the checks."""
+    from pipelines.job_report import stream_report
 
-    from transforms.accounting import account
-
-    counts = account(result).as_dict()
-    report = {**counts, "slots": counts["slots_fresh"] + counts["slots_skipped"] + counts["slots_nullified"],
-              "fresh": counts["slots_fresh"], "wall_seconds": seconds}
-    with open(os.path.join(args.output, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    report = stream_report(args, result, seconds)
     return finish("stream", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-*.jsonl"))
 
 
-def finish_watch(args: argparse.Namespace, counts: dict, seconds: float) -> int:
-    report = {**counts, "slots": counts["releases"], "fresh": counts.get("fresh", 0), "wall_seconds": seconds}
+def finish_watch(args: argparse.Namespace, counts: dict, seconds: float, release_range=None) -> int:
+    """The watch loop's end (also when a signal stopped it: call it from the stop path with the loop's counts so
+    far): report.json from its output files and the loop's own counts, the summary line, the checks."""
+    from pipelines.job_report import watch_report
+
+    report = watch_report(args.output, args.mechanism, counts, seconds, release_range)
     return finish("watch", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-live.jsonl"))
 

@@ -9,6 +9,7 @@ import pytest
 import schemas
 import wevent_client
 from pipelines import client_replay
+from report_files import assert_matches_files
 
 
 def _record(tmp_path, method: str, users: int, slots: int, window: int, budget: str):
@@ -43,9 +44,9 @@ def test_recorded_reports_are_released_and_bad_ones_dead_lettered(tmp_path, meth
                               "--requirement", "fixed:4,1", "--mechanism", method, "--epsilon", "1", "--window",
                               "4", "--output", str(tmp_path / "out"), "--insecure-seed", "2", "--slot-seconds", "60",
                               "--origin", "1000"] + (["--param", "grouping=public"] if method == "lpu" else []))
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = assert_matches_files(tmp_path / "out", "client-replay")  # the one schema, counts as in the files
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
-    assert report["dead_letters"] == 4 and report["reports_used"] == len(lines) - 4
+    assert report["dead_letters"] == 4 and report["records_used"] == len(lines) - 4
     assert report["slots"] == last and last == (5 if method == "lsp" else 8)  # to the last report
     assert report["max_window_usage_ratio"] <= 1
     dead_letters = [json.loads(line) for path in sorted((tmp_path / "out").glob("dead_letters*"))
@@ -103,7 +104,7 @@ def test_recorded_mean_reports_replay_with_the_devices_hybrid_mechanism(tmp_path
                               str(tmp_path / "out"), "--insecure-seed", "1"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
-    assert report["reports_used"] == len(lines) and report["dead_letters"] == 0
+    assert report["records_used"] == len(lines) and report["dead_letters"] == 0
     releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
     # 400 reporters at eps 4 over [0, 10]: the estimate's sd is 5·sqrt(Var*(4) = 0.53)/20 = 0.18; true mean 4.5,
     # so beyond 1.5 (8 sd) a false failure has probability below 1e-14 per slot.

@@ -64,8 +64,8 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
                 "--slot-seconds", "60", "--origin", "1000")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and report["max_window_usage_ratio"] <= 1
-    assert report["reports_read"] == len(lines) + len(forged) + 1
-    assert (report["reports_used"], report["duplicates"], report["late"], report["dead_letters"]) == \
+    assert report["records_read"] == len(lines) + len(forged) + 1
+    assert (report["records_used"], report["duplicates"], report["late"], report["dead_letters"]) == \
         (len(lines), 1, 0, len(forged)) and report["reconciles"]
     reasons = sorted(d["reason"] for d in _lines(tmp_path, "dead_letters"))
     for expected in ("not the schedule's", "not the square wave's", "report for method", "not sw over 1",
@@ -146,7 +146,7 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and 0 < report["max_window_usage_ratio"] <= 1
     twice = int(method == "ba-sw")  # BA-SW: a second report of a slot is a duplicate before its rule reads it
-    assert (report["reports_used"], report["duplicates"], report["dead_letters"]) == \
+    assert (report["records_used"], report["duplicates"], report["dead_letters"]) == \
         (len(lines), twice, len(forged) - twice) and report["reconciles"]
     reasons = [d["reason"] for d in _lines(tmp_path, "dead_letters")]
     assert sum("not the schedule's" in r for r in reasons) == 1 - twice

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from pipelines import collector
+from report_files import assert_matches_files, lines_of
 
 
 def _users(tmp_path, count=60):
@@ -26,7 +27,8 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     users = _users(tmp_path)
     common = ["--users", str(users), "--requirement", "fixed:4,4", "--requests", str(tmp_path / "req"),
               "--reports", str(tmp_path / "rep")]
-    devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "5"],
+    devices = subprocess.Popen([sys.executable, "-m", "pipelines.devices", *common, "--idle-seconds", "5",
+                                "--output", str(tmp_path / "fleet")],
                                stdout=subprocess.PIPE, text=True)  # every device answers: rounds close early
     try:
         code = collector.run(["--mechanism", method, "--epsilon", "4", "--window", "4", *common,
@@ -34,10 +36,13 @@ def test_devices_and_collector_round_trip(tmp_path, method):
                               "--insecure-seed", "3"])
     finally:
         fleet = json.loads(devices.communicate(timeout=60)[0].strip().splitlines()[-1])
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = assert_matches_files(tmp_path / "out", "collect")  # the one schema, counts as in the files
     assert code == 0 and report["ledger_violations"] == 0 and report["reconciles"]
     assert report["requests_sent"] == fleet["answered"] > 0  # no device refused a request
-    assert report["reports_read"] == fleet["answered"] and report["dead_letters"] == 0
+    answered = assert_matches_files(tmp_path / "fleet", "devices")
+    assert answered["records_used"] == fleet["answered"] == len(lines_of(str(tmp_path / "rep" / "*.jsonl")))
+    assert answered["records_read"] == report["requests_sent"] and answered["users_in_ledger"] == 60
+    assert report["records_read"] == fleet["answered"] and report["dead_letters"] == 0
     releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
     assert [r["slot"] for r in releases] == list(range(1, 7))
     assert {r["trust"] for r in releases} == {"local_client"} and any(r["kind"] == "fresh" for r in releases)
@@ -57,7 +62,7 @@ def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):
                           "--round-seconds", "0.2", "--insecure-seed", "1"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     dead = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
-    assert code == 0 and report["dead_letters"] == 2 and report["reconciles"] and report["reports_used"] == 0
+    assert code == 0 and report["dead_letters"] == 2 and report["reconciles"] and report["records_used"] == 0
     assert "epsilon" in dead[0]["reason"] and "unknown user" in dead[1]["reason"]
 
 

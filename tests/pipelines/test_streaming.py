@@ -89,7 +89,7 @@ def test_a_missing_damaged_or_foreign_checkpoint_stops_the_job_with_one_line(tmp
     common = ["--watch", str(incoming), "--binning", "int:3", "--slot-seconds", "60", "--requirement", "fixed:3,1.0",
               "--insecure-seed", "1", "--max-slots", "0", "--settle-seconds", "0", "--quiet"]
     assert streaming.run([*common, "--output", str(tmp_path / "out"), "--checkpoint", str(path)]) == 0
-    assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["releases"] == 1
+    assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["slots"] == 1
     capsys.readouterr()
     damaged = tmp_path / "damaged.wevent"
     damaged.write_bytes(path.read_bytes()[:-1] + bytes([path.read_bytes()[-1] ^ 1]))

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from transforms.mechanisms.public_schedule import PublicSchedule
+from transforms.mechanisms.public_schedule.dpi import DPISchedule
 from transforms.mechanisms.public_schedule.ldp import LocalSchedule
 
-SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule,)
+SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule, DPISchedule)
 
 SCHEDULES: dict[str, type[PublicSchedule]] = {name: cls for cls in SCHEDULE_CLASSES for name in cls.methods}
 """Method name -> the schedule class that serves it."""

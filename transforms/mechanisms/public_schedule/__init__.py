@@ -253,6 +253,7 @@ def outside(users: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return users[~mark[users]]
 
 
-__all__ = ["ASKED_TWICE", "DrawRecord", "FINDING_BITS", "FINDING_KINDS", "Finding", "LEAST_BITS", "LAW_MISMATCH", "LIFETIME_PREFIX",
+__all__ = ["ASKED_TWICE", "DrawRecord", "FINDING_BITS", "FINDING_KINDS", "Finding", "LEAST_BITS", "LAW_MISMATCH",
+           "LIFETIME_PREFIX",
            "OFF_SCHEDULE", "PublicRecord", "PublicSchedule", "ReportRecord", "SlotFacts", "SlotVerdict",
            "UNASKED_REPORT", "least_of_reports", "outside", "packed_least", "registered_verdict", "unpack_least"]

@@ -32,3 +32,8 @@ def schedule_for(method: str, params: Mapping[str, Any] | Any) -> PublicSchedule
     if not isinstance(params, Mapping):
         params = json.loads(params.to_json())
     return SCHEDULES[method](method, params)
+
+
+def schedule_if_any(method: str, params: Mapping[str, Any] | Any) -> PublicSchedule | None:
+    """:func:`schedule_for`, or None for a method without a public schedule (its ledger checks the evidence)."""
+    return schedule_for(method, params) if method in SCHEDULES else None

@@ -421,7 +421,9 @@ class PrivacyLedger:
         """Least charges and structural checks from the public schedule (never from the mechanism's evidence)."""
         if self.schedule is None:
             self.schedule = schedule_for(record.method, record.params)
-        verdict = registered_verdict(self.schedule, slot, charges, self._declared.matrix_of)
+        declared = self._declared
+        assert declared is not None, "declarations are read (_rows) before the public check"
+        verdict = registered_verdict(self.schedule, slot, charges, declared.matrix_of)
         for finding in verdict.findings:
             self._flag(slot, finding.kind, finding.users, np.full(finding.users.size, finding.expected),
                        np.full(finding.users.size, finding.seen))

@@ -432,6 +432,8 @@ class PrivacyLedger:
             return
         group_of, claimed = charges.group_of, charges.group_units
         if users.size == group_of.size and users[-1] == users.size - 1 and group_of.min(initial=0) >= 0:
+            if claimed.size and claimed.min() >= least.max():  # every group covers the largest least: done
+                return
             paid = claimed[group_of]  # every user index entered (the usual LBU/PLBU slot): one gather
         else:
             rows = np.full(users.size, UNREGISTERED, np.int64)

@@ -208,9 +208,12 @@ def packed_least(verdict: SlotVerdict, registered: np.ndarray) -> np.ndarray:
         raise ValueError("a least charge at or above 2**56 units cannot be packed")
     packed = np.zeros(registered.size, np.int64)
     at, inside = _positions(verdict.users, registered)
-    if not inside.all() and (least[~inside] > 0).any():
+    if inside.all():
+        packed[at] = least
+    elif (least[~inside] > 0).any():
         raise ValueError(f"users {verdict.users[~inside][:5].tolist()} entered a report without being registered")
-    packed[at[inside]] = least[inside]
+    else:
+        packed[at[inside]] = least[inside]
     for finding in verdict.findings:  # a finding about an unregistered user has no row here (the core ledger has)
         at, inside = _positions(finding.users, registered)
         packed[at[inside]] |= FINDING_BITS[finding.kind]
@@ -221,6 +224,11 @@ def _positions(users: np.ndarray, registered: np.ndarray) -> tuple[np.ndarray, n
     """Where each of ``users`` sits in ``registered`` (ascending), and whether it is there."""
     if registered.size == 0:
         return np.zeros(users.size, np.int64), np.zeros(users.size, bool)
+    if registered[0] == 0 and registered[-1] == registered.size - 1:  # distinct and ascending: 0..n-1, no search
+        if not users.size or (users[0] >= 0 and users[-1] < registered.size):  # users ascending: all inside
+            return users, np.ones(users.size, bool)
+        inside = (users >= 0) & (users < registered.size)
+        return np.where(inside, users, 0), inside
     at = np.minimum(np.searchsorted(registered, users), registered.size - 1)
     return at, registered[at] == users
 

@@ -30,7 +30,7 @@ from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.public_schedule import (ASKED_TWICE, LAW_MISMATCH, LIFETIME_PREFIX, OFF_SCHEDULE,
                                                    UNASKED_REPORT, Finding, PublicRecord, ReportRecord, SlotVerdict,
                                                    packed_least, registered_verdict, unpack_least)
-from transforms.mechanisms.public_schedule.laws import ada_law, frequency_pair, pair_units, rounding_pair
+from transforms.mechanisms.public_schedule.laws import ada_law, frequency_pair, hybrid_pair, pair_units, rounding_pair
 from transforms.mechanisms.public_schedule.registry import SCHEDULES, schedule_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -85,12 +85,16 @@ def test_the_rebuilt_laws_are_the_oracles_integers(epsilon_units, d):
     assert ada_law(epsilon_units, d) == oracle_for(epsilon_units, d).kind
 
 
-def test_the_rounding_pair_is_hm_s_stochastic_rounding():
+@pytest.mark.parametrize("grid_bits", [4, 16, 24])
+def test_the_rebuilt_hybrid_law_is_hm_s_integers(grid_bits):
+    """Stochastic rounding's pair, the Piecewise Mechanism's band and HM's larger ratio, rebuilt without the
+    mean or square-wave modules, equal the mechanism's on both sides of eps = 0.61 and up to 20."""
     from transforms.mechanisms.ldp.mean import HybridMechanism
-    for units in (U // 10, 61 * U // 100, U, 4 * U):
-        hm = HybridMechanism(units, 16)
-        assert rounding_pair(units, 16) == hm.sr_pair
-        assert pair_units(*hm.sr_pair) <= hm.realised_units <= units
+    for units in (U // 10, 61 * U // 100, 61 * U // 100 + 1, U, 3 * U + 7, 8 * U, 20 * U):
+        hm = HybridMechanism(units, grid_bits)
+        assert rounding_pair(units, grid_bits) == hm.sr_pair
+        assert hybrid_pair(units, grid_bits) == (hm.keep, hm.other)
+        assert pair_units(*hybrid_pair(units, grid_bits)) == hm.realised_units <= units
 
 
 # ------------------------------------------------------------------------------------------------ independence

@@ -13,7 +13,7 @@ What each method may ask at a slot follows from its public parameters:
 and every method: the law is the forced oracle or the Ada rule's at that budget over the method's ``d``
 (mean methods: stochastic rounding at or below eps = 0.61, HM above, ``d = 1``), and an estimate counts only
 reports of users its request asked.  A report's least charge is the log-ratio of the law the request names,
-rebuilt in :mod:`.laws` (for HM, stochastic rounding's, a lower bound of the mixture's).
+rebuilt in :mod:`.laws` (HM: the larger of stochastic rounding's and the Piecewise Mechanism's band ratio).
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ from transforms.mechanisms.budget import UNITS_PER_EPSILON, to_units
 from transforms.mechanisms.public_schedule import (ASKED_TWICE, LAW_MISMATCH, OFF_SCHEDULE, UNASKED_REPORT, Finding,
                                                    PublicSchedule, ReportRecord, SlotFacts, SlotVerdict,
                                                    least_of_reports, outside)
-from transforms.mechanisms.public_schedule.laws import (FREQUENCY_LAWS, ada_law, frequency_pair, pair_units,
-                                                        rounding_pair)
+from transforms.mechanisms.public_schedule.laws import (FREQUENCY_LAWS, ROUNDING_ONLY_UNITS, ada_law, frequency_pair,
+                                                        hybrid_pair, pair_units)
 
 DISSIMILARITY, PUBLICATION = "dissimilarity", "publication"  # the charge parts' public names
 PARTS = (DISSIMILARITY, PUBLICATION)
-ROUNDING_ONLY_UNITS = 61 * UNITS_PER_EPSILON // 100
-"""HM is stochastic rounding alone at or below eps = 0.61 (spec §5.13)."""
 DEFAULT_GRID_BITS = 16
 
 BUDGET_EXACT = ("lbu", "lsp", "lbd", "lba")
@@ -189,20 +187,14 @@ def _rebuildable(report: ReportRecord, mean: bool) -> bool:
 def _report_units(law: str, units: int, domain: int, grid_bits: int) -> int:
     if law in FREQUENCY_LAWS:
         return pair_units(*frequency_pair(law, units, domain))
-    return pair_units(*rounding_pair(units, grid_bits))
+    return pair_units(*hybrid_pair(units, grid_bits))
 
 
 @functools.lru_cache(maxsize=4096)
 def _law_agrees_cached(law: str, units: int, domain: int, grid_bits: int, keep: int, other: int) -> bool:
     if law in FREQUENCY_LAWS:
         return (keep, other) == frequency_pair(law, units, domain)
-    rounding = rounding_pair(units, grid_bits)
-    if law == "sr":
-        return (keep, other) == rounding
-    # HM: the larger of stochastic rounding's and the piecewise law's ratios, never above e^eps
-    if not 0 < other <= keep or keep * rounding[1] < rounding[0] * other:
-        return False
-    return pair_units(keep, other) <= units
+    return (keep, other) == hybrid_pair(units, grid_bits)  # SR's pair alone at or below 0.61 (law "sr")
 
 
 def _law_agrees(report: ReportRecord, keep: int, other: int, grid_bits: int) -> bool:

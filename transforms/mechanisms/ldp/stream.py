@@ -30,6 +30,7 @@ counts view is the estimate times the registered users, rounded).
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,6 +51,7 @@ from transforms.mechanisms.ldp.oracles import (GRR_VARIANCE_MODES, MAX_LDP_EPSIL
 from transforms.mechanisms.ldp.simulate import aggregate_counts, hypergeometric_counts, perturb_values, report_counts
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.population import UNREGISTERED, SlotData
+from transforms.mechanisms.public_schedule import PublicRecord, ReportRecord
 
 SIMULATIONS = ("users", "aggregate")
 
@@ -180,6 +182,7 @@ class SlotRounds:
         self.mechanism, self.batch, self.groups, self.holders, self.trust = mechanism, batch, groups, holders, trust
         self._rounds = rounds
         self.answered: list[Reports] = []
+        self.asked: list[Reports] = []  # each request as sent, beside what came back (the public record)
         self.release: Release | None = None
         self.request: Reports | None = None
         self._advance(None)
@@ -195,6 +198,7 @@ class SlotRounds:
             if request.users.size == 0 or (request.users[at] != users).any():
                 raise ValueError("only users who were asked can answer")
         estimate = request.oracle.estimate(counts, users.size) if users.size else None
+        self.asked.append(request)
         self.answered.append(request._replace(users=users))
         self._advance(Answer(users, estimate))
 
@@ -317,7 +321,7 @@ class LocalMechanism(Mechanism):
             self.last_estimate = np.asarray(decision.estimate, np.float64)
         reports = tuple(slot.answered)
         self.last_bits = sum(r.users.size * (r.oracle.bits + r.instruction) for r in reports)
-        charges = self._charges(slot.batch, slot.groups, reports)
+        charges = self._charges(slot.batch, slot.groups, reports, self.public_record(slot.asked, reports))
         counts = np.rint(self.last_estimate * slot.holders.registered).astype(np.int64)
         return Release(self.slot, counts, decision.kind, decision.epsilon_units, decision.predicted_error,
                        charges, self.estimates, slot.trust, self.last_estimate.copy())
@@ -339,7 +343,20 @@ class LocalMechanism(Mechanism):
             return Holders(_every_index(value_of.size), value_of, registered, groups.size)
         return Holders(np.flatnonzero(value_of >= 0), value_of, registered, groups.size)
 
-    def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...]) -> GroupCharges:
+    @functools.cached_property
+    def public_params(self) -> dict:
+        """The parameters as plain JSON values: public, what the method's schedule is built from."""
+        return json.loads(self.params.to_json())
+
+    def public_record(self, asked: list[Reports], answered: tuple[Reports, ...]) -> PublicRecord:
+        """What the slot publicly asked: per request its part, law, domain and budget, who was asked and whose
+        reports entered the estimate."""
+        return PublicRecord(self.name, self.public_params, tuple(
+            ReportRecord(r.part, r.oracle.kind, r.oracle.d, r.oracle.epsilon_units, request.users, r.users)
+            for request, r in zip(asked, answered)))
+
+    def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...],
+                 public_record: PublicRecord | None = None) -> GroupCharges:
         """Users grouped by the reports they sent; each group charged the realised epsilon of those reports."""
         group_of = np.where(groups == UNREGISTERED, UNREGISTERED, _CHARGED_NOTHING).astype(np.int64)
         sent: list[frozenset[int]] = []  # per group, the reports its members sent
@@ -365,7 +382,7 @@ class LocalMechanism(Mechanism):
                  for name in (DISSIMILARITY, PUBLICATION)}
         group_of.flags.writeable = False
         return GroupCharges(group_of, parts, self.requirement_kind, Evidence(group_of, statistics), batch,
-                            self.population.default_requirement)
+                            self.population.default_requirement, public_record)
 
     # -- state ----------------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, np.ndarray]:

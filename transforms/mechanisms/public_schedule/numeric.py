@@ -1,224 +1,174 @@
-"""The numeric family's public schedule: what each report must have cost, and how far back it reaches.
+"""The numeric family's public schedule on the ledger's protocol: least charges and memory-aware windows.
 
-Seed 003's methods (``sw-direct``, ``ipp``, ``app``, ``capp``, ``pp-s``, ``app-s``, ``capp-s``, ``sampling``,
-``ba-sw``, ``topl``) are public: from the method, its public parameters (the window budget ``ε``, the window
-``w``, the square wave's grid, the deviation memory ``h``, the reset period ``R``, the segment length ``L``,
-the accounting) anyone can say at what budget each report is made and which earlier values it depends on.
-This module says it without importing a mechanism module (``transforms.mechanisms.numeric``): the randomizers'
-laws are rebuilt by :mod:`.numeric_laws`.
+:class:`NumericSchedule` serves seed 003's methods.  At each slot it reads the release's public record (one
+:class:`~transforms.mechanisms.public_schedule.ReportRecord` per kind of report sent: its part, the law
+``"sw"`` or ``"pm"``, the budget it was made at, who sent it; ``figures["segment"]``: the sampling methods'
+segment length) and, from the rules of :mod:`.numeric_plan`:
 
-**Least charge.**  A report made through the square wave (ToPL: the Piecewise Mechanism) at ``ε_r`` units
-costs ``ln(P/Q)`` of that law.  The schedule's budget per report is
+* flags a report made at a budget the schedule does not name (``off_schedule``) and a law in the evidence other
+  than the schedule's (``law_mismatch``: the integers rebuilt by :mod:`.numeric_laws`, compared, never used);
+* gives each sender the least charge of what they sent (the law's cost at the larger of the schedule's and the
+  recorded budget);
+* checks the **memory-aware window** of every sender (``memory_window``): the least charges of the user's
+  reports over ``w + reach`` slots ending at the report (``w`` the user's declared window, ``reach`` how far the
+  report's deviation memory reaches back, :meth:`~.numeric_plan.NumericPlan.reach`) must fit the declared ``E``.
+  A change within ``w`` slots moves those reports, so that sum, not the plain ``w``-slot one, is what the change
+  costs (APP at ``ε/w`` with memory ``w`` spends ``2ε`` there).  Fixed requirements only (the numeric methods
+  take one ``(w, E)``); a lifetime budget sums everything anyway.
 
-* SW-direct / IPP / APP / CAPP: ``ε/(w + h)`` with ``h`` = 0, 1, or the memory (default ``w``), capped at
-  ``R - 1`` by a reset every ``R`` reports;
-* PP-S / APP-S / CAPP-S / Sampling: ``ε/(n_w + h)`` with ``n_w = ceil((w - 1)/L) + 1`` segments a window can
-  touch and ``h`` = 1 (PP-S), 0 (Sampling) or the memory (default ``ceil(w/L)``); the paper's accounting
-  (an explicit opt-in that is not w-event private) ``ε/ceil(w/L)``;
-* BA-SW: dissimilarities at ``e1 = ε/(2w)``, a publication at ``k·e1`` for the ``k`` shares it absorbed;
-* ToPL: the Piecewise Mechanism at ``ε/w``.
-
-A report's record names the budget each of its parts was made at; the least charge of a part is the larger of
-the law's cost at the schedule's budget and at the recorded one (a report made above its schedule costs what
-it cost; one recorded below it is still charged the schedule's).  Never the mechanism's own charge.
-
-**Memory-aware windows.**  A report depends on its own values and on the values of the ``h`` reports before
-it (deviation memory), never before the last reset: report ``k`` (the user's ``k``-th report, 0-based, since
-the client's state began) depends on reports ``d(k) = max(k - h, R·floor(k/R))`` to ``k``, i.e. on values at
-slots ``fvs(d(k)) .. slot(k)``, where ``fvs(j) = slot(j) - L + 1`` is the first slot whose value report ``j``
-summarises (``L = 1`` for the per-slot methods).  A change of one user's values within ``w`` consecutive slots
-therefore moves every report of that span and the reports of the following ``h``; the most it can move, for
-the spans that reach report ``k`` last, is every report in the slots
-``fvs(d(k)) - w + 1 .. slot(k)``.  So the exact w-event check of report ``k`` is the ordinary window check
-over a window of ``w + reach(k)`` slots ending at ``slot(k)``, with ``reach(k) = slot(k) - fvs(d(k))``
-(:func:`reach`): ``h`` for APP reporting every slot, ``(h + 1)·L - 1`` for the sampling methods.  This is
-what makes APP at ``ε/w`` with memory ``w`` cost ``2ε`` per window, and the paper's PP-S accounting
-``(n_w + h)/n_w`` times the budget.
+Per user index it keeps the last ``K`` reports (slot, first value slot, least units) in rings, ``K`` at least the
+widest declared window plus the memory plus one (a memory-aware window holds at most that many reports), and
+how many reports the user sent: saved with the ledger (:meth:`state_arrays`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from transforms.mechanisms.public_schedule.numeric_laws import law_units
+from transforms.mechanisms.public_schedule import (LAW_MISMATCH, OFF_SCHEDULE, Finding, PublicSchedule, ReportRecord,
+                                                   SlotFacts, SlotVerdict, least_of_reports)
+from transforms.mechanisms.public_schedule.numeric_laws import law_pair
+from transforms.mechanisms.public_schedule.numeric_plan import ABSORPTION, METHODS, NumericPlan
 
-CLIENT_MEMORY = {"sw-direct": 0, "ipp": 1, "app": None, "capp": None}
-"""The per-slot client methods and the deviations they remember (None: the memory parameter, default ``w``)."""
-SAMPLED_MEMORY = {"pp-s": 1, "app-s": None, "capp-s": None, "sampling": 0}
-"""The segment methods and the samples they remember (None: the memory parameter, default ``ceil(w/L)``)."""
-ABSORPTION, TOPL = "ba-sw", "topl"
-METHODS = (*CLIENT_MEMORY, *SAMPLED_MEMORY, ABSORPTION, TOPL)
-ACCOUNTINGS = ("strict", "paper")
-
-
-def _positive(name: str, value, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+MEMORY_WINDOW = "memory_window"
+"""A change within ``w`` slots moves reports (the window's and those whose memory reaches it) costing more than
+``E``."""
+PUBLICATION, DISSIMILARITY = "publication", "dissimilarity"
+SEGMENT = "segment"
+"""The public figure naming the sampling methods' segment length ``L``."""
 
 
-@dataclass(frozen=True)
-class NumericSchedule:
-    """One numeric method's public schedule (module doc); ``segment`` is the resolved ``L`` of the sampling
-    methods (a public function of the other parameters), ``accounting`` their ``n_w`` reading."""
+class NumericSchedule(PublicSchedule):
+    """The public schedule of one of seed 003's numeric methods (module doc)."""
 
-    method: str
-    epsilon_units: int
-    window: int
-    grid_bits: int = 16
-    memory: int | None = None
-    reset: int | None = None
-    segment: int | None = None
-    accounting: str = "strict"
+    methods = METHODS
 
-    def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"no numeric schedule for method {self.method!r} (one of {', '.join(METHODS)})")
-        _positive("epsilon_units", self.epsilon_units, optional=False)
-        _positive("window", self.window, optional=False)
-        _positive("grid_bits", self.grid_bits, optional=False)
-        for name in ("memory", "reset", "segment"):
-            _positive(name, getattr(self, name))
-        if self.sampled and self.segment is None:
-            raise ValueError(f"{self.method}: the schedule needs the resolved segment length")
-        if self.accounting not in ACCOUNTINGS:
-            raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}")
-        if self.accounting != "strict" and not self.sampled:
-            raise ValueError(f"accounting applies to the sampling methods, not {self.method}")
-        if self.report_units < 1:
-            raise ValueError(f"{self.method}: epsilon of {self.epsilon_units} units is too small to split")
+    def __init__(self, method: str, params: Mapping[str, Any]):
+        super().__init__(method, params)
+        self._plan: NumericPlan | None = None if method in ("pp-s", "app-s", "capp-s", "sampling") else \
+            NumericPlan.of(method, self.params)
+        self.count = np.zeros(0, np.int64)               # per user index: reports (slots with one) so far
+        self.ring_slot = np.zeros((0, 1), np.int64)      # [user, count % K]: the report's slot
+        self.ring_first = np.zeros((0, 1), np.int64)     # ... the first slot its values came from
+        self.ring_least = np.zeros((0, 1), np.int64)     # ... its least units
 
-    @classmethod
-    def of(cls, method: str, params: Mapping, segment: int | None = None, accounting: str = "strict"
-           ) -> NumericSchedule:
-        """The schedule of ``method`` with public ``params`` (a mapping with ``epsilon``, ``window`` and the
-        optional ``grid_bits``, ``memory``, ``reset``; e.g. a mechanism's ``params.to_json()`` read back)."""
-        from transforms.mechanisms.budget import to_units
+    def plan(self, figures: Mapping[str, int]) -> NumericPlan:
+        """The rules, the sampling methods' built once their public segment length is known."""
+        segment = figures.get(SEGMENT)
+        if self._plan is None:
+            if segment is None:
+                raise ValueError(f"{self.method}: the public record must name the segment length")
+            self._plan = NumericPlan.of(self.method, self.params, int(segment))
+        elif segment is not None and int(segment) != self._plan.segment:
+            raise ValueError(f"{self.method}: the segment length changed from {self._plan.segment} to {segment}")
+        return self._plan
 
-        return cls(method, to_units(params["epsilon"], "epsilon"), int(params["window"]),
-                   int(params.get("grid_bits") or 16), params.get("memory"), params.get("reset"), segment,
-                   accounting)
+    # -------------------------------------------------------------------------------------------- a slot
+    def verdict(self, facts: SlotFacts) -> SlotVerdict:
+        plan = self.plan(facts.record.figures)
+        findings: list[Finding] = []
+        reports = facts.record.reports
+        for i, report in enumerate(reports):
+            findings += self._report_findings(plan, facts, i, report)
+        users, least = least_of_reports(reports, lambda report: self.report_least(plan, report))
+        findings += self._memory_windows(plan, facts, users, least)
+        return SlotVerdict(users, least, tuple(findings))
 
-    # ------------------------------------------------------------------ the public facts
-    @property
-    def sampled(self) -> bool:
-        return self.method in SAMPLED_MEMORY
+    def scheduled_units(self, plan: NumericPlan, report: ReportRecord) -> int:
+        """The budget the schedule names for ``report``'s part (BA-SW's publication: the multiple of ``e1`` at or
+        above the recorded budget, at most ``w`` shares)."""
+        if plan.method == ABSORPTION and report.part == PUBLICATION:
+            shares = min(max(-(-report.epsilon_units // plan.report_units), 1), plan.window)
+            return shares * plan.report_units
+        return plan.report_units
 
-    @property
-    def law(self) -> str:
-        return "pm" if self.method == TOPL else "sw"
+    def report_least(self, plan: NumericPlan, report: ReportRecord) -> int:
+        """One report's least units: the law's cost at the schedule's budget, or at the recorded one if larger."""
+        scheduled = self.scheduled_units(plan, report)
+        recorded = int(report.epsilon_units)
+        return max(plan.cost(scheduled), plan.cost(recorded) if recorded > 0 else 0)
 
-    @property
-    def memory_reports(self) -> int:
-        """``h``: how many earlier reports' values a report depends on (before any reset)."""
-        fixed = {**CLIENT_MEMORY, **SAMPLED_MEMORY}.get(self.method, 0)
-        if fixed is not None:
-            return fixed
-        if self.memory is not None:
-            return self.memory
-        return self.window if self.method in CLIENT_MEMORY else -(-self.window // self.segment)
+    def _report_findings(self, plan: NumericPlan, facts: SlotFacts, i: int, report: ReportRecord) -> list[Finding]:
+        findings = []
+        parts = (PUBLICATION, DISSIMILARITY) if plan.method == ABSORPTION else (PUBLICATION,)
+        scheduled = self.scheduled_units(plan, report)
+        if report.part not in parts or report.law != plan.law or report.domain != 1 \
+                or report.epsilon_units != scheduled:
+            findings.append(Finding(OFF_SCHEDULE, report.entered, scheduled, int(report.epsilon_units)))
+        statistics = facts.evidence.statistics
+        keep, other = (getattr(statistics[i], name, None) for name in ("keep", "other")) if i < len(statistics) \
+            else (None, None)
+        if report.epsilon_units > 0 and (keep, other) != law_pair(plan.law, int(report.epsilon_units),
+                                                                   plan.grid_bits):
+            findings.append(Finding(LAW_MISMATCH, report.entered, int(report.epsilon_units), -1))
+        return findings
 
-    @property
-    def value_span(self) -> int:
-        """``L``: how many slots' values one report summarises (1 but for the sampling methods)."""
-        return self.segment if self.sampled else 1
+    # -------------------------------------------------------------------------------------------- memory
+    def _grow(self, users: int, depth: int) -> None:
+        have, width = self.count.size, self.ring_slot.shape[1]
+        if users <= have and depth <= width:
+            return
+        users, depth = max(users, have), max(depth, width)
+        rings = []
+        for ring in (self.ring_slot, self.ring_first, self.ring_least):
+            grown = np.zeros((users, depth), np.int64)
+            if depth == width:
+                grown[:have] = ring
+            else:  # re-seat each user's entries at count % depth
+                for age in range(width):
+                    positions = (self.count - 1 - age)
+                    valid = positions >= 0
+                    grown[np.flatnonzero(valid), positions[valid] % depth] = \
+                        ring[np.flatnonzero(valid), positions[valid] % width]
+            rings.append(grown)
+        self.ring_slot, self.ring_first, self.ring_least = rings
+        self.count = np.concatenate([self.count, np.zeros(users - have, np.int64)])
 
-    @property
-    def touched_segments(self) -> int:
-        """``n_w``: the segments one window can touch (the paper's accounting: ``ceil(w/L)``)."""
-        if self.accounting == "paper":
-            return min(self.window, -(-self.window // self.segment))
-        return min(self.window, -(-(self.window - 1) // self.segment) + 1)
+    def _memory_windows(self, plan: NumericPlan, facts: SlotFacts, users: np.ndarray, least: np.ndarray
+                        ) -> list[Finding]:
+        """Record this slot's reports and check each sender's memory-aware window (module doc)."""
+        if users.size == 0:
+            return []
+        declared = facts.declared(users)
+        fixed = declared.shape[1] == 2
+        windows = declared[:, 0] if fixed else np.ones(users.size, np.int64)
+        h = plan.memory_reports
+        self._grow(int(users.max()) + 1, int(windows.max()) + h + 1)
+        depth = self.ring_slot.shape[1]
+        ages = self.count[users]
+        at = ages % depth
+        self.ring_slot[users, at] = facts.slot
+        self.ring_first[users, at] = facts.slot - plan.value_span + 1
+        self.ring_least[users, at] = least
+        self.count[users] = ages + 1
+        if not fixed:
+            return []
+        first_value = self.ring_first[users, plan.first_dependency(ages) % depth]
+        earliest = first_value - windows + 1  # the window w + reach ends here at facts.slot
+        column = np.arange(depth)
+        filled = ages[:, None] - (at[:, None] - column[None, :]) % depth >= 0  # the column holds a report
+        inside = filled & (self.ring_slot[users] >= earliest[:, None])
+        sums = np.where(inside, self.ring_least[users], 0).sum(axis=1)
+        over = np.flatnonzero(sums > declared[:, 1])
+        if not over.size:
+            return []
+        return [Finding(MEMORY_WINDOW, users[over], int(declared[over[0], 1]), int(sums[over].max()))]
 
-    @property
-    def report_units(self) -> int:
-        """The schedule's budget of one report (BA-SW: of one share ``e1``), in budget units (rounded down)."""
-        e, w = self.epsilon_units, self.window
-        if self.method in CLIENT_MEMORY:
-            h = self.memory_reports if self.reset is None else min(self.memory_reports, self.reset - 1)
-            return e // (w + h)
-        if self.sampled:
-            return e // (self.touched_segments + (self.memory_reports if self.accounting == "strict" else 0))
-        return e // (2 * w) if self.method == ABSORPTION else e // w
+    # -------------------------------------------------------------------------------------------- state
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {"count": self.count, "ring_slot": self.ring_slot, "ring_first": self.ring_first,
+                  "ring_least": self.ring_least}
+        if self._plan is not None and self._plan.segment is not None:
+            arrays["segment"] = np.array(self._plan.segment, np.int64)
+        return arrays
 
-    # ------------------------------------------------------------------ least charges
-    def cost(self, units: int) -> int:
-        """What one report through the method's law at ``units`` costs (certified, rounded up)."""
-        return law_units(self.law, int(units), self.grid_bits) if units > 0 else 0
-
-    def least_units(self, publication_units, dissimilarity_units=None) -> np.ndarray:
-        """Each report's least charge from its record: the budgets its publication (every row is one report
-        through the method's law) and its dissimilarity part (BA-SW; 0: none) were made at (module doc)."""
-        recorded = np.asarray(publication_units, np.int64).reshape(-1)
-        scheduled = self.report_units
-        if self.method == ABSORPTION:  # a publication absorbs k shares of e1: k = ceil(recorded / e1)
-            shares = -(-recorded // scheduled)
-            least = np.array([self.cost(int(k) * scheduled) for k in shares.tolist()], np.int64)
-            if dissimilarity_units is not None:
-                dissimilarity = np.asarray(dissimilarity_units, np.int64).reshape(-1)
-                least += np.array([max(self.cost(scheduled), self.cost(int(u))) if u > 0 else 0
-                                   for u in dissimilarity.tolist()], np.int64)
-            return least
-        floor = self.cost(scheduled)
-        return np.array([max(floor, self.cost(int(u))) if u != scheduled else floor for u in recorded.tolist()],
-                        np.int64)
-
-    # ------------------------------------------------------------------ memory-aware windows
-    def first_dependency(self, ages: np.ndarray) -> np.ndarray:
-        """``d(k)``: the earliest report (by the user's report count) report ``k`` depends on (module doc)."""
-        ages = np.asarray(ages, np.int64)
-        first = ages - self.memory_reports
-        if self.reset is not None:
-            first = np.maximum(first, ages // self.reset * self.reset)
-        return np.maximum(first, 0)
-
-    def reach(self, slots, history: ReportHistory | None = None) -> tuple[np.ndarray, ReportHistory]:
-        """Each of one user's next reports (at ``slots``, ascending) and how many slots before its own its
-        dependency reaches (``reach(k) = slot(k) - fvs(d(k))``), after the reports of ``history``; the new history.
-
-        The memory-aware window of report ``k`` is ``w + reach(k)`` slots ending at ``slot(k)`` (module doc).
-        """
-        slots = np.asarray(slots, np.int64).reshape(-1)
-        history = history or ReportHistory.empty()
-        span = self.value_span
-        firsts = np.concatenate([history.first_slots, slots - span + 1])
-        start = history.count - history.first_slots.size  # the report count of firsts[0]
-        ages = history.count + np.arange(slots.size)
-        dependency = self.first_dependency(ages)
-        if dependency.size and dependency.min() < start:
-            raise ValueError("the report history kept is shorter than the memory")
-        reach = slots - firsts[dependency - start]
-        keep = self.memory_reports
-        kept = firsts[max(firsts.size - keep, 0):] if keep else firsts[:0]
-        return reach, ReportHistory(history.count + slots.size, kept)
-
-
-@dataclass(frozen=True)
-class ReportHistory:
-    """What the memory-aware check keeps of one user: how many reports they sent since their client's state began,
-    and the first value slot of the last ``h`` of them."""
-
-    count: int
-    first_slots: np.ndarray
-
-    @classmethod
-    def empty(cls) -> ReportHistory:
-        return cls(0, np.zeros(0, np.int64))
-
-    def to_tuple(self) -> tuple:
-        """A plain form (a checkpoint's or a state cell's)."""
-        return int(self.count), tuple(int(s) for s in self.first_slots)
-
-    @classmethod
-    def of_tuple(cls, saved) -> ReportHistory:
-        count, first_slots = saved
-        return cls(int(count), np.asarray(first_slots, np.int64))
-
-
-def memory_aware_windows(windows, reach) -> np.ndarray:
-    """The windows (in slots) the ledger checks: each report's requirement window ``w`` plus its reach."""
-    return np.asarray(windows, np.int64) + np.asarray(reach, np.int64)
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        if "count" in arrays:
+            self.count = np.array(arrays["count"], np.int64)
+            self.ring_slot, self.ring_first, self.ring_least = (np.array(arrays[name], np.int64) for name in
+                                                                ("ring_slot", "ring_first", "ring_least"))
+        if "segment" in arrays:
+            self.plan({SEGMENT: int(arrays["segment"])})

@@ -422,7 +422,16 @@ def summary(job: str, report: dict, output: str) -> str:
     return (f"{job} done in {report.get('wall_seconds', 0):.1f} s: {report['records_read']:,} records read = "
             f"{report['records_used']:,} used + {report['duplicates']:,} duplicates + {report['late']:,} late + "
             f"{report['dead_letters']:,} dead letters; {report['slots']:,} slots released ({report['fresh']:,} "
-            f"fresh){users}; {report['ledger_violations']} ledger violations; outputs in {output}")
+            f"fresh){users}; {report['ledger_violations']} ledger violations{_opted_in(report)}; outputs in {output}")
+
+
+def _opted_in(report: dict) -> str:
+    """The summary's note on a run an opt-in made not w-event private (empty otherwise)."""
+    opted = report.get("not_w_event_private")
+    if not opted:
+        return ""
+    return (f"; not w-event private ({opted['opt_in']}): max window usage {opted['max_window_usage_ratio']:.2f}, "
+            f"{opted['windows_over_budget']} windows over budget accepted")
 
 
 def finish(job: str, report: dict, output: str, max_rejected_fraction: float, dead_letters: str,

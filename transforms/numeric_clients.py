@@ -89,6 +89,7 @@ built).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -122,16 +123,8 @@ from transforms.coders import (
 )
 from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.encoding import decode_value, encode_value
-from transforms.engine import ChargeChunk, CheckpointSaved, ReleaseConfig
-from transforms.ledger import (
-    ENTRIES,
-    VIOLATIONS,
-    CompleteChunkLedgerFn,
-    UserLedgerFn,
-    charge_chunk,
-    check_windows,
-    empty_tail,
-)
+from transforms.engine import CheckpointSaved, ReleaseConfig
+from transforms.ledger import ENTRIES, VIOLATIONS, empty_tail
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
@@ -144,7 +137,10 @@ from transforms.mechanisms.noise import (
 from transforms.mechanisms.numeric import server
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_records import AbsorptionRow, SampledRow, SlotSum
+from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan
+from transforms.numeric_ledger import (CompleteNumericLedgerFn, LedgerRules, NumericLedgerFn, ResumedNumericLedgerFn,
+                                       carried_tail)
+from transforms.numeric_records import AbsorptionRow, NumericCharges, SampledRow, SlotSum
 from transforms.numeric_user_methods import Reporting, UserMethod, crowd_bins, user_method
 from transforms.private_histogram import AccountingTotals
 from transforms.release_range import ReleaseRange
@@ -185,7 +181,7 @@ Summed = typing.Tuple[typing.Tuple[str, int], SlotSum]
 """``((stream, slot), SlotSum)``: how the reports leave the stage (summed within a bundle)."""
 Crowd = typing.Tuple[typing.Tuple[str, int], typing.Tuple[int, ...]]
 """``((stream, slot), counts)``: how many users' means fall in each crowd bin (summed within a bundle)."""
-OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, ChargeChunk], DEAD_LETTERS: DeadLetterRecord,
+OUTPUT_TYPES = {"reports": Summed, CHARGES: typing.Tuple[str, NumericCharges], DEAD_LETTERS: DeadLetterRecord,
                 LATE: DeadLetterRecord, ACCOUNTING: Counted}
 
 
@@ -193,7 +189,7 @@ class Carried(NamedTuple):
     """One user's per-user stage at the end of a bounded run, what a resumed run continues from: the client row
     (None: never reported), the first slot not yet closed (the stream's slots before the largest of its users'
     are late for everyone in a resumed run), the declaration in force and the ledger's tail
-    (``transforms.ledger.check_windows``: the recent charges a later window still reaches)."""
+    (``transforms.numeric_ledger.carried_tail``: the recent charges a later window still reaches)."""
 
     row: tuple | None
     next_slot: int
@@ -254,6 +250,22 @@ class ClientStageConfig:
     def method(self) -> UserMethod:
         """What the stage runs per user (``transforms.numeric_user_methods``)."""
         return user_method(self.build(), self.accounting)
+
+    @property
+    def opt_in(self) -> str | None:
+        """The flags that accepted a configuration that is not w-event private (None: none given)."""
+        if not self.not_w_event_private:
+            return None
+        return "--sampling-accounting paper --not-w-event-private" if self.accounting == "paper" \
+            else "--not-w-event-private"
+
+    def ledger_rules(self, max_window: int) -> LedgerRules:
+        """What the ledger stage checks the reports with: the method's public schedule (its own rules, built from
+        the public parameters, not from the client's bookkeeping), the depth and the opt-in."""
+        method = self.method()
+        plan = NumericPlan.of(self.mechanism, json.loads(self.build().params.to_json()),
+                              method.segment if method.sampled else None, self.accounting)
+        return LedgerRules(plan, max_window, self.opt_in)
 
 
 CLIENTS_STREAM = "\x00per-user-clients"
@@ -431,7 +443,7 @@ class _UserClients:
              present: list | None = None) -> list:
         """Add the reports to the slots' partial sums ``sums`` (``[count, sum·2**64, largest charge]``), and an
         empty one for each of the user's ``present[i]`` slots without a report; each user's charges as a
-        ChargeChunk output (complete at the end of a bounded run, unless ``resumed[i]``: the ledger continues a
+        NumericCharges output (complete at the end of a bounded run, unless ``resumed[i]``: the ledger continues a
         carried tail)."""
         outputs = []
         for i, (user, made) in enumerate(zip(users, reports)):
@@ -440,14 +452,14 @@ class _UserClients:
             if not made:
                 continue
             charges = []
-            for slot, value, dc, publication, requirement in made:
+            for slot, value, dc, publication, requirement, dc_made_at, made_at in made:
                 held = sums.setdefault((user.stream, slot), [0, 0, 0])
                 held[0] += 1
                 held[1] += _scaled(value)
                 held[2] = max(held[2], dc + publication)
-                charges.append((slot, dc + publication, dc, publication, *requirement))  # least = charge: realised
-            chunk = ChargeChunk(f"{user.stream}{KEY_SEPARATOR}{user.user}", np.array(charges, np.int64), self.kind,
-                                PARTS, final, final and not (resumed and resumed[i]))
+                charges.append((slot, dc, publication, dc_made_at, made_at, *requirement))  # no least: the ledger's
+            chunk = NumericCharges(f"{user.stream}{KEY_SEPARATOR}{user.user}", np.array(charges, np.int64),
+                                   self.kind, final, final and not (resumed and resumed[i]))
             outputs.append(beam.pvalue.TaggedOutput(CHARGES, (chunk.key, chunk)))
         return outputs
 
@@ -511,6 +523,7 @@ class CloseUserClients(beam.DoFn):
     def __init__(self, config: ClientStageConfig, carry: bool = False, max_window: int = 1,
                  first_open: dict | None = None):
         self.config, self.carry, self.max_window = config, carry, max_window
+        self.rules = config.ledger_rules(max_window)
         self.first_open = first_open or {}  # stream -> its first slot a resumed checkpoint did not close
 
     def setup(self):
@@ -576,41 +589,12 @@ class CloseUserClients(beam.DoFn):
                                                                                 recent, reports):
                 tail = before.tail if before else empty_tail()
                 if output is not None:
-                    tail = check_windows(tail, charge_chunk(*output.ledger_input()), self.max_window)[0]
+                    tail = carried_tail(tail, output, self.rules)
                 kept = reporting.slots or (before is not None and before.row is not None)
                 carried = Carried(row if kept else None, ending.next_slot, ending.declared, tail,
                                   self.users.recent(earlier, made, max(ending.horizon or -1, ending.next_slot - 1)))
                 outputs.append(beam.pvalue.TaggedOutput(CARRY, ((reporting.stream, reporting.user), carried)))
         return self.users.slot_sums(sums) + outputs
-
-
-class ResumedLedgerFn(CompleteChunkLedgerFn):
-    """The bounded ledger of a resumed run: a resumed user's charges continue the tail carried in ``carried``."""
-
-    def process(self, element, carried=None):
-        key, charges = element
-        if charges.complete:
-            yield from super().process(element)
-            return
-        chunk = charge_chunk(*charges.ledger_input())
-        before = carried[tuple(key.split(KEY_SEPARATOR, 1))]
-        _, worst, violations = check_windows(before.tail, chunk, self.max_window)
-        yield from self._outputs(key, chunk, (int(chunk["slots"].size), worst, len(violations)), violations)
-
-
-class ResumedStreamLedgerFn(UserLedgerFn):
-    """The streaming ledger of a resumed job: a carried user's first charges continue the tail of the checkpoint
-    (``tails``: ledger key -> tail), so a window reaching across the restart is checked whole."""
-
-    def __init__(self, max_window: int, detail: bool = False, tails: dict | None = None):
-        super().__init__(max_window, detail)
-        self.tails = dict(tails or {})
-
-    def process(self, element, tail_state=beam.DoFn.StateParam(UserLedgerFn.TAIL),
-                usage_state=beam.DoFn.StateParam(UserLedgerFn.USAGE)):
-        if tail_state.read() is None and element[0] in self.tails:
-            tail_state.write(self.tails[element[0]])
-        return super().process(element, tail_state, usage_state)
 
 
 class _Ending(NamedTuple):
@@ -622,7 +606,7 @@ class _Ending(NamedTuple):
 
 
 def _charges_of(reports: list, outputs: list) -> list:
-    """Each user's ChargeChunk among ``emit``'s outputs (None for a user without reports), in ``reports``' order."""
+    """Each user's NumericCharges among ``emit``'s outputs (None for a user without reports), in ``reports``' order."""
     chunks = iter(output.value[1] for output in outputs)
     return [next(chunks) if made else None for made in reports]
 
@@ -652,6 +636,7 @@ class _ClientCells(beam.DoFn):
                  resume: dict | None = None, first_open: dict | None = None):
         self.config, self.clock = config, config.clock
         self.carry, self.max_window = carry, max_window
+        self.rules = config.ledger_rules(max_window)
         self.resume, self.first_open = dict(resume or {}), dict(first_open or {})
         self.late = Metrics.counter(NAMESPACE, "late")
         self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
@@ -766,7 +751,7 @@ class _ClientCells(beam.DoFn):
         if made:
             chunk = next(output.value[1] for output in outputs
                          if isinstance(output, beam.pvalue.TaggedOutput) and output.tag == CHARGES)
-            tail = check_windows(tail, charge_chunk(*chunk.ledger_input()), self.max_window)[0]
+            tail = carried_tail(tail, chunk, self.rules)
             tail_state.write(tail)
         carried = (USER_STATE, *key, None if row is None else tuple(row), last_closed_state.read() + 1,
                    requirement_state.read(), tail, tuple((recent_state.read() or (-1, ()))[1]))
@@ -1424,14 +1409,13 @@ class PrivateNumericClients(beam.PTransform):
                            | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
         if self.sma is not None:
             releases = releases | "SMA" >> SmoothReleases(*self.sma, bounded=bounded)
+        rules = self.config.ledger_rules(self.ledger_max_window)
         if bounded:
-            ledger_fn = (CompleteChunkLedgerFn if carried is None else ResumedLedgerFn)(self.ledger_max_window,
-                                                                                       self.ledger_detail)
-        elif self.resume:
-            ledger_fn = ResumedStreamLedgerFn(self.ledger_max_window, self.ledger_detail, {
-                f"{stream}{KEY_SEPARATOR}{user}": before.tail for (stream, user), before in self.resume.items()})
+            ledger_fn = (CompleteNumericLedgerFn if carried is None else ResumedNumericLedgerFn)(rules,
+                                                                                               self.ledger_detail)
         else:
-            ledger_fn = UserLedgerFn(self.ledger_max_window, self.ledger_detail)
+            ledger_fn = NumericLedgerFn(rules, self.ledger_detail, {
+                f"{stream}{KEY_SEPARATOR}{user}": before.tail for (stream, user), before in (self.resume or {}).items()})
         ledger = (closed[CHARGES]
                   | "PrivacyLedger" >> beam.ParDo(ledger_fn, **({} if carried is None else {"carried": carried}))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))

@@ -54,3 +54,16 @@ class AbsorptionRow(NamedTuple):
     last_slot: int
     shares: int
     slot: int
+
+
+class NumericCharges(NamedTuple):
+    """One user's reports over some slots for the numeric ledger stage (``transforms.numeric_ledger``): per report
+    its slot, its charge per part, the budget each part was made at, then the requirement row in force (of
+    ``kind``: "fixed" ``(w, E)``, "dynamic" or "lifetime"); ``final`` at the end of a bounded run, ``complete`` when
+    the chunk holds the user's whole stream.  No least charge: the ledger derives it from the public schedule."""
+
+    key: str
+    table: np.ndarray
+    kind: str
+    final: bool
+    complete: bool

@@ -38,7 +38,6 @@ from transforms.numeric_clients import (
     CarriedClients,
     ClientStageConfig,
     PrivateNumericClients,
-    ResumedStreamLedgerFn,
     WriteClientCheckpoints,
     _ReportDraws,
     UserAbsorptionState,
@@ -731,28 +730,33 @@ def test_a_streaming_checkpoint_cut_takes_what_its_slots_stamp():
 
 
 def _charges(key: str, slots: list, units: int, window: int, budget: int) -> tuple:
-    """One ChargeChunk of ``units`` per slot under the fixed requirement ``(window, budget)``, as the stage sends."""
-    from transforms.engine import ChargeChunk
+    """One NumericCharges of SW-direct reports charged ``units`` per slot (made at ``units``) under the fixed
+    requirement ``(window, budget)``, as the stage sends."""
+    from transforms.numeric_records import NumericCharges
 
-    table = np.array([(slot, units, 0, units, window, budget) for slot in slots], np.int64)
-    return key, ChargeChunk(key, table, "fixed", ("dissimilarity", "publication"), False, False)
+    table = np.array([(slot, 0, units, 0, units, window, budget) for slot in slots], np.int64)
+    return key, NumericCharges(key, table, "fixed", False, False)
 
 
 def test_the_resumed_streaming_ledger_checks_the_windows_across_the_restart():
     """A window reaching back into the checkpoint: the carried tail holds slots 4 and 5 at 2/5 of a w=3 budget
     each, the resumed job charges 2/5 at slot 6: window 4-6 spends 6/5 of it, one violation.  The plain streaming
     ledger (a fresh tail) sees none: the carried tail is what catches it."""
-    from transforms.ledger import VIOLATIONS, UserLedgerFn, charge_chunk, check_windows, empty_tail
+    from transforms.ledger import VIOLATIONS
     from transforms.mechanisms.budget import to_units
+    from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan
+    from transforms.numeric_ledger import LedgerRules, NumericLedgerFn, carried_tail
 
     budget, key = to_units(1.0), "s\x1fu0"
-    carried = check_windows(empty_tail(), charge_chunk(*_charges(key, [4, 5], budget * 2 // 5, 3, budget)[1]
-                                                       .ledger_input()), 3)[0]
+    units = budget * 2 // 5
+    rules = LedgerRules(NumericPlan("sw-direct", budget * 6 // 5, 3), 3)  # the schedule's budget: 2/5 per report
+    assert rules.plan.report_units == units
+    carried = carried_tail(None, _charges(key, [4, 5], units, 3, budget)[1], rules)
     from apache_beam.testing.util import assert_that, equal_to
 
-    for ledger, violations in ((ResumedStreamLedgerFn(3, tails={key: carried}), [1]), (UserLedgerFn(3), [0])):
+    for ledger, violations in ((NumericLedgerFn(rules, tails={key: carried}), [1]), (NumericLedgerFn(rules), [0])):
         with batch_pipeline() as pipeline:
-            outputs = (pipeline | beam.Create([_charges(key, [6], budget * 2 // 5, 3, budget)])
+            outputs = (pipeline | beam.Create([_charges(key, [6], units, 3, budget)])
                        | beam.ParDo(ledger).with_outputs(VIOLATIONS, main="usage"))
             assert_that(outputs.usage | beam.Map(lambda usage: usage["violations"]), equal_to(violations))
 

@@ -9,6 +9,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+REPORT_SCALE = 1 << 64
+"""Every report is a dyadic rational with a denominator below this: ``report·REPORT_SCALE`` is an exact integer
+(the stage sums reports as such)."""
+
 
 class ClientRow(NamedTuple):
     """One user's client state (``transforms.mechanisms.numeric.perturbation.ClientState`` for one user).

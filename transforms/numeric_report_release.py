@@ -76,11 +76,11 @@ from transforms.numeric_clients import (
     DEAD_LETTERS,
     PARTS,
     SlotSums,
-    _scaled,
     release_record,
     skipped_record,
 )
 from transforms.numeric_events import NumericDomain
+from transforms.numeric_user_clients import scaled_report
 from transforms.numeric_records import SlotSum
 from transforms.numeric_user_methods import user_method
 from transforms.records import KEY_SEPARATOR, DeadLetterRecord, ReleaseRecord, dead_letter
@@ -165,7 +165,7 @@ class _Schedule:
         if self.client is not None and self.client.bounds[:2] != (0.0, 1.0):  # CAPP's output bounds: still dyadic
             low, high = (Fraction(b) for b in self.client.bounds[:2])
             value = low + (high - low) * value
-        return index, _scaled(float(value)), self.wave.realised_units
+        return index, scaled_report(float(value)), self.wave.realised_units
 
     def _absorb(self, index: int, epsilon, realised, payload: list) -> tuple[int, int, int]:
         """BA-SW's public rule on the user's accepted reports so far: the expected parts and budgets."""
@@ -187,7 +187,7 @@ class _Schedule:
         if publish:
             published, last, shares = float(cells[-1]), age, k
         self.absorbed[index] = [published, last, shares, age + 1]
-        return index, _scaled(published), sum(w.realised_units for w in parts)
+        return index, scaled_report(published), sum(w.realised_units for w in parts)
 
 
 def _expect(epsilon, realised, units: int, realised_units: int) -> None:

@@ -39,7 +39,7 @@ from transforms.numeric_clients import (
     ClientStageConfig,
     PrivateNumericClients,
     WriteClientCheckpoints,
-    _ReportDraws,
+    ReportDraws,
     UserAbsorptionState,
     UserClientState,
     UserSampledState,
@@ -819,7 +819,7 @@ def test_the_crowd_reference_is_the_registered_mechanisms_release():
         held = [i for i, user in enumerate(users) if t in values[user]]
         grid = np.array([values[users[i]][t] * DOMAIN.steps for i in held], np.float64)
         release = core.step(SlotBatch.of(np.array(held, np.int64), grid, declared if t == 0 else None),
-                            _ReportDraws(SEED, [("s", users[i], t) for i in held], 2))
+                            ReportDraws(SEED, [("s", users[i], t) for i in held], 2))
         got.append((release.kind.name.lower(), release.values.tolist()))
     assert got == expected_crowd(events, "ipp", {"epsilon": EPSILON, "window": WINDOW}, CROWD["crowd_window"],
                                  CROWD["crowd_bins"])

@@ -36,6 +36,7 @@ import numpy as np
 
 from pipelines import cli
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import assign_public_groups, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -154,7 +155,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     rng = secure_randomness() if args.insecure_seed is None else insecure_seeded_randomness(args.insecure_seed)
     exchange = Exchange(args.requests, args.reports, args.round_seconds, args.poll_seconds)
     index_of = {user: i for i, user in enumerate(ids)}
-    ledger = PrivacyLedger(max(int(requirements.window.max()), 1))
+    ledger = PrivacyLedger(max(int(requirements.window.max()), 1), schedule=schedule_if_any(name, mechanism.params))
     kinds = {"fresh": 0, "skipped": 0, "nullified": 0}
     rejected_total = 0
     with open(os.path.join(args.output, "releases.jsonl"), "w") as releases, \

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
 from transforms.mechanisms.ldp.client import (REPORT_FIELDS, ReportRejected, RoundRequest, answer_round,
                                               assign_public_groups, compact_report, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -82,7 +83,7 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
                                  FixedRequirements(np.array(config.windows, np.int64),
                                                    np.array(config.epsilon_units, np.int64)))
     assign_public_groups(mechanism, ids)
-    ledger = PrivacyLedger(max(config.windows))
+    ledger = PrivacyLedger(max(config.windows), schedule=schedule_if_any(mechanism.name, mechanism.params))
     first = min(by_slot)
     used = 0
     for slot in range(first, max(by_slot) + 1):

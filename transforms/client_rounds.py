@@ -75,6 +75,7 @@ from transforms.checkpoint import dump_randomness, load_randomness
 from transforms.client_release import parse_report
 from transforms.coders import ValueCoder
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
 from transforms.mechanisms.ldp.client import (DUPLICATE_REPORT, ReportRejected, RoundRequest, answer_round,
                                               assign_public_groups, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -382,7 +383,9 @@ class ClientRoundsFn(beam.DoFn):
         """The slot's release to the main output; the method, ledger and generator saved for the next slot."""
         release = slot.rounds.release
         saved = cells.ledger.read()
-        ledger = PrivacyLedger(max(self.config.windows)) if saved is None else PrivacyLedger.from_bytes(saved)
+        method = slot.mechanism
+        ledger = PrivacyLedger(max(self.config.windows), schedule=schedule_if_any(method.name, method.params)) \
+            if saved is None else PrivacyLedger.from_bytes(saved)
         before = ledger.violation_count
         ledger.record(release.slot, release.charges)
         cells.ledger.write(ledger.to_bytes())

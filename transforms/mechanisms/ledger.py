@@ -44,7 +44,7 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, Charges
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays, rows_differ
 from transforms.mechanisms.population import UNREGISTERED
-from transforms.mechanisms.public_schedule import PublicRecord, PublicSchedule, SlotFacts
+from transforms.mechanisms.public_schedule import PublicRecord, PublicSchedule, registered_verdict
 from transforms.mechanisms.public_schedule.registry import schedule_for
 from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
                                                 Requirements)
@@ -421,10 +421,7 @@ class PrivacyLedger:
         """Least charges and structural checks from the public schedule (never from the mechanism's evidence)."""
         if self.schedule is None:
             self.schedule = schedule_for(record.method, record.params)
-        elif record.method != self.schedule.method:
-            raise ValueError(f"a release of {record.method!r} reached the ledger of {self.schedule.method!r}'s schedule")
-        declared = self._declared
-        verdict = self.schedule.verdict(SlotFacts(slot, record, charges.users, declared.matrix_of, charges.evidence))
+        verdict = registered_verdict(self.schedule, slot, charges, self._declared.matrix_of)
         for finding in verdict.findings:
             self._flag(slot, finding.kind, finding.users, np.full(finding.users.size, finding.expected),
                        np.full(finding.users.size, finding.seen))

@@ -123,13 +123,21 @@ class LocalParams(HomogeneousParams):
 class Reports(NamedTuple):
     """A request: some holders report through one oracle (users ascending), and the part the report pays for.
 
-    ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting).
+    ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting);
+    ``named_units`` is the budget the method asked at, recorded publicly beside the oracle it built for it.
     """
 
     users: np.ndarray
     oracle: FrequencyOracle
     part: str = PUBLICATION
     instruction: bool = True
+    named_units: int | None = None
+    """The budget the method asked at (the request's public budget); None: the oracle's."""
+
+    @property
+    def budget_units(self) -> int:
+        """The budget this request names: what the method asked at, which the oracle's law must match."""
+        return self.oracle.epsilon_units if self.named_units is None else self.named_units
 
 
 class Answer(NamedTuple):
@@ -193,14 +201,20 @@ class SlotRounds:
         if request is None:
             raise ValueError("the slot is decided: nothing was asked")
         users = np.asarray(users, np.int64)
-        if users is not request.users and users.size:  # everyone asked answering is the usual case
-            at = np.minimum(np.searchsorted(request.users, users), request.users.size - 1)
-            if request.users.size == 0 or (request.users[at] != users).any():
-                raise ValueError("only users who were asked can answer")
+        self.check_answer(users)
         estimate = request.oracle.estimate(counts, users.size) if users.size else None
         self.asked.append(request)
         self.answered.append(request._replace(users=users))
         self._advance(Answer(users, estimate))
+
+    def check_answer(self, users: np.ndarray) -> None:
+        """Refuse answers from users the open request did not ask (the ledger checks the same from the public
+        record, so a collector that skipped this is still caught)."""
+        request = self.request
+        if users is not request.users and users.size:  # everyone asked answering is the usual case
+            at = np.minimum(np.searchsorted(request.users, users), request.users.size - 1)
+            if request.users.size == 0 or (request.users[at] != users).any():
+                raise ValueError("only users who were asked can answer")
 
     def _advance(self, answer: Answer | None) -> None:
         try:
@@ -216,6 +230,8 @@ class LocalMechanism(Mechanism):
     trust = TrustModel.LOCAL_SIMULATED
     estimates = Estimate.FREQUENCIES
     samples_cohorts = False
+    slot_rounds_type: ClassVar[type[SlotRounds]] = SlotRounds
+    """The rounds a slot runs through (:meth:`start_slot`)."""
     asks_on_schedule: ClassVar[bool] = False
     """True when who is asked, and at which budget, follows from public facts alone (the slot and the registered
     users: LBU, LSP, PLBU), so devices can report without a round trip and recorded reports can be replayed.
@@ -262,7 +278,7 @@ class LocalMechanism(Mechanism):
         """``users`` report with ``units`` and the answers are released (repeated when nobody answers)."""
         if users.size == 0:
             return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
-        answer = yield Reports(users, self.oracle(units), PUBLICATION, instruction)
+        answer = yield Reports(users, self.oracle(units), PUBLICATION, instruction, units)
         if answer.estimate is None:
             return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
         return LocalDecision(ReleaseKind.FRESH, answer.estimate, self.variance(units, answer.users.size), units)
@@ -314,7 +330,7 @@ class LocalMechanism(Mechanism):
         else:
             holders = self._holders(batch, data.groups)
         trust = trust or (TrustModel.LOCAL_CLIENT if clients else self.trust)
-        return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
+        return self.slot_rounds_type(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
 
     def _release(self, slot: SlotRounds, decision: LocalDecision) -> Release:
         if decision.kind is ReleaseKind.FRESH:
@@ -352,7 +368,7 @@ class LocalMechanism(Mechanism):
         """What the slot publicly asked: per request its part, law, domain and budget, who was asked and whose
         reports entered the estimate."""
         return PublicRecord(self.name, self.public_params, tuple(
-            ReportRecord(r.part, r.oracle.kind, r.oracle.d, r.oracle.epsilon_units, request.users, r.users)
+            ReportRecord(r.part, r.oracle.kind, r.oracle.d, r.budget_units, request.users, r.users)
             for request, r in zip(asked, answered)))
 
     def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...],

@@ -169,6 +169,59 @@ class PublicSchedule(abc.ABC):
         """Inverse of :meth:`state_arrays`."""
 
 
+LEAST_BITS = 56
+"""A packed least charge (:func:`packed_least`) holds the units below bit 56 and one bit per finding kind above."""
+FINDING_BITS = {kind: 1 << (LEAST_BITS + i) for i, kind in enumerate(FINDING_KINDS)}
+
+
+def registered_verdict(schedule: PublicSchedule, slot: int, charges, declared: Callable[[np.ndarray], np.ndarray]
+                       ) -> SlotVerdict:
+    """``schedule``'s verdict on a release's ``charges`` (any ``Charges``: its ``public_record``, ``users`` and
+    ``evidence``), with ``declared`` the caller's own register of what users declared."""
+    record = charges.public_record
+    if record is None:
+        raise ValueError(f"a release without its public record reached {schedule.method}'s public schedule")
+    if record.method != schedule.method:
+        raise ValueError(f"a release of {record.method!r} reached {schedule.method!r}'s public schedule")
+    return schedule.verdict(SlotFacts(slot, record, charges.users, declared, charges.evidence))
+
+
+def packed_least(verdict: SlotVerdict, registered: np.ndarray) -> np.ndarray:
+    """Per registered user (ascending), the least units with the kinds of the findings about them in the bits
+    from :data:`LEAST_BITS` up: one int64 column carries both to the per-user ledger.
+
+    Raises when a user who is not registered entered a report (no requirement, no charge: unaccountable).
+    """
+    least = verdict.least
+    if least.size and int(least.max()) >= 1 << LEAST_BITS:
+        raise ValueError("a least charge at or above 2**56 units cannot be packed")
+    packed = np.zeros(registered.size, np.int64)
+    at, inside = _positions(verdict.users, registered)
+    if not inside.all() and (least[~inside] > 0).any():
+        raise ValueError(f"users {verdict.users[~inside][:5].tolist()} entered a report without being registered")
+    packed[at[inside]] = least[inside]
+    for finding in verdict.findings:  # a finding about an unregistered user has no row here (the core ledger has)
+        at, inside = _positions(finding.users, registered)
+        packed[at[inside]] |= FINDING_BITS[finding.kind]
+    return packed
+
+
+def _positions(users: np.ndarray, registered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``users`` sits in ``registered`` (ascending), and whether it is there."""
+    if registered.size == 0:
+        return np.zeros(users.size, np.int64), np.zeros(users.size, bool)
+    at = np.minimum(np.searchsorted(registered, users), registered.size - 1)
+    return at, registered[at] == users
+
+
+def unpack_least(packed: np.ndarray) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Inverse of :func:`packed_least` for one column: the least units and ``(row, kind)`` of every finding."""
+    packed = np.asarray(packed, np.int64)
+    least = packed & ((1 << LEAST_BITS) - 1)
+    findings = [(int(row), kind) for kind, bit in FINDING_BITS.items() for row in np.flatnonzero(packed & bit)]
+    return least, sorted(findings)
+
+
 def least_of_reports(reports, units_of: Callable[[Any], int]) -> tuple[np.ndarray, np.ndarray]:
     """Each user who entered any of ``reports`` (ascending) and the sum of ``units_of(report)`` over those they
     entered: array work, one pass per report."""
@@ -200,6 +253,7 @@ def outside(users: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return users[~mark[users]]
 
 
-__all__ = ["ASKED_TWICE", "DrawRecord", "FINDING_KINDS", "Finding", "LAW_MISMATCH", "LIFETIME_PREFIX",
+__all__ = ["ASKED_TWICE", "DrawRecord", "FINDING_BITS", "FINDING_KINDS", "Finding", "LEAST_BITS", "LAW_MISMATCH",
+           "LIFETIME_PREFIX",
            "OFF_SCHEDULE", "PublicRecord", "PublicSchedule", "ReportRecord", "SlotFacts", "SlotVerdict",
-           "UNASKED_REPORT", "least_of_reports", "outside"]
+           "UNASKED_REPORT", "least_of_reports", "outside", "packed_least", "registered_verdict", "unpack_least"]

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from transforms.mechanisms.public_schedule import PublicSchedule
+from transforms.mechanisms.public_schedule.dpi import DPISchedule
 from transforms.mechanisms.public_schedule.ldp import LocalSchedule
 from transforms.mechanisms.public_schedule.numeric import NumericSchedule
 
-SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule, NumericSchedule)
+SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule, DPISchedule, NumericSchedule)
 
 SCHEDULES: dict[str, type[PublicSchedule]] = {name: cls for cls in SCHEDULE_CLASSES for name in cls.methods}
 """Method name -> the schedule class that serves it."""
@@ -32,3 +33,8 @@ def schedule_for(method: str, params: Mapping[str, Any] | Any) -> PublicSchedule
     if not isinstance(params, Mapping):
         params = json.loads(params.to_json())
     return SCHEDULES[method](method, params)
+
+
+def schedule_if_any(method: str, params: Mapping[str, Any] | Any) -> PublicSchedule | None:
+    """:func:`schedule_for`, or None for a method without a public schedule (its ledger checks the evidence)."""
+    return schedule_for(method, params) if method in SCHEDULES else None

@@ -36,7 +36,7 @@ from transforms.coders import ValueCoder
 from transforms.ledger import ENTRIES, VIOLATIONS, charge_chunk, check_windows, empty_tail
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
-from transforms.mechanisms.public_schedule.numeric import MEMORY_WINDOW
+from transforms.mechanisms.public_schedule import MEMORY_WINDOW
 from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan, ReportHistory
 from transforms.numeric_records import NumericCharges
 from transforms.records import KEY_SEPARATOR

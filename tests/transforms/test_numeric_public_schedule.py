@@ -28,7 +28,8 @@ from transforms.mechanisms.numeric.perturbation import PerturbationParams, pertu
 from transforms.mechanisms.numeric.square_wave import SquareWave
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS, APPStream, CAPPStream, NumericParams
 from transforms.mechanisms.public_schedule import PublicRecord, ReportRecord, SlotFacts
-from transforms.mechanisms.public_schedule.numeric import MEMORY_WINDOW, NumericSchedule
+from transforms.mechanisms.public_schedule import MEMORY_WINDOW
+from transforms.mechanisms.public_schedule.numeric import NumericSchedule
 from transforms.mechanisms.public_schedule.numeric_laws import half_band, law_pair, law_units
 from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan
 

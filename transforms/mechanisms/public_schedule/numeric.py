@@ -28,14 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from transforms.mechanisms.public_schedule import (LAW_MISMATCH, OFF_SCHEDULE, Finding, PublicSchedule, ReportRecord,
-                                                   SlotFacts, SlotVerdict, least_of_reports)
+from transforms.mechanisms.public_schedule import (LAW_MISMATCH, MEMORY_WINDOW, OFF_SCHEDULE, Finding, PublicSchedule,
+                                                   ReportRecord, SlotFacts, SlotVerdict, least_of_reports)
 from transforms.mechanisms.public_schedule.numeric_laws import law_pair
 from transforms.mechanisms.public_schedule.numeric_plan import ABSORPTION, METHODS, NumericPlan
 
-MEMORY_WINDOW = "memory_window"
-"""A change within ``w`` slots moves reports (the window's and those whose memory reaches it) costing more than
-``E``."""
 PUBLICATION, DISSIMILARITY = "publication", "dissimilarity"
 SEGMENT = "segment"
 """The public figure naming the sampling methods' segment length ``L``."""

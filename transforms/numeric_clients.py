@@ -67,9 +67,13 @@ at the range's last slot, as the central release stage does.
 the sampling methods' ``ε/(n_w + h)``, BA-SW's dissimilarity and publication parts, ToPL's ``ε/w``).  The
 sampling methods take ``accounting="paper"`` (the paper's intent ``n_w = ceil(w/L)``, no memory term) only with
 ``not_w_event_private=True`` when it is not w-event private on a stream (trap T3); their releases then carry
-``figures["w_event_private"] = 0``; each user's charges go to the per-user ledger with the requirement the user
-declared (or the operator's default), so every window is checked exactly.  A declaration the mechanism refuses
-turns the user's records into dead letters with the reason, as in the histogram pipeline.
+``figures["w_event_private"] = 0``.  Each user's reports leave as ``NumericCharges``: per report its charges and
+the budget each part was made at, with the requirement the user declared (or the operator's default), never a
+least charge.  The ledger stage (``transforms.numeric_ledger``) derives the least charge from the method's public
+schedule and checks every memory-aware window (``w + reach`` slots: a change within ``w`` slots moves the reports
+whose deviation memory or segment reaches into it); under ``not_w_event_private`` the windows over budget it
+accepted are reported, not counted.  A declaration the mechanism refuses turns the user's records into dead
+letters with the reason, as in the histogram pipeline.
 
 **Randomness.**  Secure by default.  With ``insecure_seed`` (tests and replays only, NOT private) each user's
 report at each slot draws from its own generator, seeded from ``(seed, stream, user, slot)``

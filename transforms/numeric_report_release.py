@@ -130,7 +130,7 @@ class NumericReportConfig:
         parameters by ``public_schedule.numeric_plan``, not from the collector's own waves)."""
         method = user_method(self.build())
         plan = NumericPlan.of(self.mechanism, json.loads(self.build().params.to_json()),
-                              method.segment if method.sampled else None)
+                              getattr(method, "segment", None))
         return LedgerRules(plan, max_window or max(self.windows))
 
 

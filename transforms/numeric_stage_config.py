@@ -89,5 +89,5 @@ class ClientStageConfig:
         the public parameters, not from the client's bookkeeping), the depth and the opt-in."""
         method = self.method()
         plan = NumericPlan.of(self.mechanism, json.loads(self.build().params.to_json()),
-                              method.segment if method.sampled else None, self.accounting)
+                              getattr(method, "segment", None), self.accounting)
         return LedgerRules(plan, max_window, self.opt_in)

@@ -119,19 +119,20 @@ class NumericPlan:
             return fixed
         if self.memory is not None:
             return self.memory
-        return self.window if self.method in CLIENT_MEMORY else -(-self.window // self.segment)
+        return self.window if self.method in CLIENT_MEMORY else -(-self.window // self.value_span)
 
     @property
     def value_span(self) -> int:
         """``L``: how many slots' values one report summarises (1 but for the sampling methods)."""
-        return self.segment if self.sampled else 1
+        return self.segment if self.sampled and self.segment is not None else 1
 
     @property
     def touched_segments(self) -> int:
         """``n_w``: the segments one window can touch (the paper's accounting: ``ceil(w/L)``)."""
+        length = self.value_span
         if self.accounting == "paper":
-            return min(self.window, -(-self.window // self.segment))
-        return min(self.window, -(-(self.window - 1) // self.segment) + 1)
+            return min(self.window, -(-self.window // length))
+        return min(self.window, -(-(self.window - 1) // length) + 1)
 
     @property
     def report_units(self) -> int:

@@ -169,6 +169,43 @@ def test_batch_stage_releases_the_core_clients_means(mechanism, params):
     assert {r["trust"] for r in results["releases"]} == {"local_simulated"}
 
 
+def test_a_client_charging_half_its_square_wave_is_flagged_in_batch_and_streaming(monkeypatch):
+    """The stage ships the budget each report was made at and the ledger stage rebuilds its cost from the public
+    schedule: a CAPP client (a public subclass, registered under "capp") charging half of it is undercharged at
+    every report, batch and streaming (the streaming ledger's state cells).  The stage used to send the ledger
+    ``least = charge``, so both runs passed with no violation."""
+    import dataclasses
+    from functools import cached_property
+
+    from transforms.mechanisms.numeric.streams import CAPPStream
+    from transforms.mechanisms.registry import MECHANISMS
+
+    @dataclasses.dataclass(frozen=True)
+    class HalfChargedClient(Client):
+        @property
+        def report_units(self) -> int:
+            return self.sw.realised_units // 2
+
+    class HalfChargedCAPP(CAPPStream):
+        @cached_property
+        def client(self):
+            honest = super().client
+            return HalfChargedClient(**{f.name: getattr(honest, f.name) for f in dataclasses.fields(Client)})
+
+    monkeypatch.setitem(MECHANISMS, "capp", HalfChargedCAPP)
+    params = {"epsilon": EPSILON, "window": WINDOW}
+    events = make_numeric_events()
+    batch = run(batch_pipeline(), lambda p: p | beam.Create(events), "capp", params)
+    streaming = run(streaming_pipeline(), lambda p: streaming_source(p, events, 20.0, seed=5), "capp", params, 20.0)
+    reports = sum(n for n, _ in expected(events, "capp", params).values())
+    for results in (batch, streaming):
+        assert len(results["violations"]) == reports and {v["kind"] for v in results["violations"]} == {"undercharged"}
+        latest: dict = {}  # streaming: one usage record per chunk, counts cumulative per user
+        for u in results["usage"]:
+            latest[u["user"]] = max(latest.get(u["user"], 0), u["violations"])
+        assert sum(latest.values()) == reports
+
+
 def test_streaming_stage_equals_batch_and_dead_letters_late_events():
     params = {"epsilon": EPSILON, "window": WINDOW}
     events = make_numeric_events()

@@ -226,3 +226,41 @@ def test_the_ledger_resumes_the_numeric_schedule_exactly():
     whole, resumed = stream(-1), stream(10)
     assert whole.violation_count == resumed.violation_count > 0
     assert [(v.user, v.slot, v.kind) for v in whole.violations] == [(v.user, v.slot, v.kind) for v in resumed.violations]
+
+
+@pytest.mark.parametrize("method, options", [("app", {"memory": 3}), ("app-s", {"memory": 2}), ("ipp", {}),
+                                             ("capp", {"memory": 2, "reset": 4})])
+def test_the_schedules_memory_windows_equal_a_brute_force_over_each_users_whole_history(method, options):
+    """Random reporters per slot (gaps), windows declared growing mid-stream (the rings re-seated): a user is flagged
+    at a report exactly when the least charges of their reports in slots ``fvs(d(k)) - w + 1 .. slot(k)``, summed
+    from their whole history, exceed ``E`` (E chosen so that some windows do)."""
+    rng = np.random.default_rng(9)
+    epsilon = to_units(1.0)
+    params = {"epsilon": 1.0, "window": 3, **options}
+    segment = 2 if method == "app-s" else None
+    schedule = NumericSchedule(method, params)
+    plan = NumericPlan.of(method, params, segment)
+    units = plan.report_units
+    cost = plan.cost(units)
+    users = np.arange(6, dtype=np.int64)
+    history: dict = {int(u): [] for u in users}  # user -> [(slot, least)]
+    flagged_by_schedule, flagged_by_brute = [], []
+    for slot in range(1, 41):
+        if segment and slot % segment:
+            continue
+        senders = np.flatnonzero(rng.random(users.size) < 0.7).astype(np.int64)
+        windows = np.where(users < 3, 2, 5) if slot < 20 else np.where(users < 3, 4, 6)
+        declared = np.column_stack([windows, np.full(users.size, 4 * cost)]).astype(np.int64)
+        record = PublicRecord(method, params, (ReportRecord("publication", "sw", 1, units, senders, senders),),
+                              figures={"segment": segment} if segment else {})
+        verdict = schedule.verdict(_facts(record, slot, senders, declared))
+        flagged_by_schedule += [(slot, int(u)) for f in verdict.findings if f.kind == MEMORY_WINDOW for u in f.users]
+        for u in senders.tolist():
+            history[u].append((slot, cost))
+            slots = np.array([s for s, _ in history[u]])
+            reach = plan.reach(slots)[0][-1]
+            window = int(declared[u, 0]) + int(reach)
+            spent = sum(c for s, c in history[u] if s > slot - window)
+            if spent > declared[u, 1]:
+                flagged_by_brute.append((slot, u))
+    assert flagged_by_schedule == flagged_by_brute and flagged_by_brute

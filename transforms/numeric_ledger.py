@@ -8,7 +8,8 @@ certified arithmetic at the schedule's budget, or at the recorded one if larger)
 the user's declared ``(w, E)`` **memory-aware**: report ``k``'s window is ``w + reach(k)`` slots wide, where
 ``reach(k)`` is how far back the values it depends on reach (deviation memory, a segment's values), so a
 change within any ``w`` slots is charged for every report it moves.  A window that exceeds ``E`` only through
-that reach is a ``memory_window`` violation.  The exact window sums are ``transforms.ledger.check_windows``'s.
+that reach is a ``memory_window`` violation, a report made at a budget the schedule does not name an
+``off_schedule`` one.  The exact window sums are ``transforms.ledger.check_windows``'s.
 
 **An opt-in that is not private** (``opt_in``, e.g. ``--sampling-accounting paper --not-w-event-private``): the
 usage is still the memory-aware one (above 1 when the opt-in overspends), and the ``memory_window`` windows
@@ -36,7 +37,7 @@ from transforms.coders import ValueCoder
 from transforms.ledger import ENTRIES, VIOLATIONS, charge_chunk, check_windows, empty_tail
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, PUBLICATION
-from transforms.mechanisms.public_schedule import MEMORY_WINDOW
+from transforms.mechanisms.public_schedule import MEMORY_WINDOW, OFF_SCHEDULE
 from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan, ReportHistory
 from transforms.numeric_records import NumericCharges
 from transforms.records import KEY_SEPARATOR
@@ -101,6 +102,10 @@ def check_reports(tail: dict, charges: NumericCharges, rules: LedgerRules) -> tu
             if violation["kind"] == "fixed" and violation["slot"] not in within:
                 violation["kind"] = MEMORY_WINDOW
     new_tail[HISTORY] = history.to_tuple()
+    table = np.asarray(charges.table, np.int64)
+    off = np.flatnonzero(rules.plan.off_schedule(table[:, 4], table[:, 3]))
+    found += [{"slot": int(table[i, 0]), "kind": OFF_SCHEDULE, "window_units": rules.plan.report_units,
+               "bound_units": int(table[i, 4])} for i in off]
     if rules.opt_in is None:
         return new_tail, worst, found, []
     accepted = [dict(v, accepted_by=rules.opt_in) for v in found if v["kind"] == MEMORY_WINDOW]

@@ -401,7 +401,7 @@ def test_the_honest_capp_passes_the_per_user_replay(tmp_path):
 
 def test_app_at_eps_over_w_with_memory_fails_the_per_user_replay(tmp_path, monkeypatch):
     """APP at the paper's ε/w with deviation memory w (charged in full): every plain w-slot window fits, a change
-    within w slots moves 2w reports: memory_window violations, exit 1."""
+    within w slots moves 2w reports: memory_window violations (and off_schedule: the schedule names ε/(2w)), exit 1."""
     from functools import cached_property
 
     from transforms.mechanisms.numeric.perturbation import PerturbationParams
@@ -418,7 +418,7 @@ def test_app_at_eps_over_w_with_memory_fails_the_per_user_replay(tmp_path, monke
     _broken(monkeypatch, "app", PaperBudgetAPP)
     code, report, _, _ = run_replay(tmp_path, "app", "--out-of-range", "clip", "--per-user-clients")
     kinds = {v["kind"] for v in _violations(tmp_path)}
-    assert code == 1 and report["ledger_violations"] > 0 and kinds == {"memory_window"}
+    assert code == 1 and report["ledger_violations"] > 0 and kinds == {"memory_window", "off_schedule"}
     assert 1.6 < report["max_window_usage_ratio"] <= 2.0
 
 

@@ -264,3 +264,15 @@ def test_the_schedules_memory_windows_equal_a_brute_force_over_each_users_whole_
             if spent > declared[u, 1]:
                 flagged_by_brute.append((slot, u))
     assert flagged_by_schedule == flagged_by_brute and flagged_by_brute
+
+
+def test_off_schedule_budgets_are_named_for_every_method():
+    """The per-user ledger's structural check: a report at any budget but the schedule's is off schedule (BA-SW: a
+    publication at k·e1 with 1 <= k <= w and a dissimilarity at e1 are on it)."""
+    app = NumericPlan("app", to_units(1.0), 4)
+    assert app.off_schedule([app.report_units, 2 * app.report_units, app.report_units], [0, 0, 5]).tolist() == \
+        [False, True, True]
+    ba = NumericPlan("ba-sw", to_units(1.0), 4)
+    e1 = ba.report_units
+    assert ba.off_schedule([e1, 4 * e1, 5 * e1, e1 + 1, 0], [0, e1, e1, e1, 2 * e1]).tolist() == \
+        [False, False, True, True, True]

@@ -167,6 +167,19 @@ class NumericPlan:
         return np.array([max(floor, self.cost(int(u))) if u != scheduled else floor for u in recorded.tolist()],
                         np.int64)
 
+    def off_schedule(self, publication_units, dissimilarity_units) -> np.ndarray:
+        """Which reports were made at a budget the schedule does not name: a publication other than the report
+        budget (BA-SW: other than ``k·e1`` for ``1 <= k <= w``), a dissimilarity other than ``e1`` (BA-SW) or any
+        (the others)."""
+        publication = np.asarray(publication_units, np.int64).reshape(-1)
+        dissimilarity = np.asarray(dissimilarity_units, np.int64).reshape(-1)
+        share = self.report_units
+        if self.method == ABSORPTION:
+            shares = publication // share
+            bad_publication = (publication != 0) & ((publication % share != 0) | (shares > self.window))
+            return bad_publication | ((dissimilarity != 0) & (dissimilarity != share))
+        return (publication != share) | (dissimilarity != 0)
+
     # ------------------------------------------------------------------ memory-aware windows
     def first_dependency(self, ages: np.ndarray) -> np.ndarray:
         """``d(k)``: the earliest report (by the user's report count) report ``k`` depends on (module doc)."""

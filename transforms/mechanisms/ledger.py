@@ -421,7 +421,9 @@ class PrivacyLedger:
         """Least charges and structural checks from the public schedule (never from the mechanism's evidence)."""
         if self.schedule is None:
             self.schedule = schedule_for(record.method, record.params)
-        verdict = registered_verdict(self.schedule, slot, charges, self._declared.matrix_of)
+        declared = self._declared
+        assert declared is not None, "declarations are read (_rows) before the public check"
+        verdict = registered_verdict(self.schedule, slot, charges, declared.matrix_of)
         for finding in verdict.findings:
             self._flag(slot, finding.kind, finding.users, np.full(finding.users.size, finding.expected),
                        np.full(finding.users.size, finding.seen))
@@ -430,6 +432,8 @@ class PrivacyLedger:
             return
         group_of, claimed = charges.group_of, charges.group_units
         if users.size == group_of.size and users[-1] == users.size - 1 and group_of.min(initial=0) >= 0:
+            if claimed.size and claimed.min() >= least.max():  # every group covers the largest least: done
+                return
             paid = claimed[group_of]  # every user index entered (the usual LBU/PLBU slot): one gather
         else:
             rows = np.full(users.size, UNREGISTERED, np.int64)

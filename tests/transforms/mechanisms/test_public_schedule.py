@@ -336,3 +336,25 @@ def test_findings_and_least_pack_into_one_column_and_back():
 def test_a_report_record_names_users_as_index_arrays():
     with pytest.raises(ValueError, match="user indices"):
         PublicRecord("lbu", {}, (ReportRecord("publication", "grr", 3, U, np.array([0.5]), np.array([0])),))
+
+
+def test_a_ledger_resumed_from_bytes_remembers_who_was_asked():
+    """The schedule's memory is saved with the ledger: a user asked just before the cut and again just after it is
+    flagged by the resumed ledger (a ledger that starts at the cut has no such memory and cannot see it)."""
+    window, cut = 5, 6
+    mechanism = ForgetfulLPD(LocalParams(bins=5, epsilon=1.0, window=window))
+    batches = fixed_stream(60, cut + 1, window, 5.0)
+    rng = insecure_seeded_randomness(4)
+    ledger = PrivacyLedger(window, max_violations_kept=10**6)
+    for batch in batches[:cut]:
+        release = mechanism.step(batch, rng)
+        ledger.record(release.slot, release.charges)
+    resumed = PrivacyLedger.from_bytes(ledger.to_bytes())
+    before = resumed.violation_count
+    release = mechanism.step(batches[cut], rng)
+    resumed.record(release.slot, release.charges)
+    repeated = [v for v in resumed.violations if v.kind == ASKED_TWICE and v.slot == cut + 1]
+    assert resumed.violation_count > before and repeated
+    fresh = schedule_for("lpd", mechanism.params)
+    verdict = registered_verdict(fresh, release.slot, release.charges, lambda users: None)
+    assert not [f for f in verdict.findings if f.kind == ASKED_TWICE]

@@ -25,6 +25,7 @@ with the schedule's, never for a budget.  This package imports no mechanism modu
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -186,7 +187,17 @@ def registered_verdict(schedule: PublicSchedule, slot: int, charges, declared: C
         raise ValueError(f"a release without its public record reached {schedule.method}'s public schedule")
     if record.method != schedule.method:
         raise ValueError(f"a release of {record.method!r} reached {schedule.method!r}'s public schedule")
-    return schedule.verdict(SlotFacts(slot, record, charges.users, declared, charges.evidence))
+    group_of = charges.group_of
+    registered = every_index(group_of.size) if group_of.min(initial=0) >= 0 else charges.users
+    return schedule.verdict(SlotFacts(slot, record, registered, declared, charges.evidence))
+
+
+@functools.lru_cache(maxsize=4)
+def every_index(size: int) -> np.ndarray:
+    """``0..size-1``, read-only: the registered users when every index is in a group (no scan needed)."""
+    users = np.arange(size)
+    users.flags.writeable = False
+    return users
 
 
 def packed_least(verdict: SlotVerdict, registered: np.ndarray) -> np.ndarray:
@@ -231,10 +242,10 @@ def least_of_reports(reports, units_of: Callable[[Any], int]) -> tuple[np.ndarra
     entered = [r.entered for r in reports if r.entered.size]
     if not entered:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if len(entered) == 1:
+    if len(entered) == 1:  # one report (LBU, LSP): one value for all, broadcast rather than written out
         report = next(r for r in reports if r.entered.size)
         users = entered[0]
-        return users, np.full(users.size, units_of(report), np.int64)
+        return users, np.broadcast_to(np.int64(units_of(report)), users.shape)
     capacity = max(int(users.max()) for users in entered) + 1
     least = np.zeros(capacity, np.int64)
     touched = np.zeros(capacity, bool)

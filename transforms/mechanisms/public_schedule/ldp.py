@@ -111,8 +111,8 @@ class LocalSchedule(PublicSchedule):
 
     def _request_findings(self, facts: SlotFacts, report: ReportRecord) -> list[Finding]:
         findings = []
-        touched = report.entered if report.entered is report.asked else np.union1d(report.asked, report.entered)
         unasked = outside(report.entered, report.asked)
+        touched = _touched(report, unasked)
         if unasked.size:
             findings.append(Finding(UNASKED_REPORT, unasked, report.asked.size, report.entered.size))
         units = report.epsilon_units
@@ -150,7 +150,7 @@ class LocalSchedule(PublicSchedule):
     def _asked_twice(self, slot: int, reports: tuple[ReportRecord, ...]) -> list[Finding]:
         findings = []
         for report in reports:
-            touched = report.entered if report.entered is report.asked else np.union1d(report.asked, report.entered)
+            touched = _touched(report, outside(report.entered, report.asked))
             if not touched.size:
                 continue
             capacity = int(touched[-1]) + 1
@@ -171,6 +171,11 @@ class LocalSchedule(PublicSchedule):
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         if "last_asked" in arrays:
             self.last_asked = np.array(arrays["last_asked"], np.int64)
+
+
+def _touched(report: ReportRecord, unasked: np.ndarray) -> np.ndarray:
+    """Everyone a request concerns: those asked, and those whose reports entered without being asked."""
+    return report.asked if not unasked.size else np.union1d(report.asked, unasked)
 
 
 def _rebuildable(report: ReportRecord, mean: bool) -> bool:

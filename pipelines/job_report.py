@@ -113,8 +113,8 @@ def output_counts(output: str, file_format: str = "jsonl", usage_violations: boo
     accounting: Counter = Counter()
     for line in _lines(os.path.join(output, f"{ACCOUNTING_PREFIX}*.jsonl")):
         accounting[line["counter"]] += int(line["n"])
-    if violation_files or not usage_violations:
-        violations = len(_lines(os.path.join(output, "violations*.jsonl")))
+    if violation_files or not usage_violations:  # windows an explicit opt-in accepted are reported apart
+        violations = sum(1 for line in _lines(os.path.join(output, "violations*.jsonl")) if "accepted_by" not in line)
     else:
         violations = sum(int(u.get("violations", 0)) for u in usage)
     return {"slots": len(releases), **{kind: kinds.get(kind, 0) for kind in RELEASE_KINDS},
@@ -140,7 +140,7 @@ def job_report(job: str, mechanism: str, counts: dict, records_read: int, record
     report["range_from_data"] = optional.pop("range_from_data", None)
     report["release_range"] = optional.pop("release_range", None)
     report["warnings"] = list(warnings)
-    for key in ("clipped", "evaluation", "requests_sent", "trust", "stopped"):
+    for key in ("clipped", "evaluation", "requests_sent", "trust", "stopped", "not_w_event_private"):
         report[key] = optional.pop(key, None)
     if optional:
         raise ValueError(f"report.json has no key {', '.join(sorted(optional))} (schemas/job_report.avsc)")
@@ -170,7 +170,16 @@ def summary_line(report: dict, output: str) -> str:
             f"records read = {report['records_used']:,} used + {report['duplicates']:,} duplicates + "
             f"{report['late']:,} late + {report['dead_letters']:,} dead letters{unanswered}; {report['slots']:,} "
             f"slots released ({report['fresh']:,} fresh) for {report['users_in_ledger']:,} users; "
-            f"{report['ledger_violations']} ledger violations; outputs in {output}")
+            f"{report['ledger_violations']} ledger violations{opted_in_note(report)}; outputs in {output}")
+
+
+def opted_in_note(report: dict) -> str:
+    """The summary's note on a run an explicit opt-in made not w-event private (empty otherwise)."""
+    opted = report.get("not_w_event_private")
+    if not opted:
+        return ""
+    return (f"; not w-event private ({opted['opt_in']}): max window usage {opted['max_window_usage_ratio']:.2f}, "
+            f"{opted['windows_over_budget']} windows over budget accepted")
 
 
 def _range_keys(release_range) -> dict:

@@ -433,6 +433,19 @@ def _fn_api_runner():
     return FnApiRunner()
 
 
+def opted_in_report(config: ReplayConfig, max_ratio: float) -> dict:
+    """What ``--not-w-event-private`` costs, from the ledger's outputs: the flags that accepted it, the largest
+    memory-aware window usage and how many windows over budget the flags accepted (the violations files' records
+    marked ``accepted_by``; not counted as ledger violations)."""
+    accepted = 0
+    for path in glob.glob(os.path.join(config.output, "violations-*.jsonl")):
+        with open(path) as f:
+            accepted += sum(1 for line in f if line.strip() and "accepted_by" in json.loads(line))
+    opt_in = "--sampling-accounting paper --not-w-event-private" if config.accounting[0] == "paper" \
+        else "--not-w-event-private"
+    return {"opt_in": opt_in, "max_window_usage_ratio": max_ratio, "windows_over_budget": accepted}
+
+
 def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     """``report.json``: records by fate, slots by kind, the ledger's verdict, the release range, warnings.
 
@@ -443,6 +456,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     optional = {}
     if config.numeric is not None:
         optional["clipped"] = clipped_count(result)  # used values clipped into --domain (already in records_used)
+    if config.per_user_clients and config.accounting[1]:  # an opt-in that is not private says so in its numbers
+        optional["not_w_event_private"] = opted_in_report(config, counts["max_window_usage_ratio"])
     if config.evaluate:
         optional["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
     accounting = counts["accounting"]

@@ -64,6 +64,11 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
                 "--slot-seconds", "60", "--origin", "1000")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["ledger_violations"] == 0 and report["max_window_usage_ratio"] <= 1
+    # memory-aware windows: a change within w slots moves the h reports after them too, so the worst window holds
+    # min(slots, w + h) reports at ε/(w + h) (the plain w-slot windows held w of them: 1/2 for APP and CAPP)
+    memory = {"sw-direct": 0, "ipp": 1, "app": WINDOW, "capp": WINDOW}[method]
+    worst = min(6, WINDOW + memory) / (WINDOW + memory)
+    assert worst - 1e-6 < report["max_window_usage_ratio"] <= worst
     assert report["records_read"] == len(lines) + len(forged) + 1
     assert (report["records_used"], report["duplicates"], report["late"], report["dead_letters"]) == \
         (len(lines), 1, 0, len(forged)) and report["reconciles"]

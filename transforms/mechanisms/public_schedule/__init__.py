@@ -44,7 +44,10 @@ ASKED_TWICE = "asked_twice_in_window"
 """A population method asked a user again within ``w`` slots."""
 LIFETIME_PREFIX = "lifetime_prefix"
 """The published draws of an epoch add up to more than the epoch's budget."""
-FINDING_KINDS = (OFF_SCHEDULE, LAW_MISMATCH, UNASKED_REPORT, ASKED_TWICE, LIFETIME_PREFIX)
+MEMORY_WINDOW = "memory_window"
+"""A change of one user's values within ``w`` slots moves reports (the span's and those whose memory reaches into
+it, numeric family) whose least charges add up to more than ``E``."""
+FINDING_KINDS = (OFF_SCHEDULE, LAW_MISMATCH, UNASKED_REPORT, ASKED_TWICE, LIFETIME_PREFIX, MEMORY_WINDOW)
 
 
 def _users(values, name: str) -> np.ndarray:
@@ -273,6 +276,6 @@ def outside(users: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["ASKED_TWICE", "DrawRecord", "FINDING_BITS", "FINDING_KINDS", "Finding", "LEAST_BITS", "LAW_MISMATCH",
-           "LIFETIME_PREFIX",
+           "LIFETIME_PREFIX", "MEMORY_WINDOW",
            "OFF_SCHEDULE", "PublicRecord", "PublicSchedule", "ReportRecord", "SlotFacts", "SlotVerdict",
            "UNASKED_REPORT", "least_of_reports", "outside", "packed_least", "registered_verdict", "unpack_least"]

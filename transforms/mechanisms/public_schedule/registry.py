@@ -13,8 +13,9 @@ from typing import Any
 from transforms.mechanisms.public_schedule import PublicSchedule
 from transforms.mechanisms.public_schedule.dpi import DPISchedule
 from transforms.mechanisms.public_schedule.ldp import LocalSchedule
+from transforms.mechanisms.public_schedule.numeric import NumericSchedule
 
-SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule, DPISchedule)
+SCHEDULE_CLASSES: tuple[type[PublicSchedule], ...] = (LocalSchedule, DPISchedule, NumericSchedule)
 
 SCHEDULES: dict[str, type[PublicSchedule]] = {name: cls for cls in SCHEDULE_CLASSES for name in cls.methods}
 """Method name -> the schedule class that serves it."""

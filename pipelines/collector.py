@@ -32,14 +32,13 @@ import sys
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from pipelines import cli
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import assign_public_groups, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import FixedRequirement
+from transforms.records import published_users
 
 
 def parser():
@@ -172,7 +171,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                                        "estimate": release.estimate.tolist(), "statistic": release.estimates.value,
                                        "trust": release.trust.value, "mechanism": name,
                                        "epsilon": units_to_decimal_string(release.epsilon_units),
-                                       "reporters": int(np.count_nonzero(release.charges.units))},
+                                       **published_users(release)},
                                       sort_keys=True) + "\n")
             releases.flush()
         ledger.close()

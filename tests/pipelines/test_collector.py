@@ -41,6 +41,11 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
     assert [r["slot"] for r in releases] == list(range(1, 7))
     assert {r["trust"] for r in releases} == {"local_client"} and any(r["kind"] == "fresh" for r in releases)
+    # the release schema's meanings: the registered devices, and the users who reported at the slot (LPD asks
+    # each user at most once a slot; LBD asks every holder in both of its rounds)
+    assert {r["registered_users"] for r in releases} == {len(users.read_text().split())}
+    reporters = sum(r["reporters"] for r in releases)
+    assert reporters == report["reports_used"] if method == "lpd" else 0 < reporters <= report["reports_used"]
 
 
 def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):

@@ -7,7 +7,8 @@
   ``--field``, ``--output``, ``--runner``, a CSV header, the first records of
   every input (a format or binning that cannot read them), and whether the
   configured requirements can ever be used by the mechanism
-  (``check_requirements_usable``).
+  (``check_requirements_usable``), and a lifetime-budget mechanism (DPI) only
+  with a public release range (``check_lifetime_range``).
 * The requirement and mechanism flags both jobs share: ``parse_requirement``,
   ``parse_levels``, ``mechanism_params``.
 * After a run: ``rejection_error`` turns a dead-letter fraction above
@@ -31,7 +32,7 @@ from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from transforms.mechanisms import (MECHANISMS, DynamicRequirement, FixedRequirement, LifetimeRequirement,
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, Family, FixedRequirement, LifetimeRequirement,
                                    params_from_options)
 
 EXIT_CONFIG = 2
@@ -619,4 +620,16 @@ def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
                                      **common)
     except ValueError as error:
         raise ConfigError(f"{name}: {error}".replace("epsilon and window", "--epsilon and --window")) from None
+    check_lifetime_range(name, args)
     return name, params.kwargs()
+
+
+def check_lifetime_range(name: str, args) -> None:
+    """A lifetime-budget mechanism (DPI) releases only a public range: without ``--start``/``--end`` the released
+    slots would run from the first to the last slot with data, so they would say whether a user exists (DPI's
+    neighbours differ by all of one user's records).  Every job that builds a mechanism from its command line
+    (replay, stream, watch) passes here."""
+    if Family.of(name) is Family.LIFETIME and getattr(args, "start", None) is None \
+            and getattr(args, "end", None) is None:
+        raise ConfigError(f"{name} releases under a lifetime budget: give --start and --end (the public release "
+                          "range); without them the released slots follow the data and reveal whether a user exists")

@@ -6,7 +6,8 @@
 The reports (``schemas/report.avsc``, one JSON object per line) are the
 devices' own: the collector never saw a value.  Only methods whose schedule
 is public can be replayed (LBU, LSP, PLBU, and LPU with ``--param
-grouping=public``: ``asks_on_schedule``); the
+grouping=public``: ``asks_on_schedule``), on the devices' schedule of absolute slots whatever the first slot
+with a report; the
 adaptive ones decide whom to ask from the reports and run live
 (``pipelines.collector``).  The graph reads and parses the lines (a bad line
 is a dead letter), groups each stream's reports and releases its slots in

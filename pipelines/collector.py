@@ -35,8 +35,6 @@ import threading
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from pipelines import cli, logs
 from pipelines.job_report import job_report, output_counts, summary_line, write_job_report
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
@@ -45,6 +43,7 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import assign_public_groups, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import FixedRequirement
+from transforms.records import published_users
 
 _LOGGER = logging.getLogger("pipelines.collector")
 
@@ -208,7 +207,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                                        "estimate": release.estimate.tolist(), "statistic": release.estimates.value,
                                        "trust": release.trust.value, "mechanism": name,
                                        "epsilon": units_to_decimal_string(release.epsilon_units),
-                                       "reporters": int(np.count_nonzero(release.charges.units))},
+                                       **published_users(release)},
                                       sort_keys=True) + "\n")
             releases.flush()
             _LOGGER.info("collect: %.0f s, slot %d of %d released (%s), %d requests sent, %d reports read",

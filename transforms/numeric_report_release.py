@@ -23,7 +23,7 @@ none is refused before the job.
 
 Each slot with accepted reports releases a ``schemas/release.avsc`` record (the streaming job's, dated by the
 slot clock): the paper's average of the reports at face value (``estimate``, in the domain's units, as the
-central and per-user paths do; ToPL's average de-biased), the reporters as ``registered_users``, the most a
+central and per-user paths do; ToPL's average de-biased), the reporters as ``reporters``, the most a
 report of the slot was charged as ``epsilon``, and for SW-direct the de-biased mean in ``figures``
 (``debiased``, ``server.debiased``: unbiased, post-processing).  Dead letters and duplicates are
 ``schemas/dead_letter.avsc`` records (stage ``numeric_reports``).  The sum is exact (every report

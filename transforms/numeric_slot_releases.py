@@ -68,7 +68,7 @@ def crowd_record(stream: str, slot: int, n: int, units: int, counts: tuple, conf
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": list(counts),
         "kind": "fresh", "epsilon": units_to_decimal_string(units), "predicted_error": None,
-        "registered_users": n, "statistic": "distribution",
+        "registered_users": None, "reporters": n, "statistic": "distribution",
         "estimate": (np.array(counts, np.int64) / users).tolist(), "trust": "local_simulated", "figures": {}})
 
 
@@ -86,7 +86,8 @@ def release_record(element, config, method: UserMethod, variance: float, trust: 
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
-        "predicted_error": variance * domain.width ** 2 / n, "registered_users": n, "statistic": "mean",
+        "predicted_error": variance * domain.width ** 2 / n, "registered_users": None, "reporters": n,
+        "statistic": "mean",
         "estimate": [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
@@ -101,7 +102,7 @@ def skipped_record(stream: str, slot: int, estimate, config, method: UserMethod,
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [0], "kind": "skipped",
-        "epsilon": "0", "predicted_error": None, "registered_users": 0, "statistic": statistic,
+        "epsilon": "0", "predicted_error": None, "registered_users": None, "reporters": 0, "statistic": statistic,
         "estimate": list(estimate) if statistic == "distribution" else [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 

@@ -87,7 +87,8 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
         assert (record["slot_start"], record["slot_end"]) == (1000 + 60 * slot, 1060 + 60 * slot)
         mean = float(sum(reported) / len(reported))
         assert record["estimate"] == [LOW + (HIGH - LOW) * mean] and record["statistic"] == "mean"
-        assert record["registered_users"] == len(reported) and record["trust"] == "local_client"
+        assert record["reporters"] == len(reported) and record["trust"] == "local_client"
+        assert record["registered_users"] is None  # the reporters' own field, registrations not written here
         assert ("debiased" in record["figures"]) == (method == "sw-direct")
     per_report = wevent_client.epsilon_units_from_string(BUDGET) // (WINDOW + {"sw-direct": 0, "ipp": 1}.get(method,
                                                                                                            WINDOW))
@@ -172,4 +173,4 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
         mean = float(sum(reported) / len(reported))
         unit = mean if gain is None else (1 + (2 * mean - 1) / gain) / 2
         assert fresh[slot]["estimate"] == [LOW + (HIGH - LOW) * unit]
-        assert fresh[slot]["registered_users"] == len(reported)
+        assert fresh[slot]["reporters"] == len(reported)

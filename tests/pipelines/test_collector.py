@@ -46,6 +46,11 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     releases = [json.loads(line) for line in (tmp_path / "out" / "releases.jsonl").read_text().splitlines()]
     assert [r["slot"] for r in releases] == list(range(1, 7))
     assert {r["trust"] for r in releases} == {"local_client"} and any(r["kind"] == "fresh" for r in releases)
+    # the release schema's meanings: the registered devices, and the users who reported at the slot (LPD asks
+    # each user at most once a slot; LBD asks every holder in both of its rounds)
+    assert {r["registered_users"] for r in releases} == {len(users.read_text().split())}
+    reporters = sum(r["reporters"] for r in releases)
+    assert reporters == report["reports_used"] if method == "lpd" else 0 < reporters <= report["reports_used"]
 
 
 def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):
@@ -72,3 +77,26 @@ def test_a_central_mechanism_is_refused_in_one_line(tmp_path, capsys):
                           "--requests", str(tmp_path / "a"), "--reports", str(tmp_path / "b"),
                           "--output", str(tmp_path / "c"), "--slots", "1"])
     assert code == 2 and "not a local-DP method" in capsys.readouterr().err
+
+
+def test_a_device_whose_value_does_not_fit_refuses_without_showing_it(tmp_path, capsys):
+    """A value file with a value outside the request's domain: that device refuses as ``invalid`` (counted), the
+    fleet goes on answering the others, and nothing it prints holds the value (before: the fleet stopped on a
+    ValueError ending in ``got 7318``)."""
+    from pipelines import devices
+
+    (tmp_path / "users.txt").write_text("phone-a\nphone-b\n")
+    (tmp_path / "values.jsonl").write_text(json.dumps({"user": "phone-a", "slot": 1, "value": 7318}) + "\n"
+                                           + json.dumps({"user": "phone-b", "slot": 1, "value": 1}) + "\n")
+    (tmp_path / "requests").mkdir()
+    (tmp_path / "requests" / "slot-00000001-r0.jsonl").write_text("".join(
+        json.dumps({"request_id": f"s/1/0/{user}", "stream": "s", "user": user, "slot": 1, "method": "lbu/m2",
+                    "epsilon": "0.5", "domain_size": 2}) + "\n" for user in ("phone-a", "phone-b")))
+    code = devices.run(["--users", str(tmp_path / "users.txt"), "--requirement", "fixed:2,1", "--requests",
+                        str(tmp_path / "requests"), "--reports", str(tmp_path / "reports"), "--values",
+                        str(tmp_path / "values.jsonl"), "--idle-seconds", "0.3", "--poll-seconds", "0.05"])
+    printed = capsys.readouterr()
+    assert code == 0 and json.loads(printed.out.strip().splitlines()[-1]) == {"answered": 1, "refused_invalid": 1}
+    assert "7318" not in printed.out + printed.err
+    reports = (tmp_path / "reports" / "slot-00000001-r0-devices.jsonl").read_text().splitlines()
+    assert [json.loads(line)["user"] for line in reports] == ["phone-b"]

@@ -23,7 +23,8 @@ def releases(directory) -> list[tuple]:
 @pytest.mark.parametrize("mechanism", [
     ["--requirement", "fixed:6,2.0"],
     ["--requirement", "lifetime:2.0", "--mechanism", "dpi-sound", "--epsilon", "2.0", "--param", "pool_size=50",
-     "--param", "draws=4"],  # DPI by name, its parameters from --param, under a lifetime budget
+     "--param", "draws=4", "--start", "2008-02-02T00:00:00Z", "--end", "2008-02-02T02:00:00Z"],
+    # DPI by name, its parameters from --param, under a lifetime budget, on the public range of the demo's 12 slots
 ], ids=["pbd", "dpi-sound"])
 def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkeypatch, mechanism):
     generated = {}

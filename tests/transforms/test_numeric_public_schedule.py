@@ -235,7 +235,6 @@ def test_the_schedules_memory_windows_equal_a_brute_force_over_each_users_whole_
     at a report exactly when the least charges of their reports in slots ``fvs(d(k)) - w + 1 .. slot(k)``, summed
     from their whole history, exceed ``E`` (E chosen so that some windows do)."""
     rng = np.random.default_rng(9)
-    epsilon = to_units(1.0)
     params = {"epsilon": 1.0, "window": 3, **options}
     segment = 2 if method == "app-s" else None
     schedule = NumericSchedule(method, params)

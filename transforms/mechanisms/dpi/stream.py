@@ -48,8 +48,8 @@ whole new ``epsilon``**, else it stops.  Releases label their epoch.
 **Counts view.**  The release's ``values`` is the distribution (sums to 1);
 its ``histogram`` is the sum of the drawn synopses' integer counts (scale
 ``r·n_units``, public), not a count of users: the mechanism releases no
-number of users (spec §1.4; the pipeline's release records do carry the
-number of registered users, as for every mechanism).
+number of users (spec §1.4; nor do the pipeline's release records: their
+``registered_users`` is null under a lifetime budget, ``transforms.records``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,182 @@
+"""The window audit of the local families (LDP-IDS, PLBU, the numeric methods): a change spread over a window.
+
+**Neighbours.** w-event local DP protects any change of one user's values
+within ``w`` consecutive slots.  The target (user 0) holds value ``a`` at
+every slot of the stream with the data and value ``b`` at the ``w`` slots
+``t0 .. t0 + w - 1`` of the neighbour (replace-one at every slot of one
+window); every other user holds the same values in both.  A correct method
+leaks at most ``E`` about that change: budget division splits ``E`` over the
+window's reports, population division asks the target once per window with
+``E``, and the numeric methods with deviation memory ``h`` charge each report
+``E/(w + h)`` because a change inside the span moves the span's reports *and*
+the ``h`` reports after it.  So the released estimates are observed over the
+span and the ``h`` slots after it (``h = w``: APP/CAPP's default memory).
+
+**Population.** The numeric methods and the budget-division frequency
+methods ask every holder at every slot, so the target reports alone (the
+estimate is the target's de-biased report: nothing else blurs it).  The
+population-division methods ask each user once per window and need others
+to ask at the other slots: ``OTHERS`` users hold fixed values beside the
+target (their reports are noise the audit cannot remove, so these
+scenarios' power is lower, as stated beside each bound).
+
+**Statistics.** Per run: the sum over the span of each fresh release's
+estimate for ``a`` minus its estimate for ``b`` (frequencies) or of the
+released mean (numeric: ``a = high``, ``b = low``), the same sum over the
+span and the ``h`` slots after, and the largest single-slot term.  Events
+are one-sided (no mirroring: the two streams are not symmetric).  Each run's
+charges go through a fresh :class:`PrivacyLedger`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from pipelines.audit.results import AuditConfig, ScenarioResult
+from pipelines.audit.statistics import lower_bound, power
+from transforms.mechanisms import (Family, FixedRequirements, Mechanism, MechanismParams, PrivacyLedger, ReleaseKind,
+                                   SlotBatch, TrustModel)
+from transforms.mechanisms import domain as mechanism_domain
+from transforms.mechanisms.engine import Engine
+from transforms.mechanisms.ldp.budget_division import LBA, LBD, LBU, LSP
+from transforms.mechanisms.ldp.personalized import PLBU
+from transforms.mechanisms.noise import Randomness
+
+WINDOW_STATISTICS = ("span", "span+memory", "largest slot", "span votes", "span+memory votes")
+OTHERS = 3
+"""Users beside the target in the population-division scenario."""
+TOTAL_TOLERANCE = 1e-9
+"""How far a fresh frequency estimate's total may be from 1: every frequency method here de-biases GRR reports
+(two values: the Ada rule always picks GRR), whose estimate sums to exactly 1 when its counts hold one report per
+stated reporter; more reports than reporters (counted reports of users not asked) move it."""
+NUMERIC_E = 2.0
+"""The numeric scenario's window budget."""
+POPULATION_E = 3.0
+"""The window budget of the population-division scenario (its others' reports blur less at a larger budget)."""
+ASK_EVERYONE = (LBU, LSP, PLBU)
+"""Frequency methods that ask every holder at each of their publication slots without an adaptive decision: the
+target can report alone (LBD/LBA with one user never find a change worth publishing)."""
+
+
+@dataclass(frozen=True)
+class WindowScenario:
+    """A local method's window audit: ``E`` over ``w`` slots, the span, the slots observed after it."""
+
+    name: str
+    description: str
+    bound: float          # E*: the window budget
+    window: int
+    lead: int             # slots before the span
+    memory: int           # slots observed after the span
+    others: int           # users beside the target
+
+    @property
+    def span(self) -> range:
+        return range(self.lead + 1, self.lead + self.window + 1)
+
+    @property
+    def slots(self) -> int:
+        return self.lead + self.window + self.memory
+
+    def params_for(self, cls: type[Mechanism]) -> MechanismParams:
+        """``cls``'s parameters: one ``(E, w)``; a mean over ``[0, 1]``, or frequencies over two values."""
+        if cls.estimates is mechanism_domain.Estimate.MEAN:
+            return cls.params_type.from_options(1, epsilon=self.bound, window=self.window, low=0.0, high=1.0)
+        return cls.params_type.from_options(2, epsilon=self.bound, window=self.window, max_window=self.window)
+
+    def streams(self, cls: type[Mechanism]) -> tuple[list[SlotBatch], list[SlotBatch]]:
+        """``(with, without)``: the target holds ``a`` everywhere, or ``b`` over the span."""
+        numeric = cls.estimates is mechanism_domain.Estimate.MEAN
+        a, b = (1.0, 0.0) if numeric else (0, 1)
+        users = np.arange(self.others + 1)
+        streams: tuple[list[SlotBatch], list[SlotBatch]] = ([], [])
+        for slot in range(1, self.slots + 1):
+            requirements = FixedRequirements.of([self.window] * users.size, [self.bound] * users.size) \
+                if slot == 1 else None
+            for which, batches in enumerate(streams):
+                target = b if which == 1 and slot in self.span else a
+                others = [0.5 if numeric else slot % 2] * self.others  # all flip: the estimate moves, so publishes
+                batches.append(SlotBatch.of(users, [target, *others], requirements))
+        return streams
+
+
+def window_scenario_for(cls: type[Mechanism]) -> WindowScenario | None:
+    """The window scenario of a local method (None for a central or lifetime one)."""
+    if cls.trust is TrustModel.CENTRAL or Family.of(cls) not in (Family.HOMOGENEOUS, Family.FIXED):
+        return None
+    numeric = cls.estimates is mechanism_domain.Estimate.MEAN
+    if numeric:
+        return WindowScenario("window", f"target's value changes over all w = 2 slots of one window (E = "
+                              f"{NUMERIC_E:g}), observed over the window and the 2 slots after it (memory); "
+                              "target alone", NUMERIC_E, 2, 1, 2, 0)
+    if issubclass(cls, ASK_EVERYONE):
+        return WindowScenario("window", "target's value changes over all w = 2 slots of one window (E = 2); "
+                              "target alone", 2.0, 2, 1, 2, 0)
+    return WindowScenario("window", f"target's value changes over all w = 2 slots of one window (E = {POPULATION_E:g}); "
+                          f"{OTHERS} other users whose values all flip every slot", POPULATION_E, 2, 1, 2, OTHERS)
+
+
+@dataclass(frozen=True)
+class WindowRun:
+    """What one run of one stream showed."""
+
+    statistics: np.ndarray     # one value per WINDOW_STATISTICS entry
+    fresh_in_span: int         # span slots with a fresh release
+    inconsistent: bool         # a fresh frequency release whose total is not 1
+    ledger_violations: int
+    ledger_max_ratio: float
+    first_violation: str | None
+
+
+def run_window_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: WindowScenario, numeric: bool,
+                    rng: Randomness) -> WindowRun:
+    """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
+    engine = Engine(mechanism, rng, PrivacyLedger(max_window=scenario.window))
+    terms = np.full(scenario.slots, np.nan)  # nan: no fresh release at the slot
+    fresh = inconsistent = 0
+    for batch in batches:
+        release = engine.step(batch)
+        if release.kind is not ReleaseKind.FRESH:
+            continue
+        estimate = release.estimate
+        terms[release.slot - 1] = float(estimate[0]) if numeric else float(estimate[0] - estimate[1])
+        fresh += release.slot in scenario.span
+        inconsistent += not numeric and abs(float(estimate.sum()) - 1.0) > TOTAL_TOLERANCE
+    engine.close()
+    ledger = engine.ledger
+    span = slice(scenario.lead, scenario.lead + scenario.window)
+    votes = np.where(np.isnan(terms), 0.0, np.sign(terms - (0.5 if numeric else 0.0)))
+    terms = np.nan_to_num(terms)
+    statistics = np.array([terms[span].sum(), terms[scenario.lead:].sum(), terms[span].max(), votes[span].sum(),
+                           votes[scenario.lead:].sum()])
+    first = str(ledger.violations[0]) if ledger.violations else None
+    return WindowRun(statistics, fresh, inconsistent > 0, ledger.violation_count, ledger.max_usage_ratio, first)
+
+
+def audit_window(cls: type[Mechanism], scenario: WindowScenario, index: int, config: AuditConfig,
+                 randomness: Callable[[int, int, int], Randomness]) -> ScenarioResult:
+    """Both streams ``config.runs`` times with fresh mechanisms; the bound on the window's change."""
+    numeric = cls.estimates is mechanism_domain.Estimate.MEAN
+    statistics = np.zeros((2, len(WINDOW_STATISTICS), config.runs))
+    violations = flagged = fresh = inconsistent = 0
+    ratio, first = 0.0, None
+    for stream, batches in enumerate(scenario.streams(cls)):
+        for run in range(config.runs):
+            outcome = run_window_once(cls(scenario.params_for(cls)), batches, scenario, numeric,
+                                      randomness(index, stream, run))
+            statistics[stream, :, run] = outcome.statistics
+            violations += outcome.ledger_violations
+            flagged += outcome.ledger_violations > 0
+            ratio = max(ratio, outcome.ledger_max_ratio)
+            first = first or outcome.first_violation
+            fresh += outcome.fresh_in_span
+            inconsistent += outcome.inconsistent
+    estimate = lower_bound(statistics[0], statistics[1], config.confidence, WINDOW_STATISTICS, mirrored=False)
+    runs = 2 * config.runs
+    return ScenarioResult(scenario, estimate, power(scenario.bound, estimate.evaluation_runs, config.confidence,
+                                                    mirrored=False),
+                          fresh / (runs * scenario.window), 0.0, violations, flagged, ratio, first,
+                          (statistics[0], statistics[1]), config.confidence, False, inconsistent)

@@ -53,6 +53,11 @@ class ArgumentError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags (``--dataset sin`` is an error, not ``--datasets sin``); errors raise ArgumentError."""
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_abbrev=False, **kwargs)
+
     def error(self, message):
         raise ArgumentError(message)
 

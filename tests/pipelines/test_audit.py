@@ -392,3 +392,17 @@ def test_the_report_names_its_command_and_has_one_row_per_scenario():
     table = [line for line in text.splitlines() if line.startswith("| pb")]
     assert len(table) == 4 and all(line.count("|") == 13 for line in table)
     assert "## Limits" in text and "INSECURE" in text and "`reused-noise`: reused." in text
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--dataset", "sin"], "unrecognized arguments: --dataset sin"),
+    (["--mechanism", "pbd"], "unrecognized arguments: --mechanism pbd"),
+])
+def test_wevent_evaluate_refuses_flag_prefixes_in_one_line(capsys, argv, named):
+    """Issue 27: ``--dataset sin`` started a 1,270-run evaluation (read as ``--datasets``); now one line, exit 2."""
+    from pipelines.evaluation.cli import main
+
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and named in lines[0]

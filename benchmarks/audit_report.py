@@ -81,6 +81,24 @@ METHOD = """\
 * **Verdict.** `violation` is true when `ε_LB > E*` in some scenario or the ledger saw any overspend;
   `reason` names every check that fired.
 
+## Broken variants and who flags them
+
+Each variant is built through a public extension point (a public method or property overridden, or
+public parameters passed); `tests/pipelines/test_audit.py` and `test_audit_families.py` check each is
+flagged by the check named here, and that every shipped mechanism passes.
+
+| variant | family | built through | flagged by |
+|---|---|---|---|
+| `noiseless-dissimilarity`, `reused-noise`, `half-scale-noise` | central | `decide` | bound (`steady`) |
+| `waiting-user-used` | central (fixed) | `step`, `decide` | bound (`changes`) |
+| `dead-cohort-absorbs`, `forgotten-slot`, `authors-bookkeeping` | central | `publication_budgets`, `record` | ledger |
+| `over-budget-randomizer` (4×) | LDP-IDS, PLBU | `simulate` perturbs with a 4× oracle | bound (`window`: about 3.6–4.0 against `E*` = 2) |
+| `over-budget-randomizer` (4×) | numeric | `client` at 4×, `run_users` names the stated wave | bound (`window`: SW-direct 2.3–3.1 against 2) |
+| `unasked-reports-counted` | LDP-IDS (LPD, LPU, LPA) | `simulate` adds the unasked holders' reports | consistency (`window`: every run) |
+| `memory-ignored` (`ε/w`, memory `w`) | numeric (APP, CAPP) | `client` from `PerturbationParams(budget="paper", not_w_event_private=True)` | the ledger's memory-aware window check (issue 26 item 2); the bound stays near 1 against 2 |
+| `dpi-over-draw` (8×) | DPI | `distances` scaled by 8 | bound (`lifetime`: 2.3–2.6 against the stated 1.62 at 1200 runs) |
+| `half-charge` | every family | `step` returns the release with its charges halved | ledger (the least charge from the evidence) |
+
 ## Limits
 
 * A lower bound can only show a violation; a pass is evidence, not proof. Each scenario is one pair

@@ -92,7 +92,8 @@ class LifetimeRun:
 
 def run_lifetime_once(mechanism: Mechanism, batches: list[SlotBatch], rng: Randomness) -> LifetimeRun:
     """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
-    engine = Engine(mechanism, rng, PrivacyLedger(max_window=1))  # lifetime budgets: no window
+    ledger = PrivacyLedger(max_window=1)  # lifetime budgets: no window
+    engine = Engine(mechanism, rng, ledger)
     mass = weighted = sign = charged = 0.0
     fresh = 0
     for batch in batches:
@@ -107,7 +108,6 @@ def run_lifetime_once(mechanism: Mechanism, batches: list[SlotBatch], rng: Rando
         weighted += budget * on_zero
         sign += budget * (1.0 if on_zero > 0 else -1.0)
     engine.close()
-    ledger = engine.ledger
     first = str(ledger.violations[0]) if ledger.violations else None
     return LifetimeRun(np.array([mass, weighted, sign]), fresh, charged, ledger.violation_count, ledger.max_usage_ratio, first)
 

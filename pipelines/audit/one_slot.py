@@ -91,8 +91,8 @@ def _llr_sign(value: float) -> float:
 def run_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Scenario, expected: np.ndarray, clean: np.ndarray,
              rng: Randomness, seen: list) -> RunOutcome:
     """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
-    engine = Engine(mechanism, rng, PrivacyLedger(max_window=scenario.max_window))
-    ledger = engine.ledger
+    ledger = PrivacyLedger(max_window=scenario.max_window)
+    engine = Engine(mechanism, rng, ledger)
     t = scenario.target_slot
     previous = np.zeros(scenario.bins, np.int64)
     residuals, fresh_slots = {}, []

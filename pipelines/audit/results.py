@@ -18,9 +18,14 @@ POWER_FACTOR = 2.0
 class AuditedScenario(Protocol):
     """What a result needs of its scenario: a name, a description and the budget ``E*`` compared with."""
 
-    name: str
-    description: str
-    bound: float
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def bound(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,8 @@ def randomness_for(config: AuditConfig) -> Callable[[int, int, int], Randomness]
     if config.insecure_seed is None:
         shared = secure_randomness()
         return lambda scenario, stream, run: shared
-    return lambda scenario, stream, run: insecure_seeded_randomness(
-        run_seed(config.insecure_seed, scenario, stream, run))
+    seed = config.insecure_seed
+    return lambda scenario, stream, run: insecure_seeded_randomness(run_seed(seed, scenario, stream, run))
 
 
 @dataclass(frozen=True)

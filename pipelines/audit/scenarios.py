@@ -87,7 +87,7 @@ class Scenario:
                 ) -> tuple[list[SlotBatch], list[SlotBatch]]:
         """``(present, absent)``: identical except the target's report at ``t*`` (with ``replace``, the second
         stream's target reports the next bin there instead of nothing; ``numeric``: bins as real values)."""
-        streams = ([], [])
+        streams: tuple[list[SlotBatch], list[SlotBatch]] = ([], [])
         for slot in range(1, self.slots + 1):
             declaring = any(slot in user.declared for user in self.users)
             for which, batches in enumerate(streams):

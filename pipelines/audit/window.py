@@ -23,13 +23,19 @@ scenarios' power is lower, as stated beside each bound).
 **Statistics.** Per run: the sum over the span of each fresh release's
 estimate for ``a`` minus its estimate for ``b`` (frequencies) or of the
 released mean (numeric: ``a = high``, ``b = low``), the same sum over the
-span and the ``h`` slots after, and the largest single-slot term.  Events
-are one-sided (no mirroring: the two streams are not symmetric).  Each run's
-charges go through a fresh :class:`PrivacyLedger`.
+span and the ``h`` slots after, the largest single-slot term, the number of
+slots leaning each way, and for SW-direct/IPP/APP/CAPP the client likelihood
+(:func:`client_likelihood`: how many reports fall in the *stated* client's
+band under one hypothesis minus under the other, its inputs rebuilt from the
+values and the earlier reports through the deviation memory).  Events are
+one-sided (no mirroring: the two streams are not symmetric).  Each run's
+charges go through a fresh :class:`PrivacyLedger`, and each fresh frequency
+release's total is checked (:data:`TOTAL_TOLERANCE`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,8 +50,9 @@ from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.ldp.budget_division import LBA, LBD, LBU, LSP
 from transforms.mechanisms.ldp.personalized import PLBU
 from transforms.mechanisms.noise import Randomness
+from transforms.mechanisms.numeric.perturbation import Client, PerturbationParams
 
-WINDOW_STATISTICS = ("span", "span+memory", "largest slot", "span votes", "span+memory votes")
+WINDOW_STATISTICS = ("span", "span+memory", "largest slot", "span votes", "span+memory votes", "client likelihood")
 OTHERS = 3
 """Users beside the target in the population-division scenario."""
 TOTAL_TOLERANCE = 1e-9
@@ -87,6 +94,13 @@ class WindowScenario:
             return cls.params_type.from_options(1, epsilon=self.bound, window=self.window, low=0.0, high=1.0)
         return cls.params_type.from_options(2, epsilon=self.bound, window=self.window, max_window=self.window)
 
+    def target_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The target's numeric values per slot: ``(with, without)`` (``high`` everywhere, ``low`` over the span)."""
+        present = np.ones(self.slots)
+        absent = present.copy()
+        absent[self.lead:self.lead + self.window] = 0.0
+        return present, absent
+
     def streams(self, cls: type[Mechanism]) -> tuple[list[SlotBatch], list[SlotBatch]]:
         """``(with, without)``: the target holds ``a`` everywhere, or ``b`` over the span."""
         numeric = cls.estimates is mechanism_domain.Estimate.MEAN
@@ -119,6 +133,43 @@ def window_scenario_for(cls: type[Mechanism]) -> WindowScenario | None:
                           f"{OTHERS} other users whose values all flip every slot", POPULATION_E, 2, 1, 2, OTHERS)
 
 
+def claimed_client(cls: type[Mechanism], params: MechanismParams) -> Client | None:
+    """The client a numeric method with per-slot reports (SW-direct, IPP, APP, CAPP) states it runs: rebuilt from
+    its public name and parameters, not read from the mechanism (None for the other methods)."""
+    method = getattr(cls, "method", None)
+    if method not in ("sw", "ipp", "app", "capp"):
+        return None
+    p = params
+    return PerturbationParams(p.epsilon, p.window, method, memory=p.memory, reset=p.reset,  # type: ignore[attr-defined]
+                              bound_mode=p.bound_mode, delta=p.delta,  # type: ignore[attr-defined]
+                              grid_bits=p.grid_bits).client  # type: ignore[attr-defined]
+
+
+def client_likelihood(client: Client, reports: np.ndarray, present: np.ndarray, absent: np.ndarray) -> float:
+    """How many reports fall in the stated square wave's band under the values ``present`` minus under ``absent``.
+
+    The log-likelihood ratio of the reports (over ``ε`` per report) for the stated client, whose inputs under
+    either hypothesis follow from the values and the earlier reports (the deviation memory: ``x + D``, ``D``
+    the sum of the last ``h`` deviations ``x - report``; CAPP's maps).  A valid statistic whatever the
+    mechanism really runs; for the stated client the most powerful one.
+    """
+    low, high, low_in, high_in = client.bounds
+    band = float(client.sw.b) + 1.0 / client.sw.steps
+    counts = []
+    for values in (present, absent):
+        ring, accumulated, inside = np.zeros(max(client.memory, 1)), 0.0, 0
+        for age, (x, report) in enumerate(zip(values, reports)):
+            shifted = x + accumulated if client.memory else x
+            wave_input = min(max((shifted - low_in) / (high_in - low_in), 0.0), 1.0)
+            inside += abs((report - low) / (high - low) - wave_input) <= band
+            if client.memory:
+                deviation = x - report
+                accumulated += deviation - ring[age % client.memory]
+                ring[age % client.memory] = deviation
+        counts.append(inside)
+    return float(counts[0] - counts[1])
+
+
 @dataclass(frozen=True)
 class WindowRun:
     """What one run of one stream showed."""
@@ -132,9 +183,10 @@ class WindowRun:
 
 
 def run_window_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: WindowScenario, numeric: bool,
-                    rng: Randomness) -> WindowRun:
+                    rng: Randomness, client: Client | None = None) -> WindowRun:
     """Step one stream through ``mechanism``; every charge goes through a fresh ledger."""
-    engine = Engine(mechanism, rng, PrivacyLedger(max_window=scenario.window))
+    ledger = PrivacyLedger(max_window=scenario.window)
+    engine = Engine(mechanism, rng, ledger)
     terms = np.full(scenario.slots, np.nan)  # nan: no fresh release at the slot
     fresh = inconsistent = 0
     for batch in batches:
@@ -146,12 +198,14 @@ def run_window_once(mechanism: Mechanism, batches: list[SlotBatch], scenario: Wi
         fresh += release.slot in scenario.span
         inconsistent += not numeric and abs(float(estimate.sum()) - 1.0) > TOTAL_TOLERANCE
     engine.close()
-    ledger = engine.ledger
     span = slice(scenario.lead, scenario.lead + scenario.window)
     votes = np.where(np.isnan(terms), 0.0, np.sign(terms - (0.5 if numeric else 0.0)))
+    likelihood = math.nan
+    if client is not None and not np.isnan(terms).any():  # the target alone: each release is their report
+        likelihood = client_likelihood(client, terms, *scenario.target_values())
     terms = np.nan_to_num(terms)
     statistics = np.array([terms[span].sum(), terms[scenario.lead:].sum(), terms[span].max(), votes[span].sum(),
-                           votes[scenario.lead:].sum()])
+                           votes[scenario.lead:].sum(), likelihood])
     first = str(ledger.violations[0]) if ledger.violations else None
     return WindowRun(statistics, fresh, inconsistent > 0, ledger.violation_count, ledger.max_usage_ratio, first)
 
@@ -163,10 +217,12 @@ def audit_window(cls: type[Mechanism], scenario: WindowScenario, index: int, con
     statistics = np.zeros((2, len(WINDOW_STATISTICS), config.runs))
     violations = flagged = fresh = inconsistent = 0
     ratio, first = 0.0, None
+    params = scenario.params_for(cls)
+    client = claimed_client(cls, params) if numeric and scenario.others == 0 else None
     for stream, batches in enumerate(scenario.streams(cls)):
         for run in range(config.runs):
-            outcome = run_window_once(cls(scenario.params_for(cls)), batches, scenario, numeric,
-                                      randomness(index, stream, run))
+            outcome = run_window_once(cls(params), batches, scenario, numeric, randomness(index, stream, run),
+                                      client)
             statistics[stream, :, run] = outcome.statistics
             violations += outcome.ledger_violations
             flagged += outcome.ledger_violations > 0

@@ -62,7 +62,9 @@ class Plan:
 
 
 def parse_args(argv=None) -> Plan:
-    parser = StrictParser(prog="wevent audit", description=__doc__.split("\n\n")[0])
+    parser = StrictParser(prog="wevent audit", description="Empirical privacy audit with power: statistical lower "
+                          "bounds on what one user's data leaks (one slot, one window or a lifetime), beside the "
+                          "budget and the audit's power, and every run's charges through the privacy ledger.")
     parser.add_argument("--mechanism", required=True, help=f"one of {', '.join(MECHANISMS)}, or all")
     parser.add_argument("--broken", default=None,
                         help="audit a deliberately broken variant of the mechanism (test code, source checkout)")

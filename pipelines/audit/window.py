@@ -51,6 +51,7 @@ from transforms.mechanisms.ldp.budget_division import LBA, LBD, LBU, LSP
 from transforms.mechanisms.ldp.personalized import PLBU
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.numeric.perturbation import Client, PerturbationParams
+from transforms.mechanisms.numeric.streams import NumericParams
 
 WINDOW_STATISTICS = ("span", "span+memory", "largest slot", "span votes", "span+memory votes", "client likelihood")
 OTHERS = 3
@@ -137,12 +138,11 @@ def claimed_client(cls: type[Mechanism], params: MechanismParams) -> Client | No
     """The client a numeric method with per-slot reports (SW-direct, IPP, APP, CAPP) states it runs: rebuilt from
     its public name and parameters, not read from the mechanism (None for the other methods)."""
     method = getattr(cls, "method", None)
-    if method not in ("sw", "ipp", "app", "capp"):
+    if method not in ("sw", "ipp", "app", "capp") or not isinstance(params, NumericParams):
         return None
     p = params
-    return PerturbationParams(p.epsilon, p.window, method, memory=p.memory, reset=p.reset,  # type: ignore[attr-defined]
-                              bound_mode=p.bound_mode, delta=p.delta,  # type: ignore[attr-defined]
-                              grid_bits=p.grid_bits).client  # type: ignore[attr-defined]
+    return PerturbationParams(p.epsilon, p.window, method, memory=p.memory, reset=p.reset, bound_mode=p.bound_mode,
+                              delta=p.delta, grid_bits=p.grid_bits).client
 
 
 def client_likelihood(client: Client, reports: np.ndarray, present: np.ndarray, absent: np.ndarray) -> float:

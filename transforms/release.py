@@ -143,6 +143,7 @@ class ReleaseController(beam.DoFn):
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
                                 requirements_state.read())  # None only in a job started before the cell existed
         run = StreamEngine.load(self.config, key, state)
+        run.carry = self.bounded  # a batch sink publishes at the end only: its checkpoints carry the releases
         if release_range is None:
             last = max(due_slots)
         else:  # every slot of the range that has closed, with data or not

@@ -16,6 +16,7 @@ temporary name and the rename replaces the file with the same content.
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from datetime import datetime, timezone
@@ -41,10 +42,18 @@ def write_slot_file(prefix: str, release: dict) -> str:
     """Write one release's file (under a temporary name of its own, then renamed); returns its path."""
     path = slot_file_name(prefix, release)
     temporary = f"{path}.{uuid.uuid4().hex}.part"
-    record = _checked(release, "release")
-    with FileSystems.create(temporary) as f:
-        f.write((json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
-    FileSystems.rename([temporary], [path])
+    line = (json.dumps(_checked(release, "release"), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    if "://" in path:  # an object store publishes the object whole when it is closed
+        with FileSystems.create(temporary) as f:
+            f.write(line)
+        FileSystems.rename([temporary], [path])
+        return path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(temporary, "wb") as f:  # local: on disk before the rename, so a checkpoint after it can count on it
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
     return path
 
 

@@ -61,7 +61,8 @@ def stop(process: subprocess.Popen, signum: int, reached: Callable[[], bool], de
 
 def assert_stopped_cleanly(code: int, stderr: str, signum: int, job: str) -> bool:
     """A stop by SIGINT/SIGTERM: exit 128 + signal and exactly one line on stderr (the job runs with --quiet, so it
-    prints nothing else but the warning about slots that follow the data, where it has no release range).  Returns False when the job had finished before the signal."""
+    prints nothing else but the warning about slots that follow the data, where it has no release range).
+    Returns False when the job had finished before the signal."""
     if code == 0:
         return False
     if signum == signal.SIGKILL:
@@ -75,6 +76,11 @@ def assert_stopped_cleanly(code: int, stderr: str, signum: int, job: str) -> boo
 
 def exists(pattern: str) -> Callable[[], bool]:
     return lambda: bool(glob.glob(pattern))
+
+
+def new_files(pattern: str) -> Callable[[], bool]:
+    before = set(glob.glob(pattern))
+    return lambda: bool(set(glob.glob(pattern)) - before)
 
 
 def by_slot(records: list[dict]) -> dict:
@@ -155,8 +161,7 @@ def test_a_replay_stopped_anywhere_and_resumed_publishes_what_an_uninterrupted_o
         reached = exists(os.path.join(checkpoints, "*.wevent")) if stage == "checkpoint" \
             else (lambda: os.path.isdir(output))
         if stage == "checkpoint" and i:  # the resumed job's own checkpoints: newer than the ones it resumes
-            before = set(glob.glob(os.path.join(checkpoints, "*.wevent")))
-            reached = lambda before=before: bool(set(glob.glob(os.path.join(checkpoints, "*.wevent"))) - before)  # noqa: E731
+            reached = new_files(os.path.join(checkpoints, "*.wevent"))
         code, stderr = stop(start(command), signum, reached, draw.uniform(low, high))
         stopped += assert_stopped_cleanly(code, stderr, signum, "replay")
         if signum != signal.SIGKILL and code:
@@ -187,22 +192,28 @@ def slot_files(output: str) -> dict:
     return contents
 
 
+@pytest.fixture(scope="module")
+def stream_reference(tmp_path_factory):
+    work = tmp_path_factory.mktemp("stream")
+    run(stream_args(str(work / "out"), str(work / "ckpt")))
+    expected = slot_files(str(work / "out"))
+    assert len(expected) == 6
+    return expected
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
-def test_the_streaming_job_stopped_and_resumed_writes_every_slot_file_once_as_an_uninterrupted_run(signum, tmp_path):
-    reference = str(tmp_path / "reference")
-    run(stream_args(reference, str(tmp_path / "ckpt-reference")))
-    expected = slot_files(reference)
-    assert len(expected) == 6
+def test_the_streaming_job_stopped_and_resumed_writes_every_slot_file_once_as_an_uninterrupted_run(
+        signum, stream_reference, tmp_path):
     output, checkpoints = str(tmp_path / "out"), str(tmp_path / "ckpt")
     draw = random.Random(f"{PICK.random()}-{signum}")
     code, stderr = stop(start(stream_args(output, checkpoints)), signum, exists(os.path.join(checkpoints, "*")),
-                        draw.uniform(0.0, 1.0))
-    assert_stopped_cleanly(code, stderr, signum, "stream")
+                        draw.uniform(0.0, 0.5))
+    assert assert_stopped_cleanly(code, stderr, signum, "stream")
     if signum != signal.SIGKILL:
         assert not glob.glob(os.path.join(output, "*.part")) and not glob.glob(os.path.join(output, "beam-temp-*"))
     run(stream_args(output, checkpoints) + ["--resume-from", checkpoints])
-    assert slot_files(output) == expected
+    assert slot_files(output) == stream_reference
 
 
 # ---------------------------------------------------------------------------------------------- the watch loop
@@ -225,7 +236,8 @@ def watch_args(incoming: str, output: str, checkpoint: str | None, max_slots: in
     return ["pipelines.streaming", "--watch", incoming, "--binning", "int:3", "--slot-seconds", "2",
             "--allowed-lateness", "0", "--poll-seconds", "0.1", "--settle-seconds", "0", "--requirement",
             "fixed:4,1.0", "--insecure-seed", "11", "--max-rejected-fraction", "1", "--quiet", "--output", output,
-            *(["--checkpoint", checkpoint] if checkpoint else []), *(["--max-slots", str(max_slots)] if max_slots else [])]
+            *(["--checkpoint", checkpoint] if checkpoint else []),
+            *(["--max-slots", str(max_slots)] if max_slots else [])]
 
 
 def watch_releases(output: str) -> dict:
@@ -277,3 +289,25 @@ def test_the_watch_loop_stopped_between_or_inside_rounds_and_resumed_releases_ev
         watch_file(incoming, index)
     run(watch_args(incoming, output, checkpoint, 1))
     assert watch_releases(output) == watch_reference
+
+
+# ---------------------------------------------------------------------------------------------- format 1 still resumes
+def test_a_checkpoint_written_before_format_2_still_resumes_to_the_same_releases(tmp_path):
+    """The fixture is a replay's checkpoint after slot 19 written by format-1 code (the events and the releases
+    that code made when resumed from it beside it); today's replay resumes it to the same releases."""
+    from pipelines.replay import run as replay
+
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures")
+    output, checkpoints = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    code = replay(["--input", os.path.join(fixtures, "checkpoint-v1-events.jsonl"), "--binning", "int:3",
+                   "--slot-seconds", "60", "--requirement", "fixed:5,1.0", "--insecure-seed", "4", "--start", "0",
+                   "--end", "2400", "--resume-from", os.path.join(fixtures, "checkpoint-v1-slot20.wevent"),
+                   "--checkpoint-dir", checkpoints, "--output", output, "--quiet", "--max-rejected-fraction", "1"])
+    assert code == 0
+    with open(os.path.join(fixtures, "checkpoint-v1-resumed-releases.json")) as f:
+        expected = json.load(f)
+    releases = sorted(by_slot(read_records(os.path.join(output, "releases-*.jsonl"), "jsonl")).values(),
+                      key=lambda r: r["slot"])
+    assert [[r["slot"], r["kind"], r["histogram"]] for r in releases] == expected
+    (state,) = load_for_resume(checkpoints).streams.values()
+    assert state.next_slot == 40 and state.unpublished == []

@@ -294,7 +294,9 @@ def acknowledge(directory: str, resumed: Checkpoint | None = None) -> int:
             saved.streams = {stream: state.acknowledged() for stream, state in saved.streams.items()}
             save(name, saved)
             written += 1
-    for stream, state in (resumed.streams.items() if resumed is not None else ()):
+    if resumed is None:
+        return written
+    for stream, state in resumed.streams.items():
         name = file_name(stream, state.next_slot or 0)
         if name.rsplit("-", 1)[0] not in latest:
             path = os.path.join(directory, name) if is_local(directory) else directory.rstrip("/") + "/" + name

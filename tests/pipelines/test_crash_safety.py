@@ -30,7 +30,11 @@ from transforms.sinks import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
-PICK = random.Random(27)  # the kill points: drawn, but the same on every run of the tests
+SEED = 27  # the kill points: drawn from a generator seeded by SEED and the case, the same on every run
+
+
+def draws(case: object) -> random.Random:
+    return random.Random(f"{SEED}-{case}")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -137,11 +141,11 @@ def replay_reference(tmp_path_factory):
 
 # (signal, what the delay counts from, delay range) for each stop; a case stops the job, then its resumed run, ...
 REPLAY_CASES = {
-    "sigint-releasing": [(signal.SIGINT, "checkpoint", (0.0, 0.6))],
-    "sigkill-releasing-then-sigkill-resumed": [(signal.SIGKILL, "checkpoint", (0.0, 0.6)),
-                                               (signal.SIGKILL, "checkpoint", (0.0, 0.6))],
+    "sigint-releasing": [(signal.SIGINT, "checkpoint", (0.0, 0.4))],
+    "sigkill-releasing-then-sigkill-resumed": [(signal.SIGKILL, "checkpoint", (0.0, 0.4)),
+                                               (signal.SIGKILL, "checkpoint", (0.0, 0.4))],
     "sigterm-anywhere-then-sigint-resumed-wevent": [(signal.SIGTERM, "output", (0.0, 2.0)),
-                                                    (signal.SIGINT, "checkpoint", (0.0, 0.6))],
+                                                    (signal.SIGINT, "checkpoint", (0.0, 0.4))],
 }
 
 
@@ -150,7 +154,7 @@ def test_a_replay_stopped_anywhere_and_resumed_publishes_what_an_uninterrupted_o
                                                                                       tmp_path):
     source, reference, reference_usage = replay_reference
     output, checkpoints = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    draw = random.Random(f"{PICK.random()}-{case}")
+    draw = draws(case)
     args = replay_args(source, output, checkpoints)
     stopped = 0
     for i, (signum, stage, (low, high)) in enumerate(REPLAY_CASES[case]):
@@ -206,7 +210,7 @@ def stream_reference(tmp_path_factory):
 def test_the_streaming_job_stopped_and_resumed_writes_every_slot_file_once_as_an_uninterrupted_run(
         signum, stream_reference, tmp_path):
     output, checkpoints = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    draw = random.Random(f"{PICK.random()}-{signum}")
+    draw = draws(f"stream-{signum}")
     code, stderr = stop(start(stream_args(output, checkpoints)), signum, exists(os.path.join(checkpoints, "*")),
                         draw.uniform(0.0, 0.5))
     assert assert_stopped_cleanly(code, stderr, signum, "stream")
@@ -267,7 +271,7 @@ def test_the_watch_loop_stopped_between_or_inside_rounds_and_resumed_releases_ev
                                                                                              tmp_path):
     incoming, output, checkpoint = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "live.wevent")
     os.mkdir(incoming)
-    draw = random.Random(f"{PICK.random()}-{signum}")
+    draw = draws(f"watch-{signum}")
     process = start(watch_args(incoming, output, checkpoint, None))  # runs until stopped
     live = os.path.join(output, "releases-live.jsonl")
     deadline = time.monotonic() + 60

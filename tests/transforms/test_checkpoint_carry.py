@@ -5,6 +5,7 @@ Each test fails on format 1, whose checkpoints recorded a slot as released wheth
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -13,6 +14,7 @@ import numpy as np
 from beam_helpers import SLOT, make_events
 from transforms.checkpoint import (VERSION, Checkpoint, StreamState, acknowledge, decode, encode, file_name, load,
                                    load_for_resume, save)
+from transforms.records import KEY_SEPARATOR
 from transforms.engine import CheckpointSaved, ReleaseConfig, Released, StreamEngine
 from transforms.slotting import SlotClock
 
@@ -94,3 +96,34 @@ def test_acknowledging_clears_what_the_finished_job_published_and_keeps_every_re
     assert sorted(streams) == ["quiet", "s"]
     assert all(s.unpublished == [] and s.pending_charges == [] and s.next_slot == 5 for s in streams.values())
     assert acknowledge(directory, resumed) == 0  # nothing left to clear
+
+
+def test_the_watch_loop_seeded_by_a_replays_checkpoint_publishes_the_releases_it_carries_once(tmp_path):
+    from pipelines.live import LiveRelease
+    from transforms.declarations import RequirementPolicy
+    from transforms.parse import ParseConfig
+    from transforms.private_histogram import PrivateStreamHistogram
+
+    def loop():
+        transform = PrivateStreamHistogram("pbd", SLOT, 4, insecure_seed=7, policy=RequirementPolicy())
+        return LiveRelease(str(tmp_path / "in"), str(tmp_path / "out"), ParseConfig(bins=4), transform,
+                           str(tmp_path / "live.wevent"))
+
+    os.mkdir(tmp_path / "in")
+    config = PrivateStreamHistogram("pbd", SLOT, 4, insecure_seed=7, checkpoint_every=3,
+                                    policy=RequirementPolicy()).config
+    run = StreamEngine.load(config, "default", None)
+    run.carry = True
+    outputs = list(run.release_until(5, rows(), final=True))
+    made = [o.record for o in outputs if isinstance(o, Released)]
+    save(str(tmp_path / "live.wevent"), decode([o for o in outputs if isinstance(o, CheckpointSaved)][-1].payload,
+                                                "t"))
+    first = loop()
+    first.close()
+    assert set(first.tails) == {f"default{KEY_SEPARATOR}{user}" for user in run.user_ids}  # their charges checked
+    assert first.counts["ledger_violations"] == 0
+    loop().close()  # started again from its own checkpoint: nothing carried any more
+    with open(tmp_path / "out" / "releases-live.jsonl") as f:
+        written = [json.loads(line) for line in f]
+    assert [r["slot"] for r in written] == [r["slot"] for r in made] == list(range(6))
+    assert [r["histogram"] for r in written] == [r["histogram"] for r in made]

@@ -256,7 +256,7 @@ class StreamEngine:
         self.charge_parts: tuple[str, ...] | None = None  # the named parts of the pending charges' columns
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
         self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
-        self.carry = False  # checkpoints carry the releases and charges not yet known to be in the output
+        self.carry = False  # checkpoints carry the releases and charges not yet known to be in the output (load)
         self.unpublished: list = []  # releases since the last checkpoint (carry: since the job started), carried too
 
     @property
@@ -268,12 +268,19 @@ class StreamEngine:
         return self.engine.randomness
 
     @classmethod
-    def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None) -> "StreamEngine":
-        """A fresh run, or one continuing ``state`` (from the stage's state cells or a checkpoint)."""
+    def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None,
+             carry: bool = False) -> "StreamEngine":
+        """A fresh run, or one continuing ``state`` (from the stage's state cells or a checkpoint).
+
+        ``carry``: its checkpoints carry the releases (and charges) made since the job started, for a writer that
+        cannot publish them first (a batch sink publishes only when the pipeline ends); otherwise each
+        ``CheckpointSaved`` hands the releases since the previous one to the writer, to publish before it."""
         if state is None:
-            return cls(config, stream, config.build(), [], None,
-                       secure_randomness() if config.insecure_seed is None
-                       else insecure_seeded_randomness(config.insecure_seed))
+            run = cls(config, stream, config.build(), [], None,
+                      secure_randomness() if config.insecure_seed is None
+                      else insecure_seeded_randomness(config.insecure_seed))
+            run.carry = carry
+            return run
         mechanism = mechanism_class(config.mechanism).from_bytes(config.build().params, state.mechanism)
         if config.insecure_seed is None:
             randomness = secure_randomness()  # whatever was saved: a resumed job draws secure noise
@@ -288,6 +295,7 @@ class StreamEngine:
         run.unpublished = list(state.unpublished)
         run.pending_charges = list(state.pending_charges)
         run.charge_parts = state.charge_parts
+        run.carry = carry
         return run
 
     def state(self) -> StreamState:

@@ -146,8 +146,7 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = _USERS.decode(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
                                 requirements_state.read())  # None only in a job started before the cell existed
-        run = StreamEngine.load(self.config, key, state)
-        run.carry = self.bounded  # a batch sink publishes at the end only: its checkpoints carry the releases
+        run = StreamEngine.load(self.config, key, state, carry=self.bounded)  # a batch sink publishes at the end
         if release_range is None:
             last = max(due_slots)
         else:  # every slot of the range that has closed, with data or not

@@ -54,8 +54,7 @@ def test_a_format_1_checkpoint_is_still_read_with_nothing_carried():
 
 def test_a_bounded_run_carries_every_release_since_it_started_an_unbounded_one_hands_them_to_the_writer():
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7, checkpoint_every=2)
-    bounded, unbounded = StreamEngine.load(config, "s", None), StreamEngine.load(config, "s", None)
-    bounded.carry = True
+    bounded, unbounded = StreamEngine.load(config, "s", None, carry=True), StreamEngine.load(config, "s", None)
     carried = list(bounded.release_until(5, rows(), final=True))
     handed = list(unbounded.release_until(5, rows(), final=False))
     released = [o.record["slot"] for o in carried if isinstance(o, Released)]
@@ -72,12 +71,10 @@ def test_a_bounded_run_carries_every_release_since_it_started_an_unbounded_one_h
 
 def test_a_resumed_engine_keeps_carrying_what_the_old_job_left_unpublished():
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=7, checkpoint_every=3)
-    first = StreamEngine.load(config, "s", None)
-    first.carry = True
+    first = StreamEngine.load(config, "s", None, carry=True)
     outputs = list(first.release_until(5, [r for r in rows(9) if r[0] <= 5], final=True))
     state = decode([o for o in outputs if isinstance(o, CheckpointSaved)][-1].payload, "t").streams["s"]
-    resumed = StreamEngine.load(config, "s", state)
-    resumed.carry = True
+    resumed = StreamEngine.load(config, "s", state, carry=True)
     later = list(resumed.release_until(8, [r for r in rows(9) if r[0] > 5], final=True))
     last = decode([o for o in later if isinstance(o, CheckpointSaved)][-1].payload, "t").streams["s"]
     assert [r["slot"] for r in last.unpublished] == list(range(9))
@@ -112,8 +109,7 @@ def test_the_watch_loop_seeded_by_a_replays_checkpoint_publishes_the_releases_it
     os.mkdir(tmp_path / "in")
     config = PrivateStreamHistogram("pbd", SLOT, 4, insecure_seed=7, checkpoint_every=3,
                                     policy=RequirementPolicy()).config
-    run = StreamEngine.load(config, "default", None)
-    run.carry = True
+    run = StreamEngine.load(config, "default", None, carry=True)
     outputs = list(run.release_until(5, rows(), final=True))
     made = [o.record for o in outputs if isinstance(o, Released)]
     save(str(tmp_path / "live.wevent"), decode([o for o in outputs if isinstance(o, CheckpointSaved)][-1].payload,

@@ -7,8 +7,11 @@ checkpoint until it completes.  The outputs must equal an uninterrupted run's: t
 slot, no slot missing, none twice, the same per-user usage (no window over budget, no violation).  A stop by
 signal must exit 130 (SIGINT) or 143 (SIGTERM) with one line on stderr and no temporary files left.
 
-Each of these tests fails on the code before the crash-safe checkpoints: the replay lost every release up to the
-checkpoint (they were in no output), and a stop by signal exited 1 with a traceback and left ``beam-temp-*``.
+On the code before the crash-safe checkpoints the replay cases fail (a stop by signal exited 1 with a traceback
+and left ``beam-temp-*``; every release up to the checkpoint was in no output), and so do the SIGINT and SIGTERM
+cases of the streaming job and the watch loop (exit 0 and -15).  Their SIGKILL cases guard against regressions:
+the watch loop was already write-ahead (its SIGKILL case passed there), and the streaming job's race between its
+checkpoint and slot-file branches was not seen on the direct runner.
 """
 
 from __future__ import annotations

@@ -41,9 +41,15 @@ def draws(case: object) -> random.Random:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+def as_from_a_terminal() -> None:
+    """In the child: SIGINT handled as in a terminal, even when the tests run as a shell's background job
+    (which starts with SIGINT ignored, and a job keeps an ignored SIGINT ignored, as Python itself does)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
 
 
 def run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:

@@ -14,6 +14,14 @@ from pipelines import cli
 from pipelines.stopping import Interrupted, on_interrupt, signals_deferred, stops_cleanly
 
 
+@pytest.fixture(autouse=True)
+def sigint_as_in_a_terminal():
+    """pytest run as a shell's background job starts with SIGINT ignored, which a job keeps ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def raise_signal(signum: int) -> None:
     """As if the operator sent it: the handler runs in this (the main) thread."""
     signal.raise_signal(signum)

@@ -395,8 +395,8 @@ def test_the_report_names_its_command_and_has_one_row_per_scenario():
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["--dataset", "sin"], "unrecognized arguments: --dataset sin"),
-    (["--mechanism", "pbd"], "unrecognized arguments: --mechanism pbd"),
+    (["--dataset", "sin"], "unknown flag --dataset (did you mean --datasets"),
+    (["--mechanism", "pbd"], "unknown flag --mechanism (did you mean --mechanisms"),
 ])
 def test_wevent_evaluate_refuses_flag_prefixes_in_one_line(capsys, argv, named):
     """Issue 27: ``--dataset sin`` started a 1,270-run evaluation (read as ``--datasets``); now one line, exit 2."""

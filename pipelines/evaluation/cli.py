@@ -17,7 +17,7 @@ import time
 
 from pipelines import evaluation
 from pipelines.cli import ConfigError, job_parser, parse_flags
-from pipelines.evaluation.stopping import stops_on_signal
+from pipelines.evaluation.stopping import run_stopping_cleanly
 from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
                                             write_csv)
 from pipelines.evaluation.plots import write_plots
@@ -234,14 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if suite != SUITES[0]:
         print(f"error: unknown --suite {suite!r}; choose from {', '.join(SUITES)}", file=sys.stderr)
         return 2
-    started, commit = time.perf_counter(), git_commit()
-    try:
-        args = parse_args(argv)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    with stops_on_signal("evaluate", os.path.join(args.output, PARTIAL_CSV)) as stop:
-        return stop.run(_evaluate, args, argv, started, commit)
+    return run_stopping_cleanly(argv, parse_args, _evaluate, PARTIAL_CSV, git_commit)
 
 
 def _evaluate(args, argv: list[str], started: float, commit: str) -> int:

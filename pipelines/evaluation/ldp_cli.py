@@ -18,9 +18,9 @@ import os
 import sys
 import time
 
-from pipelines.cli import ConfigError, parse_flags
+from pipelines.cli import parse_flags
 from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, evaluation_parser
-from pipelines.evaluation.stopping import stops_on_signal
+from pipelines.evaluation.stopping import run_stopping_cleanly
 from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
                                       DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS,
@@ -187,14 +187,7 @@ def _save_record(folder: str, record: dict) -> None:
 
 def main(argv: list[str]) -> int:
     """Run the LDP-IDS suite (or render it ``--from-csv``); the process exit code."""
-    started, commit = time.perf_counter(), git_commit()
-    try:
-        args = parse_args(argv)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    with stops_on_signal("evaluate", os.path.join(args.output, PARTIAL_CSV)) as stop:
-        return stop.run(_evaluate, args, argv, started, commit)
+    return run_stopping_cleanly(argv, parse_args, _evaluate, PARTIAL_CSV, git_commit)
 
 
 def _evaluate(args, argv: list[str], started: float, commit: str) -> int:

@@ -51,3 +51,23 @@ def stops_on_signal(job: str, partial: str) -> Iterator[SignalStop]:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run_stopping_cleanly(argv: list[str], parse_args: Callable, evaluate: Callable[..., int], partial: str,
+                         commit: Callable[[], str]) -> int:
+    """A suite's entry point: ``parse_args(argv)`` (a bad command line is one ``error:`` line, exit 2), then
+    ``evaluate(args, argv, started, commit())`` stopped cleanly by a signal (``partial``: the CSV file name of the
+    runs finished so far, in ``args.output``)."""
+    import os
+    import time
+
+    from pipelines.cli import ConfigError
+
+    started, revision = time.perf_counter(), commit()
+    try:
+        args = parse_args(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    with stops_on_signal("evaluate", os.path.join(args.output, partial)) as stop:
+        return stop.run(evaluate, args, argv, started, revision)

@@ -334,3 +334,27 @@ def broken_class(variant: str, mechanism: str) -> type[Mechanism]:
 __all__ = ["VARIANTS", "DeadCohortAbsorbs", "ForgetfulBA", "ForgetfulPBA", "ForgottenSlotPBD", "HalfCharge",
            "HalfScaleNoise", "MemoryIgnored", "NoiselessDissimilarity", "OverBudgetRandomizer", "OverBudgetSquareWave",
            "OverDraw", "ReusedNoise", "UnaskedReportsCounted", "Variant", "WaitingUserUsed", "broken_class"]
+
+
+def half_charged_capp_client() -> type[Mechanism]:
+    """CAPP whose per-user client charges half of what its square wave costs (a public subclass of the client,
+    returned by the public ``client`` property): what the per-user stage's ledger must flag."""
+    import dataclasses
+    from functools import cached_property
+
+    from transforms.mechanisms.numeric.perturbation import Client
+    from transforms.mechanisms.numeric.streams import CAPPStream
+
+    @dataclasses.dataclass(frozen=True)
+    class HalfChargedClient(Client):
+        @property
+        def report_units(self) -> int:
+            return self.sw.realised_units // 2
+
+    class HalfChargedCAPP(CAPPStream):
+        @cached_property
+        def client(self):
+            honest = super().client
+            return HalfChargedClient(**{f.name: getattr(honest, f.name) for f in dataclasses.fields(Client)})
+
+    return HalfChargedCAPP

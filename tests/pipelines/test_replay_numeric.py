@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pipelines import replay
+from tests.pipelines.broken_mechanisms import half_charged_capp_client
 from tests.transforms.test_numeric_clients import fresh_row, step_user
 from transforms.mechanisms import FixedRequirements, make_mechanism
 from transforms.mechanisms.batch import SlotBatch
@@ -356,36 +357,12 @@ def _broken(monkeypatch, name: str, cls) -> None:
     monkeypatch.setitem(MECHANISMS, name, cls)
 
 
-def _half_charged_capp():
-    import dataclasses
-    from functools import cached_property
-
-    from transforms.mechanisms.numeric.perturbation import Client
-    from transforms.mechanisms.numeric.streams import CAPPStream
-
-    @dataclasses.dataclass(frozen=True)
-    class HalfChargedClient(Client):
-        """A client that charges half of what its square wave costs (a public subclass)."""
-
-        @property
-        def report_units(self) -> int:
-            return self.sw.realised_units // 2
-
-    class HalfChargedCAPP(CAPPStream):
-        @cached_property
-        def client(self):
-            honest = super().client
-            return HalfChargedClient(**{f.name: getattr(honest, f.name) for f in dataclasses.fields(Client)})
-
-    return HalfChargedCAPP
-
-
 def test_a_capp_client_charging_half_its_square_wave_fails_the_per_user_replay(tmp_path, monkeypatch):
     """The per-user stage ships the budget each report was made at; the ledger stage rebuilds the square wave's
     cost itself, so a CAPP client charging half of it is undercharged at every report: ledger violations, exit 1
     (the documented code for violations)."""
     write_events(tmp_path / "events.jsonl")
-    _broken(monkeypatch, "capp", _half_charged_capp())
+    _broken(monkeypatch, "capp", half_charged_capp_client())
     code, report, _, _ = run_replay(tmp_path, "capp", "--out-of-range", "clip", "--per-user-clients")
     violations = _violations(tmp_path)
     assert code == 1 and report["ledger_violations"] == len(violations) == SLOTS * USERS

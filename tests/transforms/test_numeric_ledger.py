@@ -12,7 +12,7 @@ import numpy as np
 
 from tests.transforms.beam_helpers import batch_pipeline, streaming_pipeline, streaming_source
 from tests.transforms.test_numeric_clients import EPSILON, WINDOW, expected, make_numeric_events, run
-from transforms.mechanisms.numeric.perturbation import Client
+from tests.pipelines.broken_mechanisms import half_charged_capp_client
 
 
 def test_a_client_charging_half_its_square_wave_is_flagged_in_batch_and_streaming(monkeypatch):
@@ -20,25 +20,9 @@ def test_a_client_charging_half_its_square_wave_is_flagged_in_batch_and_streamin
     schedule: a CAPP client (a public subclass, registered under "capp") charging half of it is undercharged at
     every report, batch and streaming (the streaming ledger's state cells).  The stage used to send the ledger
     ``least = charge``, so both runs passed with no violation."""
-    import dataclasses
-    from functools import cached_property
-
-    from transforms.mechanisms.numeric.streams import CAPPStream
     from transforms.mechanisms.registry import MECHANISMS
 
-    @dataclasses.dataclass(frozen=True)
-    class HalfChargedClient(Client):
-        @property
-        def report_units(self) -> int:
-            return self.sw.realised_units // 2
-
-    class HalfChargedCAPP(CAPPStream):
-        @cached_property
-        def client(self):
-            honest = super().client
-            return HalfChargedClient(**{f.name: getattr(honest, f.name) for f in dataclasses.fields(Client)})
-
-    monkeypatch.setitem(MECHANISMS, "capp", HalfChargedCAPP)
+    monkeypatch.setitem(MECHANISMS, "capp", half_charged_capp_client())
     params = {"epsilon": EPSILON, "window": WINDOW}
     events = make_numeric_events()
     batch = run(batch_pipeline(), lambda p: p | beam.Create(events), "capp", params)

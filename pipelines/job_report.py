@@ -30,7 +30,8 @@ LATE_PREFIX = "late"
 """A dead letter whose reason starts with this is counted as late (``transforms.user_state``, the engines)."""
 DECLARATION_REASON = re.compile(r"^(requirement|no requirement declared|unknown requirement level)")
 """Dead-letter reasons that refuse a user's declaration (``transforms.parsing``'s requirement fields,
-``transforms.declarations``): a user named in one and never checked by the ledger was excluded by it."""
+``transforms.declarations``, a user without any requirement): a user named in one and never checked by the ledger
+was excluded."""
 EMPTY_INPUT_WARNING = "empty input: no record was read"
 
 
@@ -134,8 +135,8 @@ def output_counts(output: str, file_format: str = "jsonl", usage_violations: boo
 
 
 def excluded_users(counts: dict) -> list[tuple]:
-    """The (stream, user) pairs a refused declaration excluded: named in a dead letter refusing their requirement
-    and never checked by the ledger (none of their records was used)."""
+    """The (stream, user) pairs left without a usable requirement: named in a dead letter refusing their
+    requirement (or saying they have none) and never checked by the ledger (none of their records was used)."""
     checked = {tuple(pair) for pair in counts.get("pairs", ())}
     return [tuple(pair) for pair in counts.get("declaration_refused", ()) if tuple(pair) not in checked]
 
@@ -146,8 +147,8 @@ def input_warnings(records_read: int, excluded: list[tuple]) -> list[str]:
     warnings = [EMPTY_INPUT_WARNING] if not records_read else []
     if excluded:
         named = ", ".join(str(user) for _, user in excluded[:5]) + (", ..." if len(excluded) > 5 else "")
-        warnings.append(f"{len(excluded)} user(s) excluded: their requirement declaration was refused and none of "
-                        f"their records was used ({named}; reasons in the dead letters)")
+        warnings.append(f"{len(excluded)} user(s) excluded: no usable requirement (a declaration refused, or none and "
+                        f"no default), so none of their records was used ({named}; reasons in the dead letters)")
     return warnings
 
 
@@ -206,7 +207,7 @@ def input_note(report: dict) -> str:
     """The summary's note on an empty input and on users their refused declarations excluded (empty otherwise)."""
     note = "; EMPTY INPUT (no record read)" if not report["records_read"] else ""
     if report.get("excluded_users"):
-        note += f"; {report['excluded_users']:,} users excluded by refused declarations (see report.json)"
+        note += f"; {report['excluded_users']:,} users excluded: no usable requirement (see report.json)"
     return note
 
 

@@ -34,7 +34,7 @@ def test_users_excluded_by_refused_declarations_are_named(tmp_path, capsys):
     assert code == 0
     assert report["excluded_users"] == 2 and report["users_in_ledger"] == 2
     assert any("2 user(s) excluded" in w and "u2, u3" in w for w in report["warnings"])
-    assert "2 users excluded by refused declarations" in capsys.readouterr().err  # the summary line
+    assert "2 users excluded: no usable requirement" in capsys.readouterr().err  # the summary line
 
 
 def test_strict_fails_on_excluded_users(tmp_path, capsys):

@@ -144,3 +144,17 @@ def test_the_command_runs_as_written(block, tmp_path):
     assert done.returncode == 0, (f"{block.doc}:{block.line} exited {done.returncode}\n{block.text}\n"
                                   f"--- stderr (last lines)\n{done.stderr[-3000:]}")
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_relative_link_names_a_file_of_the_repository():
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(read(doc)):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            if not os.path.exists(os.path.join(ROOT, os.path.dirname(doc), target)):
+                broken.append(f"{doc}: {target}")
+    assert not broken, "\n".join(broken)

@@ -20,6 +20,7 @@ if [ ! -f "$STAMP" ]; then
   "$VENV/bin/python" -m pip install --quiet -e ".[test]"
   rm -f "$VENV"/.installed-*
   touch "$STAMP"
+  echo "==> installed; for the wevent command (every command of the README and docs/): . $VENV/bin/activate"
 fi
 
 if [ "${1:-}" = "test" ]; then

@@ -43,7 +43,8 @@ EXIT_CONFIG = 2
 """A bad command line or configuration: nothing ran."""
 
 EXIT_REJECTED = 3
-"""The run finished but rejected more records than ``--max-rejected-fraction`` allows."""
+"""The run finished but rejected more records than ``--max-rejected-fraction`` allows, or (``--strict``) read no
+record or excluded a user whose declaration it refused."""
 
 SAMPLE_RECORDS = 50
 """How many leading records of each input the checks before a run read."""
@@ -360,6 +361,9 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """Flags every job shares for judging its run."""
     parser.add_argument("--max-rejected-fraction", type=_fraction, default=0.5,
                         help="exit 3 when more than this fraction of the records read ended late or as dead letters")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 3 also when the input is empty or a refused requirement declaration excluded a user "
+                             "(both are warnings in the summary and report.json otherwise)")
 
 
 def _fraction(text: str) -> float:
@@ -437,10 +441,10 @@ def summary(job: str, report: dict, output: str) -> str:
 
 
 def finish(job: str, report: dict, output: str, max_rejected_fraction: float, dead_letters: str,
-           file_format: str = "jsonl", fresh_needs: int | None = None) -> int:
+           file_format: str = "jsonl", fresh_needs: int | None = None, strict: bool = False) -> int:
     """After a run: the summary line, then the exit code (1: ledger violations, 3: more rejected records than
-    ``max_rejected_fraction``, their biggest reason read from the ``dead_letters`` files), and a warning
-    when no slot was published fresh."""
+    ``max_rejected_fraction``, their biggest reason read from the ``dead_letters`` files, or with ``strict`` an
+    empty input or a user excluded by a refused declaration), and a warning when no slot was published fresh."""
     import logging
 
     logger = logging.getLogger(f"pipelines.{job}")
@@ -450,12 +454,21 @@ def finish(job: str, report: dict, output: str, max_rejected_fraction: float, de
     if rejection_error(report, collections.Counter(), max_rejected_fraction):
         reasons = dead_letter_reasons(dead_letters, file_format)
         return fail(str(rejection_error(report, reasons, max_rejected_fraction)), EXIT_REJECTED)
+    if strict and (not report["records_read"] or report.get("excluded_users")):
+        return fail(f"--strict: {'; '.join(report_input_warnings(report))}", EXIT_REJECTED)
     if report["slots"] and not report["fresh"]:
         needs = f"; the error model wants about {fresh_needs} users reporting per slot, this run had " \
             f"{report['records_used'] / report['slots']:.1f} records per slot" if fresh_needs else ""
         logger.warning("warning: none of the %d slots released was fresh (each repeats an earlier release or is "
                        "empty)%s: use fewer bins, longer slots or larger budgets (epsilon)", report["slots"], needs)
     return 0
+
+
+def report_input_warnings(report: dict) -> list[str]:
+    """The report's warnings on its input (an empty one, excluded users) that ``--strict`` fails on."""
+    from pipelines.job_report import EMPTY_INPUT_WARNING
+
+    return [w for w in report["warnings"] if w == EMPTY_INPUT_WARNING or "excluded" in w]
 
 
 def finish_replay(config, report: dict) -> int:
@@ -465,7 +478,7 @@ def finish_replay(config, report: dict) -> int:
     needs = fresh_threshold(histogram(config).config.build(), config.policy,
                             [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
     return finish("replay", report, config.output, config.max_rejected_fraction,
-                  os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs)
+                  os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs, strict=config.strict)
 
 
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
@@ -475,7 +488,7 @@ def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
 
     report = stream_report(args, result, seconds)
     return finish("stream", report, args.output, args.max_rejected_fraction,
-                  os.path.join(args.output, "dead_letters-*.jsonl"))
+                  os.path.join(args.output, "dead_letters-*.jsonl"), strict=args.strict)
 
 
 def finish_watch(args: argparse.Namespace, counts: dict, seconds: float, release_range=None) -> int:
@@ -485,7 +498,7 @@ def finish_watch(args: argparse.Namespace, counts: dict, seconds: float, release
 
     report = watch_report(args.output, args.mechanism, counts, seconds, release_range)
     return finish("watch", report, args.output, args.max_rejected_fraction,
-                  os.path.join(args.output, "dead_letters-live.jsonl"))
+                  os.path.join(args.output, "dead_letters-live.jsonl"), strict=args.strict)
 
 
 # ---------------------------------------------------------------------------------------------- fresh slots

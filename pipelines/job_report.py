@@ -15,6 +15,7 @@ import functools
 import glob
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +28,11 @@ ACCOUNTING_PREFIX = "accounting"
 RELEASE_KINDS = ("fresh", "skipped", "nullified")
 LATE_PREFIX = "late"
 """A dead letter whose reason starts with this is counted as late (``transforms.user_state``, the engines)."""
+DECLARATION_REASON = re.compile(r"^(requirement|no requirement declared|unknown requirement level)")
+"""Dead-letter reasons that refuse a user's declaration (``transforms.parsing``'s requirement fields,
+``transforms.declarations``, a user without any requirement): a user named in one and never checked by the ledger
+was excluded."""
+EMPTY_INPUT_WARNING = "empty input: no record was read"
 
 
 def users_in_several_streams(pairs) -> int:
@@ -117,12 +123,33 @@ def output_counts(output: str, file_format: str = "jsonl", usage_violations: boo
         violations = sum(1 for line in _lines(os.path.join(output, "violations*.jsonl")) if "accepted_by" not in line)
     else:
         violations = sum(int(u.get("violations", 0)) for u in usage)
+    refused = {(letter.get("stream"), letter.get("user")) for letter in letters
+               if letter.get("user") is not None and DECLARATION_REASON.match(str(letter.get("reason", "")))}
     return {"slots": len(releases), **{kind: kinds.get(kind, 0) for kind in RELEASE_KINDS},
             "late": late, "dead_letters": len(letters) - late,
             "users_in_ledger": len({(u.get("stream"), u.get("user")) for u in usage}),
             "ledger_violations": violations,
             "max_window_usage_ratio": float(max((u["max_window_usage_ratio"] for u in usage), default=0.0)),
-            "accounting": dict(accounting), "pairs": [(u.get("stream"), u.get("user")) for u in usage]}
+            "accounting": dict(accounting), "pairs": [(u.get("stream"), u.get("user")) for u in usage],
+            "declaration_refused": sorted(refused, key=str)}
+
+
+def excluded_users(counts: dict) -> list[tuple]:
+    """The (stream, user) pairs left without a usable requirement: named in a dead letter refusing their
+    requirement (or saying they have none) and never checked by the ledger (none of their records was used)."""
+    checked = {tuple(pair) for pair in counts.get("pairs", ())}
+    return [tuple(pair) for pair in counts.get("declaration_refused", ()) if tuple(pair) not in checked]
+
+
+def input_warnings(records_read: int, excluded: list[tuple]) -> list[str]:
+    """The warnings on what the run could not use: an empty input, users excluded by their declarations (the
+    first few named); ``--strict`` turns either into exit 3 (``pipelines.cli.finish``)."""
+    warnings = [EMPTY_INPUT_WARNING] if not records_read else []
+    if excluded:
+        named = ", ".join(str(user) for _, user in excluded[:5]) + (", ..." if len(excluded) > 5 else "")
+        warnings.append(f"{len(excluded)} user(s) excluded: no usable requirement (a declaration refused, or none and "
+                        f"no default), so none of their records was used ({named}; reasons in the dead letters)")
+    return warnings
 
 
 def job_report(job: str, mechanism: str, counts: dict, records_read: int, records_used: int, duplicates: int,
@@ -139,7 +166,9 @@ def job_report(job: str, mechanism: str, counts: dict, records_read: int, record
     report["max_window_usage_ratio"] = float(counts["max_window_usage_ratio"])
     report["range_from_data"] = optional.pop("range_from_data", None)
     report["release_range"] = optional.pop("release_range", None)
-    report["warnings"] = list(warnings)
+    excluded = excluded_users(counts) if "declaration_refused" in counts else None
+    report["warnings"] = list(warnings) + input_warnings(report["records_read"], excluded or [])
+    report["excluded_users"] = None if excluded is None else len(excluded)
     for key in ("clipped", "evaluation", "requests_sent", "trust", "stopped", "not_w_event_private"):
         report[key] = optional.pop(key, None)
     if optional:
@@ -170,7 +199,16 @@ def summary_line(report: dict, output: str) -> str:
             f"records read = {report['records_used']:,} used + {report['duplicates']:,} duplicates + "
             f"{report['late']:,} late + {report['dead_letters']:,} dead letters{unanswered}; {report['slots']:,} "
             f"slots released ({report['fresh']:,} fresh) for {report['users_in_ledger']:,} users; "
-            f"{report['ledger_violations']} ledger violations{opted_in_note(report)}; outputs in {output}")
+            f"{report['ledger_violations']} ledger violations{opted_in_note(report)}{input_note(report)}; "
+            f"outputs in {output}")
+
+
+def input_note(report: dict) -> str:
+    """The summary's note on an empty input and on users their refused declarations excluded (empty otherwise)."""
+    note = "; EMPTY INPUT (no record read)" if not report["records_read"] else ""
+    if report.get("excluded_users"):
+        note += f"; {report['excluded_users']:,} users excluded: no usable requirement (see report.json)"
+    return note
 
 
 def opted_in_note(report: dict) -> str:
@@ -220,6 +258,7 @@ def watch_report(output: str, mechanism: str, loop_counts: dict, seconds: float,
     counts = output_counts(output, usage_violations=False)
     counts["users_in_ledger"] = loop_counts.get("users", 0)
     counts["max_window_usage_ratio"] = loop_counts.get("max_window_usage_ratio", 0.0)
+    counts["pairs"] = list(loop_counts.get("pairs", ()))  # the users the loop's ledger checked
     report = job_report("watch", mechanism.lower(), counts, loop_counts.get("records_read", 0),
                         loop_counts.get("records_used", 0), loop_counts.get("duplicates", 0), seconds,
                         run_warnings(release_range, loop_counts.get("pairs", ())), **_range_keys(release_range),

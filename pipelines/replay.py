@@ -93,6 +93,7 @@ class ReplayConfig:
     per_user_clients: bool = False  # the clients in the per-user stage (transforms.numeric_clients)
     sma: tuple | None = None  # --sma K --sma-mode M: figures.sma on every numeric release (spec 3.5)
     accounting: tuple = ("strict", False)  # --sampling-accounting, --not-w-event-private (the per-user stage)
+    strict: bool = False  # --strict: an empty input or a user excluded by a refused declaration exits 3
 
 
 def _inputs(patterns: list[str]) -> tuple:
@@ -162,7 +163,7 @@ def build_config(argv=None) -> ReplayConfig:
             csv_header=columns or (),
             max_rejected_fraction=args.max_rejected_fraction, numeric=numeric,
             per_user_clients=check_per_user_clients(args, numeric), sma=check_sma(args, numeric),
-            accounting=(args.sampling_accounting, args.not_w_event_private))
+            accounting=(args.sampling_accounting, args.not_w_event_private), strict=args.strict)
         if args.resume_from and not config.per_user_clients and holds_clients_only(args.resume_from):
             raise ConfigError(f"--resume-from {args.resume_from}: written with --per-user-clients; resume with it")
         transform = histogram(config)  # builds and validates the mechanism and the slot clock

@@ -250,7 +250,7 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
 
     def progress():
         if not quiet:
-            print(f"\r[evaluate] {len(results)}/{len(tasks)} runs done, {time.perf_counter() - started:.1f} s elapsed",
+            print(f"\r[evaluate] {progress_text(len(results), len(tasks), time.perf_counter() - started)}",
                   end="", file=sys.stderr, flush=True)
 
     progress()
@@ -265,6 +265,16 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
     if not quiet:
         print(file=sys.stderr)
     return results
+
+
+def progress_text(done: int, total: int, elapsed: float) -> str:
+    """``3/10 runs done, 12.0 s elapsed, about 28 s left``: the time left is the mean time of the runs done so far
+    times the runs left (the slow dynamic runs go first, so it errs long early on); none before the first run."""
+    text = f"{done}/{total} runs done, {elapsed:.1f} s elapsed"
+    if not done or done >= total:
+        return text
+    left = elapsed / done * (total - done)
+    return text + (f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left") + "   "
 
 
 def run_in_pool(ordered: list, workers: int, run, install, streams, done) -> None:

@@ -86,6 +86,7 @@ PAPER_AMRE = {
         "dpba": (109.47, 388.57, 749.20, 1245.98, 1634.49),
     },
 }
-PAPER_SOURCE = "S2 Tables 5-6, via spec/pwsm.md §5.4"
+PAPER_SOURCE = "S2 Tables 5-6"
 PAPER_NOTE = ("Papers' numbers: " + PAPER_SOURCE + ". Their BA/PBA/DPBA numbers come from code that does not "
-              "record the last publication (not private, reference_impl §4.4) and ran with resets every 250 slots.")
+              "record the last publication (not private: docs/architecture.md, 'Privacy: the readings chosen') and "
+              "ran with resets every 250 slots.")

@@ -22,7 +22,7 @@ ALLOWED = {"records_read", "records_used", "duplicates", "late", "dead_letters",
            "ledger_violations", "max_window_usage_ratio",                                        # the ledger
            "range_from_data", "release_range", "warnings", "mechanism", "wall_seconds", "evaluation",
            "job", "unanswered", "users_in_ledger", "clipped", "requests_sent", "trust", "stopped",
-           "not_w_event_private"}  # one schema
+           "not_w_event_private", "excluded_users"}  # one schema
 TRUE_DATA_KEYS = {"amre", "ajsd", "mre", "mae", "users", "released", "true"}
 
 

@@ -140,3 +140,13 @@ def test_metrics_on_a_hand_computed_example():
                    + 0.5 * math.log(0.5 / 0.625) + 0.5 * math.log(0.5 / 0.375))
     slot2 = 0.5 * (1 * math.log(1 / 0.875) + 0.25 * math.log(0.25 / 0.125) + 0.75 * math.log(0.75 / 0.875))
     assert report.ajsd == pytest.approx((slot1 + slot2) / 2)
+
+
+def test_progress_gives_the_time_left():
+    """``wevent evaluate``'s progress line says how long is left (it gave only the elapsed time before)."""
+    from pipelines.evaluation.experiment import progress_text
+
+    assert progress_text(0, 10, 0.0) == "0/10 runs done, 0.0 s elapsed"
+    assert progress_text(2, 10, 10.0).startswith("2/10 runs done, 10.0 s elapsed, about 40 s left")
+    assert "about 8 min left" in progress_text(1, 5, 120.0)
+    assert progress_text(10, 10, 50.0) == "10/10 runs done, 50.0 s elapsed"

@@ -36,7 +36,7 @@ from pipelines.local import DATA as MAIN_STREAM
 from pipelines.local import DAY_END, DAY_START, GRID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGETS = ("multiprocess", "portable", "bundle-direct", "flink")
+TARGETS = ("multiprocess", "portable", "bundle-direct", "prism", "flink")
 CENTRAL_FLAGS = ["--binning", GRID, "--carry-forward", "--mechanism", "pbd",
                  "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0", "--level-ratios", "hour=0.5,two_hours=0.5",
                  "--ledger-detail"]
@@ -128,6 +128,8 @@ def runner_flags(target: str, pool: WorkerPool | None, flink_master: str, job_se
     workers = ["--environment_type", "EXTERNAL", "--environment_config", f"127.0.0.1:{pool.port}"]
     if target == "portable":
         return ["--runner", "PortableRunner", "--job_endpoint", "embed", *workers]
+    if target == "prism":
+        return ["--runner", "PrismRunner", "--prism_location", os.environ["WEVENT_PRISM"], *workers]
     assert job_server_jar is not None
     return ["--runner", "FlinkRunner", "--flink_master", flink_master, "--flink_version", "2.2",
             "--flink_job_server_jar", job_server_jar, "--parallelism", "2", *workers]
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if "flink" in targets and not jar:
         print("compare_runners: no Beam Flink job-server jar (integration/flink/setup.sh says why)", file=sys.stderr)
         return 2
-    pool = WorkerPool(os.path.join(work, "worker_pool.log")) if {"portable", "flink"} & set(targets) else None
+    pool = WorkerPool(os.path.join(work, "worker_pool.log")) if {"portable", "prism", "flink"} & set(targets) else None
     try:
         flags = {t: runner_flags(t, pool, args.flink_master, jar) for t in targets}
         results: list[Comparison] = []

@@ -129,7 +129,7 @@ def runner_flags(target: str, pool: WorkerPool | None, flink_master: str, job_se
     if target == "portable":
         return ["--runner", "PortableRunner", "--job_endpoint", "embed", *workers]
     if target == "prism":
-        return ["--runner", "PrismRunner", "--prism_location", os.environ["WEVENT_PRISM"], *workers]
+        return ["--runner", "PrismRunner", "--prism_location", prism_binary(), *workers]
     assert job_server_jar is not None
     return ["--runner", "FlinkRunner", "--flink_master", flink_master, "--flink_version", "2.2",
             "--flink_job_server_jar", job_server_jar, "--parallelism", "2", *workers]
@@ -183,10 +183,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def integration_home() -> str:
+    return os.environ.get("WEVENT_INTEGRATION_HOME", os.path.join(ROOT, ".integration"))
+
+
 def default_job_server_jar() -> str | None:
-    home = os.environ.get("WEVENT_INTEGRATION_HOME", os.path.join(ROOT, ".integration"))
-    jars = sorted(glob.glob(os.path.join(home, "lib", "jars", "beam-runners-flink-*-job-server-*.jar")))
+    jars = sorted(glob.glob(os.path.join(integration_home(), "lib", "jars", "beam-runners-flink-*-job-server-*.jar")))
     return jars[-1] if jars else None
+
+
+def prism_binary() -> str:
+    """$WEVENT_PRISM, or the Prism runner integration/prism/setup.sh built for this Beam SDK."""
+    import apache_beam
+
+    return os.environ.get("WEVENT_PRISM") or os.path.join(integration_home(), "lib", f"prism-{apache_beam.__version__}",
+                                                          "prism")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     numeric_stream = os.path.join(work, "numeric_stream.jsonl")
     write_numeric_stream(numeric_stream)
     jar = args.job_server_jar or default_job_server_jar()
+    if "prism" in targets and not os.access(prism_binary(), os.X_OK):
+        print(f"compare_runners: no Prism runner at {prism_binary()} (run integration/prism/setup.sh)", file=sys.stderr)
+        return 2
     if "flink" in targets and not jar:
         print("compare_runners: no Beam Flink job-server jar (integration/flink/setup.sh says why)", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ INTEGRATION_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROJECT_ROOT="$(cd "$INTEGRATION_DIR/.." && pwd)"
 WEVENT_INTEGRATION_HOME="${WEVENT_INTEGRATION_HOME:-$PROJECT_ROOT/.integration}"
 PROJECT_PYTHON="${PROJECT_PYTHON:-$PROJECT_ROOT/.venv/bin/python}"
-[ -x "$PROJECT_PYTHON" ] || PROJECT_PYTHON=/work/main/.venv/bin/python
+[ -x "$PROJECT_PYTHON" ] || PROJECT_PYTHON="$(command -v python3)"
 
 # Flink 2.2 is the newest line Beam 2.77's FlinkRunner names (--flink_version 1.19 ... 2.2).
 FLINK_VERSION="${FLINK_VERSION:-2.2.1}"

@@ -41,6 +41,10 @@ integers): a request with ``oracle`` ``sr`` or ``hm`` names the public interval
 
 Requests and reports are plain dicts (JSON): see ``schemas/request.avsc`` and
 ``schemas/report.avsc``.
+
+Refusals.  No refusal or error message ever holds the user's value (an app may
+log or forward them): a value that does not fit a request is refused as
+``invalid`` with the bounds it should lie in, never with what it was.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ def perturb(oracle: str, value: int, epsilon_units: int, d: int, randbits=secret
     ``getrandbits`` of a seeded ``random.Random``, never a device).
     """
     if type(value) is not int or not 0 <= value < d:
-        raise ValueError(f"value must be an int in [0, {d}), got {value!r}")
+        raise ValueError(f"value must be an int in [0, {d})")  # never the value (module doc, Refusals)
     p, q, _ = oracle_parameters(oracle, epsilon_units, d)
     if oracle == "grr":
         draw = randbits(64)
@@ -247,12 +251,12 @@ class SquareWave:
         """The nearest grid point (half-way to even) of ``value`` in ``[low, high]``; outside raises unless
         ``clip``."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"value must be a finite number, got {value!r}")
+            raise ValueError("value must be a finite number")  # never the value itself (module doc, Refusals)
         v = (float(value) - float(low)) / (float(high) - float(low))
         if clip:
             v = min(max(v, 0.0), 1.0)
         elif not 0.0 <= v <= 1.0:
-            raise ValueError(f"value must lie in [{low}, {high}], got {value!r}")
+            raise ValueError(f"value must lie in [{low}, {high}]")
         return round(v * self.steps)
 
     def cell(self, index: int, draw: int) -> int:
@@ -383,7 +387,7 @@ class HybridMechanism:
     def grid_index(self, value: float, low: float, top: float) -> int:
         """The grid index of ``value`` clipped to ``[low, top]`` (round half to even, as the collector's)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"value must be a finite number, got {value!r}")
+            raise ValueError("value must be a finite number")  # never the value itself (module doc, Refusals)
         unit = (min(max(float(value), float(low)), float(top)) - float(low)) / (float(top) - float(low))
         return round(unit * self.steps)
 
@@ -482,7 +486,10 @@ class WEventClient:
             def report_of(value):
                 return perturb(oracle, value, units, d, self._randbits)
         self._check_budget(slot, charge)
-        payload = report_of(self._value_of(slot))
+        try:
+            payload = report_of(self._value_of(slot))
+        except ValueError as error:  # this device's value does not fit the request: refused, nothing charged
+            raise RequestRefused("invalid", str(error)) from None
         self._record(slot, request["method"], charge)
         return {"request_id": request.get("request_id"), "stream": request["stream"], "user": self.user,
                 "slot": slot, "method": request["method"], "oracle": oracle, "epsilon": request["epsilon"],

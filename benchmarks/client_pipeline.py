@@ -83,7 +83,7 @@ def main(argv=None) -> int:
                 runs[kind].append(_timed(common + ["--output", output] + (["--baseline"] if kind == "baseline" else [])))
             with open(os.path.join(directory, f"out-private-{round_}", "report.json")) as report:
                 checked = json.load(report)
-            if not (checked["reconciles"] and checked["reports_used"] == records and checked["ledger_violations"] == 0):
+            if not (checked["reconciles"] and checked["records_used"] == records and checked["ledger_violations"] == 0):
                 raise SystemExit(f"the private run did not use every report: {checked}")
     medians = {kind: {key: statistics.median(run[key] for run in values) for key in ("wall_seconds", "cpu_seconds")}
                for kind, values in runs.items()}

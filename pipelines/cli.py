@@ -7,7 +7,8 @@
   ``--field``, ``--output``, ``--runner``, a CSV header, the first records of
   every input (a format or binning that cannot read them), and whether the
   configured requirements can ever be used by the mechanism
-  (``check_requirements_usable``).
+  (``check_requirements_usable``), and a lifetime-budget mechanism (DPI) only
+  with a public release range (``check_lifetime_range``).
 * The requirement and mechanism flags both jobs share: ``parse_requirement``,
   ``parse_levels``, ``mechanism_params``.
 * After a run: ``rejection_error`` turns a dead-letter fraction above
@@ -31,7 +32,7 @@ from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from transforms.mechanisms import (MECHANISMS, DynamicRequirement, FixedRequirement, LifetimeRequirement,
+from transforms.mechanisms import (MECHANISMS, DynamicRequirement, Family, FixedRequirement, LifetimeRequirement,
                                    params_from_options)
 
 EXIT_CONFIG = 2
@@ -101,6 +102,14 @@ def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[
     if unknown:
         raise ConfigError(unknown_flag_message(parser, unknown[0]))
     return args, rest
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """A job without Beam options: its own flags only; anything else is a ``ConfigError`` with a suggestion."""
+    args, rest = parser.parse_known_args(list(argv))
+    if rest:
+        raise ConfigError(unknown_flag_message(parser, rest[0]))
+    return args
 
 
 def unknown_flag_message(parser: argparse.ArgumentParser, token: str) -> str:
@@ -417,12 +426,10 @@ def dead_letter_reasons(pattern: str, file_format: str = "jsonl") -> collections
 
 
 def summary(job: str, report: dict, output: str) -> str:
-    """The one line a job ends with."""
-    users = f" for {report['users']:,} users" if "users" in report else ""
-    return (f"{job} done in {report.get('wall_seconds', 0):.1f} s: {report['records_read']:,} records read = "
-            f"{report['records_used']:,} used + {report['duplicates']:,} duplicates + {report['late']:,} late + "
-            f"{report['dead_letters']:,} dead letters; {report['slots']:,} slots released ({report['fresh']:,} "
-            f"fresh){users}; {report['ledger_violations']} ledger violations; outputs in {output}")
+    """The one line a job ends with (``pipelines.report.summary_line``)."""
+    from pipelines.job_report import summary_line
+
+    return summary_line({"job": job, **report}, output)
 
 
 def finish(job: str, report: dict, output: str, max_rejected_fraction: float, dead_letters: str,
@@ -458,22 +465,21 @@ def finish_replay(config, report: dict) -> int:
 
 
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
-    """A Beam streaming job that ended (the demo, or a drained job): its counters, report.json, the checks."""
-    import json
+    """A Beam streaming job that ended (the demo, or a drained job): report.json from its output files, the
+    summary line, the checks."""
+    from pipelines.job_report import stream_report
 
-    from transforms.accounting import account
-
-    counts = account(result).as_dict()
-    report = {**counts, "slots": counts["slots_fresh"] + counts["slots_skipped"] + counts["slots_nullified"],
-              "fresh": counts["slots_fresh"], "wall_seconds": seconds}
-    with open(os.path.join(args.output, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    report = stream_report(args, result, seconds)
     return finish("stream", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-*.jsonl"))
 
 
-def finish_watch(args: argparse.Namespace, counts: dict, seconds: float) -> int:
-    report = {**counts, "slots": counts["releases"], "fresh": counts.get("fresh", 0), "wall_seconds": seconds}
+def finish_watch(args: argparse.Namespace, counts: dict, seconds: float, release_range=None) -> int:
+    """The watch loop's end (also when a signal stopped it: call it from the stop path with the loop's counts so
+    far): report.json from its output files and the loop's own counts, the summary line, the checks."""
+    from pipelines.job_report import watch_report
+
+    report = watch_report(args.output, args.mechanism, counts, seconds, release_range)
     return finish("watch", report, args.output, args.max_rejected_fraction,
                   os.path.join(args.output, "dead_letters-live.jsonl"))
 
@@ -614,4 +620,16 @@ def mechanism_params(args, bins: int, **common) -> tuple[str, dict]:
                                      **common)
     except ValueError as error:
         raise ConfigError(f"{name}: {error}".replace("epsilon and window", "--epsilon and --window")) from None
+    check_lifetime_range(name, args)
     return name, params.kwargs()
+
+
+def check_lifetime_range(name: str, args) -> None:
+    """A lifetime-budget mechanism (DPI) releases only a public range: without ``--start``/``--end`` the released
+    slots would run from the first to the last slot with data, so they would say whether a user exists (DPI's
+    neighbours differ by all of one user's records).  Every job that builds a mechanism from its command line
+    (replay, stream, watch) passes here."""
+    if Family.of(name) is Family.LIFETIME and getattr(args, "start", None) is None \
+            and getattr(args, "end", None) is None:
+        raise ConfigError(f"{name} releases under a lifetime budget: give --start and --end (the public release "
+                          "range); without them the released slots follow the data and reveal whether a user exists")

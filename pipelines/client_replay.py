@@ -6,7 +6,8 @@
 The reports (``schemas/report.avsc``, one JSON object per line) are the
 devices' own: the collector never saw a value.  Only methods whose schedule
 is public can be replayed (LBU, LSP, PLBU, and LPU with ``--param
-grouping=public``: ``asks_on_schedule``); the
+grouping=public``: ``asks_on_schedule``), on the devices' schedule of absolute slots whatever the first slot
+with a report; the
 adaptive ones decide whom to ask from the reports and run live
 (``pipelines.collector``).  The graph reads and parses the lines (a bad line
 is a dead letter), groups each stream's reports and releases its slots in
@@ -28,13 +29,16 @@ from __future__ import annotations
 import functools
 import glob
 import json
+import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import apache_beam as beam
 
-from pipelines import cli
+from pipelines import cli, logs
+from pipelines.job_report import job_report, output_counts, summary_line, write_job_report
 from pipelines.collector import read_users
 from transforms.client_release import ClientReleaseConfig, parse_report, release_stream
 from transforms.mechanisms.ldp.client import REPORT_FIELDS, ReportRejected
@@ -47,24 +51,28 @@ from transforms.numeric_report_release import (
     release_numeric_stream,
 )
 
+_LOGGER = logging.getLogger("pipelines.client_replay")
+
 
 def parser():
-    p = cli.job_parser("python -m pipelines.client_replay", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent client-replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", required=True, help="report files (JSONL; glob, repeatable)")
     p.add_argument("--users", required=True, help="the registered devices: ID per line, or ID<TAB>fixed:W,E")
     p.add_argument("--requirement", help="fixed:W,E for every device whose line names none")
-    p.add_argument("--mechanism", required=True)
-    p.add_argument("--epsilon", type=float)
-    p.add_argument("--window", type=int)
-    p.add_argument("--max-window", type=int, default=1000)
-    p.add_argument("--bins", type=int, default=2)
+    p.add_argument("--mechanism", required=True, help="the method the devices answered: lbu, lsp, plbu, lpu with "
+                   "--param grouping=public, or a numeric method with --domain")
+    p.add_argument("--epsilon", type=float, help="homogeneous methods: epsilon")
+    p.add_argument("--window", type=int, help="homogeneous methods: window w")
+    p.add_argument("--max-window", type=int, default=1000, help="the ledger's largest window (slots)")
+    p.add_argument("--bins", type=int, default=2, help="the domain size d of the devices' values")
     p.add_argument("--domain", metavar="LOW,HIGH", help="numeric device reports (every numeric method): the "
                    "interval the devices report over")
     cli.add_mechanism_parameter_option(p)
     p.add_argument("--slot-seconds", type=float, default=1.0, help="slot length, to date the releases (reports "
                    "carry slot indices): slot t covers [origin + t·s, origin + (t+1)·s)")
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
-    p.add_argument("--output", required=True)
+    p.add_argument("--output", required=True, help="directory of releases-*, dead_letters-*, duplicates-*, "
+                   "ledger-* and report.json")
     p.add_argument("--baseline", action="store_true", help="the non-private count of the same reports")
     p.add_argument("--insecure-seed", type=int, help="reproducible, NOT private randomness (tests only)")
     return p
@@ -97,8 +105,10 @@ def _baseline_key(element):
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    args, beam_args = cli.strict_parse(parser(), argv if argv is not None else sys.argv[1:])
+    logs.configure(False)
+    started = time.monotonic()
     try:
+        args, beam_args = cli.strict_parse(parser(), argv if argv is not None else sys.argv[1:])
         files = sorted({path for pattern in args.input for path in glob.glob(pattern)})
         if not files:
             raise cli.ConfigError(f"--input matches no file: {args.input}")
@@ -116,10 +126,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             name, params = cli.mechanism_params(args, args.bins)
             config = ClientReleaseConfig(name, params, *users, args.insecure_seed, clock)
-    except (cli.ConfigError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (cli.ConfigError, ValueError, OSError) as error:
+        return cli.fail(str(error))
     os.makedirs(args.output, exist_ok=True)
+    _LOGGER.info("replaying %d report files with %s into %s", len(files), name, args.output)
     out = os.path.join(args.output, "")
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -139,7 +149,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         released.duplicate | "WriteDuplicates" >> beam.io.WriteToText(out + "duplicates", file_name_suffix=".jsonl")
         released.ledger | "WriteLedger" >> beam.io.WriteToText(out + "ledger", file_name_suffix=".jsonl")
     read = sum(_non_empty_lines(path) for path in files)
-    return _report(args.output, read, name)
+    return _report(args.output, read, name, time.monotonic() - started, len(ids))
 
 
 def _non_empty_lines(path: str) -> int:
@@ -155,21 +165,21 @@ def _count(directory: str, prefix: str) -> list[str]:
     return lines
 
 
-def _report(directory: str, read: int, name: str) -> int:
-    releases = [json.loads(line) for line in _count(directory, "releases")]
-    dead = _count(directory, "dead_letters")
+def _report(directory: str, read: int, name: str, seconds: float, devices: int) -> int:
+    """report.json from the files written: releases, dead letters, duplicates and the streams' ledger lines."""
+    counts = output_counts(directory)
     duplicates = len(_count(directory, "duplicates"))
     ledgers = [json.loads(line) for line in _count(directory, "ledger")]
+    counts.update(ledger_violations=sum(item["violations"] for item in ledgers),
+                  max_window_usage_ratio=max((item["max_window_usage_ratio"] for item in ledgers), default=0.0),
+                  users_in_ledger=devices)
     used = sum(item["reports_used"] for item in ledgers)
-    kinds = {kind: sum(r["kind"] == kind for r in releases) for kind in ("fresh", "skipped", "nullified")}
-    report = {"mechanism": name, "trust": "local_client", "slots": len(releases), **kinds,
-              "reports_read": read, "reports_used": used, "duplicates": duplicates, "late": 0,
-              "dead_letters": len(dead), "reconciles": read == used + duplicates + len(dead),
-              "ledger_violations": sum(item["violations"] for item in ledgers),
-              "max_window_usage_ratio": max((item["max_window_usage_ratio"] for item in ledgers), default=0.0)}
-    with open(os.path.join(directory, "report.json"), "w") as out:
-        json.dump(report, out, indent=2, sort_keys=True)
-    return 0 if report["ledger_violations"] == 0 else 1
+    report = write_job_report(directory, job_report("client-replay", name, counts, read, used, duplicates, seconds,
+                                                    trust="local_client"))
+    _LOGGER.info("%s", summary_line(report, directory))
+    if report["ledger_violations"]:
+        return cli.fail(f"{report['ledger_violations']} ledger violations (see {directory}/ledger-*)", 1)
+    return 0
 
 
 if __name__ == "__main__":

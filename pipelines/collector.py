@@ -27,38 +27,44 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
-from pipelines import cli
+from pipelines import cli, logs
+from pipelines.job_report import job_report, output_counts, summary_line, write_job_report
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.ldp.client import assign_public_groups, client_slot
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.mechanisms.requirements import FixedRequirement
+from transforms.records import published_users
+
+_LOGGER = logging.getLogger("pipelines.collector")
 
 
 def parser():
-    p = cli.job_parser("python -m pipelines.collector", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent collect", __doc__.split("\n\n")[0])
     p.add_argument("--mechanism", required=True, help="a local-DP method: lbu, lsp, lbd, lba, lpu, lpd, lpa, plbu")
     p.add_argument("--epsilon", type=float, help="homogeneous methods: epsilon")
     p.add_argument("--window", type=int, help="homogeneous methods: window w")
-    p.add_argument("--max-window", type=int, default=1000)
+    p.add_argument("--max-window", type=int, default=1000, help="the ledger's largest window (slots)")
     p.add_argument("--bins", type=int, default=2, help="the domain size d of the devices' values")
     cli.add_mechanism_parameter_option(p)
     p.add_argument("--users", required=True, help="the devices: ID per line, or ID<TAB>fixed:W,E")
     p.add_argument("--requirement", help="fixed:W,E for every user whose line names none")
     p.add_argument("--requests", required=True, help="directory the request files are written to")
     p.add_argument("--reports", required=True, help="directory the devices' report files are read from")
-    p.add_argument("--output", required=True)
-    p.add_argument("--stream", default="default")
+    p.add_argument("--output", required=True, help="directory of releases.jsonl, dead_letters.jsonl, report.json")
+    p.add_argument("--stream", default="default", help="the stream the requests and releases name")
     p.add_argument("--slots", type=int, required=True, help="how many slots to release")
     p.add_argument("--round-seconds", type=float, default=5.0, help="deadline of one round of requests")
-    p.add_argument("--poll-seconds", type=float, default=0.05)
+    p.add_argument("--poll-seconds", type=float, default=0.05, help="how often to look for report files")
     p.add_argument("--insecure-seed", type=int, help="reproducible, NOT private randomness (tests only)")
     return p
 
@@ -137,9 +143,36 @@ def _records(path: str) -> list[dict]:
     return records
 
 
+class StopRequest:
+    """While active, SIGINT and SIGTERM only ask the collector to stop after the slot it is releasing (a second
+    signal stops at once): the slots released so far keep their files and are reported."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.saved: dict = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may handle signals
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self.saved[number] = signal.signal(number, self._requested)
+        return self
+
+    def _requested(self, number, _frame) -> None:
+        self.signal = number
+        for saved_number, handler in self.saved.items():
+            signal.signal(saved_number, handler)
+        _LOGGER.info("stopping after this slot (%s again stops at once)", signal.Signals(number).name)
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self.saved.items():
+            signal.signal(number, handler)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    logs.configure(False)
     try:
+        args = cli.parse_flags(parser(), sys.argv[1:] if argv is None else argv)
         ids, requirements = read_users(args.users, args.requirement)
         name, params = cli.mechanism_params(args, args.bins)
         mechanism = make_mechanism(name, **params)
@@ -148,17 +181,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         assign_public_groups(mechanism, ids)
         for directory in (args.requests, args.reports, args.output):
             os.makedirs(directory, exist_ok=True)
-    except (cli.ConfigError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (cli.ConfigError, ValueError, OSError) as error:
+        return cli.fail(str(error))
+    started = time.monotonic()
+    _LOGGER.info("collecting %d slots from %d devices: requests in %s, reports from %s, outputs in %s (Ctrl-C "
+                 "stops after the current slot)", args.slots, len(ids), args.requests, args.reports, args.output)
     rng = secure_randomness() if args.insecure_seed is None else insecure_seeded_randomness(args.insecure_seed)
     exchange = Exchange(args.requests, args.reports, args.round_seconds, args.poll_seconds)
     index_of = {user: i for i, user in enumerate(ids)}
-    ledger = PrivacyLedger(max(int(requirements.window.max()), 1))
+    ledger = PrivacyLedger(max(int(requirements.window.max()), 1), schedule=schedule_if_any(name, mechanism.params))
     kinds = {"fresh": 0, "skipped": 0, "nullified": 0}
     rejected_total = 0
     with open(os.path.join(args.output, "releases.jsonl"), "w") as releases, \
-            open(os.path.join(args.output, "dead_letters.jsonl"), "w") as dead:
+            open(os.path.join(args.output, "dead_letters.jsonl"), "w") as dead, StopRequest() as stop:
         for slot in range(1, args.slots + 1):
             batch = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)), requirements) if slot == 1 \
                 else SlotBatch.empty()
@@ -172,22 +207,31 @@ def run(argv: Sequence[str] | None = None) -> int:
                                        "estimate": release.estimate.tolist(), "statistic": release.estimates.value,
                                        "trust": release.trust.value, "mechanism": name,
                                        "epsilon": units_to_decimal_string(release.epsilon_units),
-                                       "reporters": int(np.count_nonzero(release.charges.units))},
+                                       **published_users(release)},
                                       sort_keys=True) + "\n")
             releases.flush()
+            _LOGGER.info("collect: %.0f s, slot %d of %d released (%s), %d requests sent, %d reports read",
+                         time.monotonic() - started, slot, args.slots, release.kind.value, exchange.sent,
+                         exchange.received)
+            if stop.signal is not None:
+                break
         ledger.close()
         late = exchange.late()
         dead.writelines(json.dumps({"reason": "late: the round had closed", "record": record}, sort_keys=True) + "\n"
                         for record in late)
-    used = exchange.received - rejected_total
-    report = {"mechanism": name, "trust": "local_client", "slots": args.slots, **kinds,
-              "requests_sent": exchange.sent, "reports_read": exchange.received + len(late), "reports_used": used,
-              "dead_letters": rejected_total, "late": len(late), "ledger_violations": ledger.violation_count,
-              "max_window_usage_ratio": ledger.max_usage_ratio}
-    report["reconciles"] = report["reports_read"] == used + rejected_total + len(late)
-    with open(os.path.join(args.output, "report.json"), "w") as out:
-        json.dump(report, out, indent=2, sort_keys=True)
-    return 0 if ledger.ok else 1
+    counts = output_counts(args.output)  # releases, dead letters and late ones, as written
+    counts.update(users_in_ledger=len(ids), ledger_violations=ledger.violation_count,
+                  max_window_usage_ratio=ledger.max_usage_ratio)
+    stopped = None if stop.signal is None else f"{signal.Signals(stop.signal).name} after slot {slot} of {args.slots}"
+    report = write_job_report(args.output, job_report(
+        "collect", name, counts, exchange.received + len(late), exchange.received - rejected_total, 0,
+        time.monotonic() - started, requests_sent=exchange.sent, trust="local_client", stopped=stopped))
+    _LOGGER.info("%s", summary_line(report, args.output))
+    if not report["reconciles"]:
+        return cli.fail(f"the reports do not reconcile with {args.output}/dead_letters.jsonl", 1)
+    if not ledger.ok:
+        return cli.fail(f"{ledger.violation_count} ledger violations", 1)
+    return 0 if stop.signal is None else 128 + stop.signal
 
 
 if __name__ == "__main__":

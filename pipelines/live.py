@@ -45,7 +45,6 @@ import time
 import numpy as np
 
 from pipelines.logs import add_counts
-from pipelines.report import run_warnings
 from transforms.checkpoint import Checkpoint, load, save
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.parse import ParseConfig, parse_record
@@ -53,7 +52,6 @@ from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import Event, dead_letter
 from transforms.engine import (ChargeChunk, CheckpointSaved, DeadLetter, Duplicates, EvaluationRow, LateRecord,
                                RecordsUsed, Released, StreamEngine, StreamOutputs)
-from transforms.release_range import range_report
 from transforms.slotting import close_slots
 from transforms.user_state import SEP
 
@@ -311,11 +309,9 @@ def watch(directory: str, output: str, parse: ParseConfig, transform: PrivateStr
             live.release_due(float("inf"))
     finally:
         live.close(commit=not (interrupted and checkpoint))  # the checkpoint holds an interrupted round
-    with open(os.path.join(output, "report.json"), "w") as f:
-        json.dump({**live.counts, **range_report(transform.config.release_range),
-                   "warnings": run_warnings(transform.config.release_range, (k.split(SEP, 1) for k in live.tails))},
-                  f, indent=2)
-    return live.counts
+    # report.json is written by the caller from the output files (pipelines.cli.finish_watch), also after a signal
+    return {**live.counts, "users": len(live.tails), "pairs": [tuple(k.split(SEP, 1)) for k in live.tails],
+            "stopped": "interrupted" if interrupted else None}
 
 
 class _LoopOutputs(StreamOutputs):
@@ -354,10 +350,11 @@ class _LoopOutputs(StreamOutputs):
 
     def charges(self, output: ChargeChunk) -> None:
         live = self.live
-        tail, _, violations = check_windows(live.tails.get(output.key, empty_tail()),
-                                            charge_chunk(*output.ledger_input()),
-                                            live.max_window)
+        tail, worst, violations = check_windows(live.tails.get(output.key, empty_tail()),
+                                                charge_chunk(*output.ledger_input()),
+                                                live.max_window)
         live.tails[output.key] = tail
+        live.counts["max_window_usage_ratio"] = max(live.counts.get("max_window_usage_ratio", 0.0), float(worst))
         for violation in violations:
             live.counts["ledger_violations"] += 1
             live._write("violations", {"key": output.key, **violation})

@@ -27,29 +27,41 @@ import json
 import os
 import sys
 
-from pipelines import replay
+from pipelines import cli, replay
 
 OUTPUT = os.path.join("output", "local")
 DATA = os.path.join("output", "default_stream.jsonl")
 DAY_START, DAY_END = "2008-02-02T00:00:00Z", "2008-02-03T00:00:00Z"  # the generated day (loaders.TDRIVE_START)
 GRID = "grid:116,116.8,39.5,40.3,5x5"
 """The papers' T-Drive box (lon [116, 116.8), lat [39.5, 40.3)) in 5 x 5 cells."""
+DEFAULTS = ["--input", DATA, "--binning", GRID, "--slot-seconds", "600", "--carry-forward",
+            "--start", DAY_START, "--end", DAY_END, "--evaluate",
+            "--mechanism", "pbd", "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0",
+            "--level-ratios", "hour=0.5,two_hours=0.5", "--output", OUTPUT, "--overwrite", "--quiet"]
+"""The main job's replay flags; the command line's own come after them and win."""
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if any(flag in ("-h", "--help") for flag in argv):  # help writes nothing (the stream is generated on a run)
+        print(f"usage: wevent run [replay flags]\n\n{__doc__.split(chr(10) + chr(10))[0]}\n\nIts defaults: "
+              f"{' '.join(DEFAULTS)} (the stream is generated into {DATA} on the first run). Any flag of wevent "
+              "replay (below) overrides them.\n")
+        return replay.run(["--help"])
+    try:  # a bad flag is one line before the stream is generated
+        cli.strict_parse(replay.parser(), DEFAULTS + list(argv))
+    except cli.ConfigError as error:
+        return cli.fail(str(error))
+    output = next((argv[i + 1] for i in range(len(argv) - 2, -1, -1) if argv[i] == "--output"), None) or next(
+        (flag.partition("=")[2] for flag in reversed(argv) if flag.startswith("--output=")), OUTPUT)
     if not os.path.exists(DATA):
         from transforms.loaders import synthetic_taxi_stream
 
         os.makedirs(os.path.dirname(DATA), exist_ok=True)
         lines = synthetic_taxi_stream(DATA, taxis=1000, hours=24)
         print(f"generated {lines} taxi reports into {DATA}")
-    defaults = ["--input", DATA, "--binning", GRID, "--slot-seconds", "600", "--carry-forward",
-                "--start", DAY_START, "--end", DAY_END, "--evaluate",
-                "--mechanism", "pbd", "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0",
-                "--level-ratios", "hour=0.5,two_hours=0.5", "--output", OUTPUT, "--overwrite", "--quiet"]
-    code = replay.run(defaults + list(argv))
-    report_path = os.path.join(OUTPUT, "report.json")
+    code = replay.run(DEFAULTS + list(argv))
+    report_path = os.path.join(output, "report.json")
     if os.path.exists(report_path):
         with open(report_path) as f:
             report = json.load(f)
@@ -59,13 +71,14 @@ def main(argv=None) -> int:
               f"{report['duplicates']} duplicates + {report['late']} late + {report['dead_letters']} dead letters")
         print(f"ledger: largest window usage {report['max_window_usage_ratio']:.3f} of a requirement, "
               f"{report['ledger_violations']} violations")
-        utility_path = os.path.join(OUTPUT, "evaluation", "utility.json")
+        utility_path = os.path.join(output, "evaluation", "utility.json")
         if os.path.exists(utility_path):
             with open(utility_path) as f:
                 utility = json.load(f)
-            print(f"utility (NOT private, in {OUTPUT}/evaluation/): AMRE {utility.get('amre', float('nan')):.1f} "
+            print(f"utility (NOT private, in {output}/evaluation/): AMRE {utility.get('amre', float('nan')):.1f} "
                   f"(a mean squared error), AJSD {utility.get('ajsd', float('nan')):.4f}")
-        print(f"outputs in {OUTPUT}/: releases-*, usage-*, dead_letters-*, violations-*, report.json, report.html")
+        print(f"outputs in {output}/: releases-*, usage-*, dead_letters-*, violations-*, accounting-*, report.json, "
+              "report.html")
     return code
 
 

@@ -35,8 +35,10 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
-from pipelines.report import EVALUATION_DIR, EVALUATION_FILES, Utility, evaluation_dir, run_warnings, write_evaluation
-from transforms.accounting import account
+from pipelines.job_report import job_report, output_counts, run_warnings, write_job_report
+from pipelines.job_report import ACCOUNTING_PREFIX
+from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
+                              evaluation_dir, write_evaluation)
 from transforms.binning import binner_from_spec
 from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
@@ -50,7 +52,7 @@ from transforms.numeric_events import OUT_OF_RANGE_POLICIES, NumericDomain, Valu
 from transforms.parse import ParseConfig, ParseEvents
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.release_range import RANGE_FROM_DATA_WARNING, parse_range, range_report
-from transforms.sinks import FORMATS, WriteRecords, read_records
+from transforms.sinks import FORMATS, WriteRecords
 
 _LOGGER = logging.getLogger("pipelines.replay")
 INPUT_FORMATS = ("jsonl", "csv", "avro", "parquet", "tdrive", "checkins")
@@ -235,9 +237,9 @@ def check_per_user_clients(args, numeric: NumericDomain | None) -> bool:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli.job_parser("python -m pipelines.replay", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent replay", __doc__.split("\n\n")[0])
     p.add_argument("--input", action="append", default=[], help="file, directory or glob (repeatable)")
-    p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl")
+    p.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl", help="how --input is read")
     p.add_argument("--poi", help="check-ins: POI coordinates file (poi<TAB>lat<TAB>lon)")
     p.add_argument("--csv-columns", help="CSV column names, comma-separated (default: the file's header row)")
     p.add_argument("--field", action="append", default=[], help="field mapping, e.g. user=taxi_id (repeatable)")
@@ -259,9 +261,10 @@ def parser() -> argparse.ArgumentParser:
                    "simple moving average of K released values of its stream (spec 3.5; post-processing)")
     p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered", help="--sma: centred (the "
                    "paper) or trailing (the reference code)")
-    p.add_argument("--slot-seconds", type=float, default=600.0)
+    p.add_argument("--slot-seconds", type=float, default=600.0, help="slot length in seconds")
     p.add_argument("--origin", type=float, default=0.0, help="epoch seconds where slot 0 starts")
-    p.add_argument("--allowed-lateness", type=float, default=0.0)
+    p.add_argument("--allowed-lateness", type=float, default=0.0, help="seconds an event may come after its slot "
+                   "ends and still count (later: a late dead letter)")
     p.add_argument("--carry-forward", action="store_true", help="a user's last bin stays in force until a new event")
     p.add_argument("--mechanism", default="pbd", help=", ".join(MECHANISMS))
     p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
@@ -270,14 +273,16 @@ def parser() -> argparse.ArgumentParser:
     cli.add_mechanism_parameter_option(p)
     p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
     p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
-    p.add_argument("--sensitivity", type=int, default=1)
+    p.add_argument("--sensitivity", type=int, default=1, help="L1 change of a histogram by one user (1: added or "
+                   "removed, 2: replaced)")
     p.add_argument("--requirement", help="one requirement for all: fixed:W,E, dynamic:WB,EB,WF,EF or lifetime:E")
     p.add_argument("--requirements-file", action="append", help="declarations: user, time and w,epsilon or w_b,...")
     p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
     p.add_argument("--level-ratios", help="assign levels by ratio: high=0.5,low=0.5")
     p.add_argument("--format", choices=FORMATS, default="jsonl", help="output file format")
-    p.add_argument("--output", required=True)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--output", required=True, help="directory of the releases, usage, dead letters, violations and "
+                   "report.json")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier replay's outputs in --output")
     p.add_argument("--ledger-detail", action="store_true", help="also write every per-user charge")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (tests/replays only)")
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
@@ -342,11 +347,13 @@ def build(pipeline, config: ReplayConfig) -> None:
     if config.csv_header:
         raw = raw | "DropHeader" >> beam.Map(cli.drop_header, config.csv_header)
     parsed = raw | "Parse" >> ParseEvents(config.parse)
+    read_counts = [raw | "CountRead" >> CountRead()]  # report.json's records read, from the job's own outputs
     events = parsed.events
     if config.requirements_files:
         declared = read_raw(pipeline, config, "ReadRequirements", config.requirements_files, "jsonl")
         if config.requirements_csv:
             declared = declared | "RequirementsCsv" >> beam.FlatMap(cli.csv_dicts, config.requirements_csv)
+        read_counts.append(declared | "CountDeclared" >> CountRead())
         declared = declared | "ParseRequirements" >> ParseEvents(config.requirements_parse)
         events = (events, declared.events) | "WithDeclarations" >> beam.Flatten()
         parsed_dead = (parsed.dead_letters, declared.dead_letters) | "ParseDead" >> beam.Flatten()
@@ -363,6 +370,8 @@ def build(pipeline, config: ReplayConfig) -> None:
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", config.output_format)
     ((outputs["dead_letters"], parsed_dead) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", config.output_format))
+    ((outputs["accounting"], *read_counts) | "AllCounts" >> beam.Flatten()
+     | "WriteAccounting" >> WriteAccounting(out(ACCOUNTING_PREFIX)))
     outputs["violations"] | "WriteViolations" >> beam.Map(json.dumps) | beam.io.WriteToText(
         out("violations"), file_name_suffix=".jsonl", num_shards=1)
     if config.ledger_detail:
@@ -378,11 +387,6 @@ def build(pipeline, config: ReplayConfig) -> None:
          | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output),
                                          {"slot_seconds": config.slot_seconds, "origin": config.origin,
                                           "mechanism": config.mechanism} if config.plot else None))
-
-
-def _write_json(path: str, payload) -> None:
-    with open(path, "w") as f:
-        json.dump(payload, f)
 
 
 def run(argv=None) -> int:
@@ -412,7 +416,7 @@ def run(argv=None) -> int:
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
-                   "report.html", "released_vs_true.png",
+                   f"{ACCOUNTING_PREFIX}-*", "report.html", "released_vs_true.png",
                    *(os.path.join(EVALUATION_DIR, name) for name in EVALUATION_FILES))
 
 
@@ -429,31 +433,38 @@ def _fn_api_runner():
     return FnApiRunner()
 
 
+def opted_in_report(config: ReplayConfig, max_ratio: float) -> dict:
+    """What ``--not-w-event-private`` costs, from the ledger's outputs: the flags that accepted it, the largest
+    memory-aware window usage and how many windows over budget the flags accepted (the violations files' records
+    marked ``accepted_by``; not counted as ledger violations)."""
+    accepted = 0
+    for path in glob.glob(os.path.join(config.output, "violations-*.jsonl")):
+        with open(path) as f:
+            accepted += sum(1 for line in f if line.strip() and "accepted_by" in json.loads(line))
+    opt_in = "--sampling-accounting paper --not-w-event-private" if config.accounting[0] == "paper" \
+        else "--not-w-event-private"
+    return {"opt_in": opt_in, "max_window_usage_ratio": max_ratio, "windows_over_budget": accepted}
+
+
 def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     """``report.json``: records by fate, slots by kind, the ledger's verdict, the release range, warnings.
 
-    Nothing in it is computed from the true histograms (``--evaluate`` writes those into its own folder)."""
-    counts = account(result)
-    ext = {"jsonl": "jsonl", "avro": "avro", "parquet": "parquet"}[config.output_format]
-    usage = read_records(os.path.join(config.output, f"usage-*.{ext}"), config.output_format) \
-        if glob.glob(os.path.join(config.output, f"usage-*.{ext}")) else []
+    Nothing in it is computed from the true histograms (``--evaluate`` writes those into its own folder).
+    Every count is read back from the files the job wrote (``pipelines.report.output_counts``)."""
+    counts = output_counts(config.output, config.output_format)
     release_range = histogram(config).config.release_range
-    report = {"records_read": counts.records_read, "records_used": counts.records_used,
-              "duplicates": counts.duplicates, "late": counts.late, "dead_letters": counts.dead_letters,
-              "reconciles": counts.reconciles,
-              "slots": counts.slots_fresh + counts.slots_skipped + counts.slots_nullified,
-              "fresh": counts.slots_fresh, "skipped": counts.slots_skipped, "nullified": counts.slots_nullified,
-              "ledger_violations": counts.ledger_violations,
-              "max_window_usage_ratio": max((u["max_window_usage_ratio"] for u in usage), default=0.0),
-              **range_report(release_range),
-              "warnings": run_warnings(release_range, ((u["stream"], u["user"]) for u in usage)),
-              "mechanism": config.mechanism, "wall_seconds": seconds}
+    optional = {}
     if config.numeric is not None:
-        report["clipped"] = clipped_count(result)  # used values clipped into --domain (already in records_used)
+        optional["clipped"] = clipped_count(result)  # used values clipped into --domain (already in records_used)
+    if config.per_user_clients and config.accounting[1]:  # an opt-in that is not private says so in its numbers
+        optional["not_w_event_private"] = opted_in_report(config, counts["max_window_usage_ratio"])
     if config.evaluate:
-        report["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
-    _write_json(os.path.join(config.output, "report.json"), report)
-    return report
+        optional["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
+    accounting = counts["accounting"]
+    report = job_report("replay", config.mechanism, counts, accounting.get("records_read", 0),
+                        accounting.get("records_used", 0), accounting.get("duplicates", 0), seconds,
+                        run_warnings(release_range, counts["pairs"]), **range_report(release_range), **optional)
+    return write_job_report(config.output, report)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """What a job says about its run: ``report.json`` and, only on request, the NOT private evaluation.
 
+Every job writes one ``report.json`` in one schema (``pipelines.job_report``); a Beam job's
+records read, used and duplicated reach it through the ``accounting-*.jsonl`` lines
+:class:`WriteAccounting` writes (its own outputs, not runner metrics).
+
 ``report.json`` holds only what the operator needs to run the job: counts of
 records by fate (used, duplicates, late, dead letters), slots by kind, the
 ledger's verdict, the configuration's release range and warnings.  Nothing in
@@ -17,13 +21,11 @@ temporary file.
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 import apache_beam as beam
 import numpy as np
 
 from transforms.mechanisms.metrics import utility_report
-from transforms.release_range import RANGE_FROM_DATA_WARNING
 
 EVALUATION_DIR = "evaluation"
 EVALUATION_README = (
@@ -85,19 +87,43 @@ def _write(directory: str, name: str, data: bytes) -> None:
         f.write(data)
 
 
-def users_in_several_streams(pairs) -> int:
-    """How many user ids appear in more than one stream, from ``(stream, user)`` pairs."""
-    streams_per_user = Counter(user for _, user in set(map(tuple, pairs)))
-    return sum(1 for n in streams_per_user.values() if n > 1)
+# ---------------------------------------------------------------------------------------------- accounting
 
 
-def run_warnings(release_range, pairs) -> list[str]:
-    """``report.json``'s warnings: a release range taken from the data, users in several streams (each stream
-    spends its own budget: docs/attack_model.md, 'Several streams')."""
-    warnings = [] if release_range is not None else [RANGE_FROM_DATA_WARNING]
-    shared = users_in_several_streams(pairs)
-    if shared:
-        warnings.append(f"{shared} user(s) appear in more than one stream: each stream is a separate w-event "
-                        f"mechanism with its own budget, so a user in k streams can lose up to k times their E in a "
-                        f"window (docs/attack_model.md, 'Several streams')")
-    return warnings
+def _read_pair(raw) -> tuple[str, int]:
+    from transforms.lines import LineBatch
+
+    return ("records_read", len(raw) if type(raw) is LineBatch else 1)
+
+
+class CountRead(beam.PTransform):
+    """Raw records (or ``LineBatch`` es, as ``ParseEvents`` reads them) -> ``("records_read", n)`` pairs."""
+
+    def expand(self, raw):
+        return raw | "ReadPairs" >> beam.Map(_read_pair)
+
+
+def _accounting_line(pair: tuple[str, int]) -> str:
+    return json.dumps({"counter": pair[0], "n": int(pair[1])}, sort_keys=True)
+
+
+class WriteAccounting(beam.PTransform):
+    """``(counter, n)`` pairs (records read, used, duplicates, late, dead letters) -> ``PREFIX-*.jsonl`` lines
+    with their totals: one file for a bounded input, one per window of ``every`` seconds for an unbounded one.
+    ``report.json`` reads them back (:func:`output_counts`)."""
+
+    def __init__(self, prefix: str, every: float | None = None):
+        super().__init__()
+        self.prefix, self.every = prefix, every
+
+    def expand(self, pairs):
+        if pairs.is_bounded:
+            return (pairs | "Totals" >> beam.CombinePerKey(sum) | "Lines" >> beam.Map(_accounting_line)
+                    | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl", num_shards=1))
+        from apache_beam.transforms.window import FixedWindows
+
+        every = int(self.every or 60)
+        return (pairs | "Windows" >> beam.WindowInto(FixedWindows(every)) | "Totals" >> beam.CombinePerKey(sum)
+                | "Lines" >> beam.Map(_accounting_line)
+                | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl", num_shards=1,
+                                                 triggering_frequency=every))

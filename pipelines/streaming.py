@@ -61,6 +61,8 @@ from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
 from pipelines.collector import read_users
 
+from pipelines.job_report import ACCOUNTING_PREFIX
+from pipelines.report import CountRead, WriteAccounting
 from pipelines.slot_files import WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.client_rounds import ClientRounds, ClientRoundsConfig
@@ -84,7 +86,7 @@ _LOGGER = logging.getLogger("pipelines.streaming")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli.job_parser("python -m pipelines.streaming", __doc__.split("\n\n")[0])
+    p = cli.job_parser("wevent stream", __doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--watch", help="directory to watch for new .jsonl files")
     source.add_argument("--demo", action="store_true", help="replay a generated taxi stream slot by slot")
@@ -110,22 +112,26 @@ def parser() -> argparse.ArgumentParser:
                    "simple moving average of K released values of its stream (spec 3.5; post-processing)")
     p.add_argument("--sma-mode", choices=("centered", "trailing"), default="centered",
                    help="--sma: centred (the paper; a release waits for (K-1)/2 more) or trailing")
-    p.add_argument("--slot-seconds", type=float, default=600.0)
-    p.add_argument("--allowed-lateness", type=float, default=60.0)
+    p.add_argument("--slot-seconds", type=float, default=600.0, help="slot length in seconds")
+    p.add_argument("--allowed-lateness", type=float, default=60.0, help="seconds an event may come after its slot "
+                   "ends and still count (later: a late dead letter)")
     p.add_argument("--poll-seconds", type=float, default=2.0, help="--watch: how often to look for new files")
     p.add_argument("--settle-seconds", type=float, default=5.0, help="--watch: a *.jsonl file is read once it has "
                    "not been modified for this long; producers should write NAME.jsonl.part, then rename it")
     p.add_argument("--max-slots", type=int, help="stop after this many slots")
-    p.add_argument("--mechanism", default="pbd")
-    p.add_argument("--epsilon", type=float)
-    p.add_argument("--window", type=int)
-    p.add_argument("--max-window", type=int, default=1000)
+    p.add_argument("--mechanism", default="pbd", help="the release mechanism (wevent replay --help lists them)")
+    p.add_argument("--epsilon", type=float, help="homogeneous mechanisms: epsilon")
+    p.add_argument("--window", type=int, help="homogeneous mechanisms: window w")
+    p.add_argument("--max-window", type=int, default=1000, help="operator bound: longest declarable window")
     cli.add_mechanism_parameter_option(p)
-    p.add_argument("--carry-forward", action="store_true")
+    p.add_argument("--carry-forward", action="store_true", help="a user's last bin stays in force until a new event")
     p.add_argument("--requirement", help="one requirement for every user who declares none: fixed:W,E, "
                    "dynamic:WB,EB,WF,EF or lifetime:E")
-    p.add_argument("--levels")
-    p.add_argument("--output", required=True)
+    p.add_argument("--levels", help="named levels: high=fixed:40,1.0;low=fixed:120,0.6")
+    p.add_argument("--level-ratios", help="assign the --levels to users by ratio: high=0.5,low=0.5")
+    p.add_argument("--min-epsilon", type=float, help="operator bound: smallest declarable epsilon")
+    p.add_argument("--max-epsilon", type=float, help="operator bound: largest declarable epsilon")
+    p.add_argument("--output", required=True, help="directory of the releases, dead letters, usage and report.json")
     p.add_argument("--insecure-seed", type=int, help="seeded noise: reproducible, NOT private (demo/tests only)")
     p.add_argument("--checkpoint", help="--watch: checkpoint file, resumed from when it exists, written every round")
     p.add_argument("--resume-from", help="Beam job: continue the release state of a checkpoint file or directory "
@@ -137,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="first instant of the public release range (epoch seconds or ISO 8601; "
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
-    p.add_argument("--demo-taxis", type=int, default=50)
+    p.add_argument("--demo-taxis", type=int, default=50, help="--demo: taxis in the generated stream")
     p.add_argument("--quiet", action="store_true", help="print only warnings and errors: no progress, nothing "
                    "from Beam or its workers")
     cli.add_run_flags(p)
@@ -153,12 +159,23 @@ def check_checkpoint_flags(args) -> None:
         raise ConfigError(f"--checkpoint {args.checkpoint!r} is a directory; give a file path")
 
 
+def requirement_policy(args) -> RequirementPolicy:
+    """Whose requirements apply, from the flags every job shares: ``--requirement``, ``--levels`` with
+    ``--level-ratios``, and the operator's bounds ``--min-epsilon``/``--max-epsilon``/``--max-window``."""
+    levels, shares = cli.parse_levels(args.levels or "", args.level_ratios)
+    cli.check_requirement_source(args)
+    default = cli.parse_requirement(args.requirement) if args.requirement else None
+    try:
+        return RequirementPolicy(levels, default, args.min_epsilon, args.max_epsilon, args.max_window,
+                                 level_shares=tuple(shares))
+    except ValueError as error:
+        raise ConfigError(cli.flag_names(str(error))) from None
+
+
 def private_transform(args, bins: int, numeric: NumericDomain | None = None) -> PrivateStreamHistogram:
     name, params = cli.mechanism_params(args, bins, **(numeric.mechanism_params() if numeric is not None else {}))
     del params["bins"]  # the transform takes them apart
-    levels, _ = cli.parse_levels(args.levels or "", None)
-    cli.check_requirement_source(args)
-    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    policy = requirement_policy(args)
     check_checkpoint_flags(args)
     beam_job = not args.watch
     try:
@@ -180,9 +197,7 @@ def per_user_clients(args, numeric: NumericDomain) -> PrivateNumericClients:
     """``--per-user-clients``: each user's client in the per-user stage's cells (transforms.numeric_clients)."""
     name, params = cli.mechanism_params(args, 1, **numeric.mechanism_params())
     params = {k: v for k, v in params.items() if k not in ("bins", *numeric.mechanism_params())}
-    levels, _ = cli.parse_levels(args.levels or "", None)
-    cli.check_requirement_source(args)
-    policy = RequirementPolicy(levels, cli.parse_requirement(args.requirement))
+    policy = requirement_policy(args)
     check_checkpoint_flags(args)
     try:
         transform = PrivateNumericClients(name, args.slot_seconds, numeric, mechanism_params=params,
@@ -431,6 +446,7 @@ def build(pipeline, args) -> None:
         lines = runner_source(pipeline, args)
     lines = lines | "Progress" >> beam.Map(logs.count_read)
     parsed = lines | "Parse" >> ParseEvents(parse)
+    read_counts = lines | "CountRead" >> CountRead()  # report.json's records read, from the job's own outputs
     outputs = parsed.events | "Private" >> transform
     every = args.slot_seconds
     out = lambda name: os.path.join(args.output, name)  # noqa: E731
@@ -443,6 +459,8 @@ def build(pipeline, args) -> None:
     ((outputs["dead_letters"], parsed.dead_letters) | "AllDead" >> beam.Flatten()
      | "WriteDead" >> WriteRecords(out("dead_letters"), "dead_letter", triggering_frequency=every))
     outputs["usage"] | "WriteUsage" >> WriteRecords(out("usage"), "user_usage", triggering_frequency=every)
+    ((outputs["accounting"], read_counts) | "AllCounts" >> beam.Flatten()
+     | "WriteAccounting" >> WriteAccounting(out(ACCOUNTING_PREFIX), every))
     if args.checkpoint_dir and "checkpoints" in outputs:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir))
 
@@ -473,8 +491,9 @@ def run_watch(args) -> int:
         counts = watch(args.watch, args.output, parse, transform, args.poll_seconds, args.max_slots,
                        checkpoint=args.checkpoint, settle_seconds=args.settle_seconds,
                        on_round=report_html.Refresher(args.output, report_html.public_config(args)).refresh)
+    code = cli.finish_watch(args, counts, progress.seconds, transform.config.release_range)
     report_html.write_after_job(args.output, report_html.public_config(args))
-    return cli.finish_watch(args, counts, progress.seconds)
+    return code
 
 
 def run(argv=None) -> int:

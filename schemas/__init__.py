@@ -33,6 +33,27 @@ def _parsed_avro_schema(name: str) -> dict:
     return fastavro.parse_schema(json.loads(text))
 
 
+RELEASE_VERSION = 2
+"""Layout version of the release record: 2 made ``registered_users`` nullable and added ``reporters``."""
+
+_EARLIER_VERSIONS = {("release", 1)}
+"""Earlier layouts kept as writer schemas (``<name>_v<version>.avsc``), for records encoded before a change."""
+
+
+@functools.cache
+def _parsed_earlier_schema(name: str, version: int) -> dict:
+    text = importlib.resources.files(__package__).joinpath(f"{name}_v{version}.avsc").read_text(encoding="utf-8")
+    return fastavro.parse_schema(json.loads(text))
+
+
+def earlier_avro_schema(name: str, version: int) -> dict:
+    """The parsed Avro schema ``name`` as it was at layout ``version`` (the writer schema of records encoded
+    then; Avro schema resolution reads them into :func:`avro_schema`)."""
+    if (name, version) not in _EARLIER_VERSIONS:
+        raise ValueError(f"no earlier version {version} of schema {name!r} is kept")
+    return copy.deepcopy(_parsed_earlier_schema(name, version))
+
+
 def avro_schema(name: str) -> dict:
     """The fastavro-parsed Avro schema ``name`` (a private copy: callers may mutate it)."""
     _check_name(name)

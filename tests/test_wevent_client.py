@@ -208,3 +208,34 @@ def test_oue_client_reports_follow_the_exact_probabilities():
 
     _fit_and_power(np.bincount(bits[:, 0] * 2 + bits[:, 1], minlength=4), pair_law(q), pair_law(wq))
     assert set(itertools.chain.from_iterable(bits.tolist())) <= {0, 1}
+
+
+SECRET = 7318  # a value no message may show
+
+
+@pytest.mark.parametrize("request_fields, value", [
+    ({"method": "lbu/m2", "epsilon": "0.5", "domain_size": 4}, SECRET),           # outside [0, d)
+    ({"method": "lbu/m2", "epsilon": "0.5", "domain_size": 4}, f"home-{SECRET}"),  # not a bin at all
+    ({"method": "lbu-mean/m2", "epsilon": "0.5", "domain_size": 1, "low": 0.0, "high": 10.0},
+     f"{SECRET}.5 km"),                                                            # a mean request, not a number
+])
+def test_a_refusal_never_carries_the_users_value(request_fields, value):
+    """An app may log or forward a refusal: it says the value does not fit, never what it was; nothing is charged.
+    Before, the randomizers raised a ValueError ending in ``got 7318``."""
+    import wevent_client
+
+    request = {"stream": "s", "user": "u1", "slot": 3, **request_fields}
+    if request["domain_size"] == 1:
+        units = wevent_client.epsilon_units_from_string(request["epsilon"])
+        request["oracle"] = wevent_client.hybrid_mechanism(units).oracle
+    client = WEventClient("u1", 4, "2", lambda slot: value)
+    with pytest.raises(RequestRefused) as refused:
+        client.respond(request)
+    assert refused.value.code == "invalid" and str(SECRET) not in str(refused.value)
+    assert client.window_spent(3) == 0
+    with pytest.raises(ValueError) as error:  # the randomizers themselves
+        if request["domain_size"] == 1:
+            wevent_client.hybrid_mechanism(units).perturb(value, 0.0, 10.0)
+        else:
+            wevent_client.perturb("grr", value, 10**12, 4)
+    assert str(SECRET) not in str(error.value)

@@ -215,3 +215,18 @@ def test_a_restarted_sampling_or_ba_sw_device_continues_exactly(method, segment)
     whole = run(None)
     assert run(10) == whole and run(4) == whole
     assert any(r is None for r in whole) == (segment is not None)
+
+
+@pytest.mark.parametrize("value", [7318.25, -7318.0, float("inf"), "7318"])
+def test_a_numeric_refusal_never_carries_the_users_value(value):
+    """Outside the interval without clipping, or not a finite number: refused as ``invalid`` naming the interval,
+    never the value (before: ``value must lie in [0.0, 10.0], got 7318.25``)."""
+    from wevent_client import SquareWave
+
+    device = NumericClient("u1", "capp", 4, "1", 0.0, 10.0)
+    with pytest.raises(RequestRefused) as refused:
+        device.report("s", 0, value, clip=False)
+    assert refused.value.code == "invalid" and "7318" not in str(refused.value) and "inf" not in str(refused.value)
+    with pytest.raises(ValueError) as error:
+        SquareWave(10**12).grid_index(value, 0.0, 10.0)
+    assert "7318" not in str(error.value) and "inf" not in str(error.value)

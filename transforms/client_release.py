@@ -6,7 +6,9 @@ replayed: for every slot from the first to the last report of a stream, the
 method's rounds are answered with the slot's reports that match each round
 (method and budget), and every report ends up counted, or a dead letter
 with its reason (malformed, for no round of its slot, or rejected by the
-round's checks: ``transforms.mechanisms.ldp.client``).
+round's checks: ``transforms.mechanisms.ldp.client``).  The schedule is the
+devices' own, on absolute slots (:func:`on_absolute_slots`), whatever the
+first slot with a report.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
 from transforms.mechanisms.ldp.client import (REPORT_FIELDS, ReportRejected, RoundRequest, answer_round,
                                               assign_public_groups, compact_report, report_record)
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
@@ -51,6 +54,21 @@ class ClientReleaseConfig:
         return make_mechanism(self.mechanism, **self.params)
 
 
+def on_absolute_slots(name: str, params: dict, user_ids, first_slot: int):
+    """Method ``name`` for a run whose first slot is absolute slot ``first_slot``, asking on the devices' public
+    schedule, which counts absolute slots (``wevent_client``): LPU's public group ``g`` reports at the slots ``t``
+    with ``(t - 1) mod w == g`` and LSP samples at ``t ≡ 1 + sampling_offset (mod w)``.  A method counts its own
+    slots from 1, so both phases shift by ``first_slot - 1`` (nothing changes for a run that starts at slot 1).
+    Returns the mechanism with the users' public groups assigned, and the parameters it was built with."""
+    mechanism = make_mechanism(name, **params)
+    window, offset = getattr(mechanism.params, "window", None), getattr(mechanism.params, "sampling_offset", None)
+    if window and offset is not None and (first_slot - 1) % window:
+        params = {**params, "sampling_offset": (offset - (first_slot - 1)) % window}
+        mechanism = make_mechanism(name, **params)
+    assign_public_groups(mechanism, user_ids, first_slot)
+    return mechanism, params
+
+
 _STREAM, _SLOT, _METHOD, _EPSILON = (REPORT_FIELDS.index(name) for name in ("stream", "slot", "method", "epsilon"))
 
 
@@ -74,16 +92,15 @@ def release_stream(config: ClientReleaseConfig, stream: str, reports: Iterable[t
         by_slot[report[_SLOT]].append(report)
     if not by_slot:
         return
-    mechanism = config.build()
+    first = min(by_slot)
+    mechanism, _ = on_absolute_slots(config.mechanism, config.params, config.user_ids, first)
     rng = secure_randomness() if config.insecure_seed is None else insecure_seeded_randomness(config.insecure_seed)
     ids = list(config.user_ids)
     index_of = {user: i for i, user in enumerate(ids)}
     registrations = SlotBatch.of(range(len(ids)), mechanism.params.domain.no_values(len(ids)),
                                  FixedRequirements(np.array(config.windows, np.int64),
                                                    np.array(config.epsilon_units, np.int64)))
-    assign_public_groups(mechanism, ids)
-    ledger = PrivacyLedger(max(config.windows))
-    first = min(by_slot)
+    ledger = PrivacyLedger(max(config.windows), schedule=schedule_if_any(mechanism.name, mechanism.params))
     used = 0
     for slot in range(first, max(by_slot) + 1):
         rounds = mechanism.start_slot(registrations if slot == first else SlotBatch.empty(), rng, clients=True)

@@ -31,7 +31,10 @@ too, with their reasons).
 
 **State.**  Between slots the method lives in a state cell as bytes
 (``Mechanism.to_bytes``), beside the privacy ledger (``PrivacyLedger.to_bytes``),
-the slot progress and, with the seeded test option only, the generator
+the slot progress, the run's first absolute slot (``first_slot``: a public
+schedule, LPU's public groups and LSP's sampling slots, is kept on absolute
+slots as the devices keep it, ``transforms.client_release.on_absolute_slots``)
+and, with the seeded test option only, the generator
 (``transforms.checkpoint.dump_randomness``).  The rounds of the open slot are a
 Python generator, which no state cell can hold: they stay in the worker's
 memory under a nonce that the open round's state cell holds too.  When a
@@ -72,11 +75,11 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.checkpoint import dump_randomness, load_randomness
-from transforms.client_release import parse_report
+from transforms.client_release import on_absolute_slots, parse_report
 from transforms.coders import ValueCoder
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, make_mechanism
-from transforms.mechanisms.ldp.client import (DUPLICATE_REPORT, ReportRejected, RoundRequest, answer_round,
-                                              assign_public_groups, report_record)
+from transforms.mechanisms.public_schedule.registry import schedule_if_any
+from transforms.mechanisms.ldp.client import DUPLICATE_REPORT, ReportRejected, RoundRequest, answer_round, report_record
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import DeadLetterRecord, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock
@@ -131,13 +134,20 @@ class ClientRoundsConfig:
     def index_of(self) -> dict[str, int]:
         return {user: i for i, user in enumerate(self.user_ids)}
 
-    def first_slot(self) -> tuple:
-        """A new mechanism (with the public groups it takes) and the first slot's batch: every device registers
-        with its requirement, and no value."""
-        mechanism, users = self.build(), len(self.user_ids)
-        assign_public_groups(mechanism, self.user_ids)
+    def first_slot(self, slot: int) -> tuple:
+        """A new mechanism for a run whose first slot is absolute slot ``slot`` (on the devices' public schedule,
+        with the public groups it takes: ``transforms.client_release.on_absolute_slots``) and that slot's batch:
+        every device registers with its requirement, and no value."""
+        mechanism, _ = on_absolute_slots(self.mechanism, self.params, self.user_ids, slot)
+        users = len(self.user_ids)
         return mechanism, SlotBatch.of(range(users), mechanism.params.domain.no_values(users), FixedRequirements(
             np.array(self.windows, np.int64), np.array(self.epsilon_units, np.int64)))
+
+    def params_from(self, slot: int | None):
+        """The parameters of a run whose first slot was absolute slot ``slot`` (None: a state saved before runs
+        kept it, whose method was built from the configured parameters)."""
+        params = self.params if slot is None else on_absolute_slots(self.mechanism, self.params, (), slot)[1]
+        return make_mechanism(self.mechanism, **params).params
 
 
 class ClientRounds(beam.PTransform):
@@ -212,6 +222,7 @@ class _Cells(NamedTuple):
     open_round: typing.Any
     reports: typing.Any
     deadline: typing.Any
+    first: typing.Any
 
 
 class ClientRoundsFn(beam.DoFn):
@@ -223,6 +234,7 @@ class ClientRoundsFn(beam.DoFn):
     PROGRESS = ReadModifyWriteStateSpec("progress", ValueCoder())  # (slot to release next, latest due, latest µs)
     OPEN = ReadModifyWriteStateSpec("open", ValueCoder())  # (nonce, slot, round, deadline µs) of the open round
     REPORTS = BagStateSpec("reports", ValueCoder())  # compact reports routed to the open round
+    FIRST = ReadModifyWriteStateSpec("first_slot", ValueCoder())  # the run's first absolute slot: its schedule
     DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
 
     _open: typing.ClassVar[dict] = {}
@@ -237,14 +249,15 @@ class ClientRoundsFn(beam.DoFn):
 
     def setup(self):
         self._template = self.config.build()
+        self._params: dict = {}  # the run's first slot -> the method's parameters on the absolute schedule
         self._secure = secure_randomness() if self.config.insecure_seed is None else None
 
     def process(self, element, mechanism=beam.DoFn.StateParam(MECHANISM), ledger=beam.DoFn.StateParam(LEDGER),
                 randomness=beam.DoFn.StateParam(RANDOMNESS), progress=beam.DoFn.StateParam(PROGRESS),
                 open_round=beam.DoFn.StateParam(OPEN), reports=beam.DoFn.StateParam(REPORTS),
-                deadline=beam.DoFn.TimerParam(DEADLINE)):
+                deadline=beam.DoFn.TimerParam(DEADLINE), first=beam.DoFn.StateParam(FIRST)):
         stream, (kind, payload) = element
-        cells = _Cells(mechanism, ledger, randomness, progress, open_round, reports, deadline)
+        cells = _Cells(mechanism, ledger, randomness, progress, open_round, reports, deadline, first)
         out: list = []
         if kind == TICK:
             next_slot, due, known = progress.read() or (None, None, 0)
@@ -262,8 +275,8 @@ class ClientRoundsFn(beam.DoFn):
                     mechanism=beam.DoFn.StateParam(MECHANISM), ledger=beam.DoFn.StateParam(LEDGER),
                     randomness=beam.DoFn.StateParam(RANDOMNESS), progress=beam.DoFn.StateParam(PROGRESS),
                     open_round=beam.DoFn.StateParam(OPEN), reports=beam.DoFn.StateParam(REPORTS),
-                    deadline=beam.DoFn.TimerParam(DEADLINE)):
-        cells = _Cells(mechanism, ledger, randomness, progress, open_round, reports, deadline)
+                    deadline=beam.DoFn.TimerParam(DEADLINE), first=beam.DoFn.StateParam(FIRST)):
+        cells = _Cells(mechanism, ledger, randomness, progress, open_round, reports, deadline, first)
         held = progress.read()
         if held is None:
             return
@@ -311,9 +324,14 @@ class ClientRoundsFn(beam.DoFn):
             cells.progress.write((slot, due, known))
             saved = cells.mechanism.read()
             if saved is None:
-                mechanism, batch = self.config.first_slot()
+                mechanism, batch = self.config.first_slot(slot)
+                cells.first.write(slot)
             else:
-                mechanism, batch = type(self._template).from_bytes(self._template.params, saved), SlotBatch.empty()
+                first = cells.first.read()
+                if first not in self._params:
+                    self._params[first] = self.config.params_from(first)
+                params = self._params[first]
+                mechanism, batch = type(self._template).from_bytes(params, saved), SlotBatch.empty()
             seed, state = self.config.insecure_seed, cells.randomness.read()
             if seed is None:
                 rng = self._secure
@@ -382,7 +400,9 @@ class ClientRoundsFn(beam.DoFn):
         """The slot's release to the main output; the method, ledger and generator saved for the next slot."""
         release = slot.rounds.release
         saved = cells.ledger.read()
-        ledger = PrivacyLedger(max(self.config.windows)) if saved is None else PrivacyLedger.from_bytes(saved)
+        method = slot.mechanism
+        ledger = PrivacyLedger(max(self.config.windows), schedule=schedule_if_any(method.name, method.params)) \
+            if saved is None else PrivacyLedger.from_bytes(saved)
         before = ledger.violation_count
         ledger.record(release.slot, release.charges)
         cells.ledger.write(ledger.to_bytes())

@@ -22,7 +22,7 @@ import fastavro
 import numpy as np
 from apache_beam.coders import Coder, registry
 
-from schemas import avro_schema
+from schemas import RELEASE_VERSION, avro_schema, earlier_avro_schema
 from transforms.encoding import (CONTRIBUTION_ROWS, VERSION, decode_value, encode_value,
                                  get_objects, get_texts, open_reader, put_objects, put_texts, start, write_varint)
 from transforms.engine import ChargeChunk, CheckpointSaved, EvaluationRow
@@ -233,6 +233,8 @@ class _AvroRecordCoder(_VersionedCoder):
 
     schema: str
     record_type: type
+    version: int = VERSION  # the layout written
+    earlier: tuple[int, ...] = ()  # layouts still read: each .avsc kept as a writer schema (earlier_avro_schema)
 
     def _parsed(self):
         parsed = getattr(self, "_schema", None)
@@ -242,16 +244,20 @@ class _AvroRecordCoder(_VersionedCoder):
 
     def encode(self, value: dict) -> bytes:
         buffer = io.BytesIO()
-        buffer.write(bytes((VERSION,)))
+        buffer.write(bytes((self.version,)))
         fastavro.schemaless_writer(buffer, self._parsed(), value)
         return buffer.getvalue()
 
     def decode(self, encoded: bytes) -> dict:
         buffer = io.BytesIO(encoded)
         version = buffer.read(1)
-        if version != bytes((VERSION,)):
-            raise ValueError(f"encoded {self.schema} record has layout version {version!r}; this code reads {VERSION}")
-        record = fastavro.schemaless_reader(buffer, self._parsed(), None)
+        if version == bytes((self.version,)):
+            record = fastavro.schemaless_reader(buffer, self._parsed(), None)
+        elif version and version[0] in self.earlier:  # Avro schema resolution: new fields take their defaults
+            record = fastavro.schemaless_reader(buffer, earlier_avro_schema(self.schema, version[0]), self._parsed())
+        else:
+            raise ValueError(f"encoded {self.schema} record has layout version {version!r}; this code reads "
+                             f"{', '.join(map(str, (*self.earlier, self.version)))}")
         if buffer.read(1):
             raise ValueError(f"bytes left over after an encoded {self.schema} record")
         return self.record_type(record)
@@ -267,6 +273,7 @@ class ReleaseRecordCoder(_AvroRecordCoder):
     """A release record (``schemas/release.avsc``, Avro binary); doubles and longs decode as the schema says."""
 
     schema, record_type = "release", ReleaseRecord
+    version, earlier = RELEASE_VERSION, (1,)  # 2: registered_users nullable, reporters added
 
 
 class DeadLetterCoder(_AvroRecordCoder):

@@ -37,6 +37,8 @@ from transforms.mechanisms import Mechanism, SlotBatch, make_mechanism, mechanis
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.evidence import least_charges_of_registered
+from transforms.mechanisms.public_schedule import packed_least, registered_verdict
+from transforms.mechanisms.public_schedule.registry import has_schedule, schedule_for
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
 from transforms.records import KEY_SEPARATOR, NO_VALUE, Contribution, ReleaseRecord, dead_letter
 from transforms.release_range import ReleaseRange
@@ -246,6 +248,8 @@ class StreamEngine:
         self.started = time.monotonic()
         self.next_slot = next_slot
         self.engine = Engine(mechanism, randomness)  # the ledger is per user, downstream (ChargeChunk)
+        # local and DPI methods: least charges from the public schedule (its memory restarts with the job)
+        self.schedule = schedule_for(config.mechanism, mechanism.params) if has_schedule(config.mechanism) else None
         self.translator = DeclarationTranslator(mechanism, config.policy)
         if requirements is None and user_ids:  # a checkpoint written before the stage kept its own register
             self._rebuild_requirements(next_slot or 1)
@@ -418,8 +422,17 @@ class StreamEngine:
                 raise ValueError(f"{self.config.mechanism} charged parts {charges.parts} after {self.charge_parts}")
             self.charge_parts = charges.parts
         self.pending_charges.append((charges.users, np.column_stack(
-            [np.full(charges.users.size, slot, np.int64), least_charges_of_registered(charges),
+            [np.full(charges.users.size, slot, np.int64), self._least(release),
              *(charges.part_units(part) for part in charges.parts), self._declared_in_force(charges.users)])))
+
+    def _least(self, release) -> np.ndarray:
+        """Each registered user's least charge: from the public schedule (packed with its findings, which the
+        per-user ledger unpacks) for a method that has one, else from the release's evidence."""
+        charges = release.charges
+        if self.schedule is None:
+            return least_charges_of_registered(charges)
+        verdict = registered_verdict(self.schedule, release.slot, charges, self.requirements.matrix_of)
+        return packed_least(verdict, charges.users)
 
     def _values(self, values: np.ndarray) -> np.ndarray:
         """The rows' integer values in the mechanism's domain type: an interval's are float64, NaN for none."""

@@ -29,6 +29,7 @@ from transforms.engine import ChargeChunk
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY
 from transforms.mechanisms.declared import KINDS
+from transforms.mechanisms.public_schedule import unpack_least
 from transforms.mechanisms.requirements import DynamicRequirements, LifetimeRequirements
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
 from transforms.user_state import NAMESPACE, SEP
@@ -84,6 +85,8 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
     for i in np.flatnonzero(chunk["least"] > charged):
         violations.append({"slot": int(chunk["slots"][i]), "kind": "undercharged",
                            "window_units": int(chunk["least"][i]), "bound_units": int(charged[i])})
+    for i, kind in chunk.get("findings", ()):  # what the public schedule rules out (local and DPI methods)
+        violations.append({"slot": int(chunk["slots"][i]), "kind": kind, "window_units": 0, "bound_units": 0})
     for at, kind, sums, bounds in checks:
         if sums.size:
             worst = max(worst, float(usage_ratios(sums, bounds).max()))
@@ -100,7 +103,8 @@ def check_windows(tail: dict, chunk: dict, max_window: int):
 
 def charge_chunk(table: np.ndarray, kind: str, parts: tuple[str, ...], final: bool, complete: bool) -> dict:
     """The chunk :func:`check_windows` reads, from the form the release stage sends: one int64 row per slot
-    (slot, the least charge the evidence implies, the charge under each of ``parts``, then the requirement the
+    (slot, the least charge the evidence or the public schedule implies, with the kinds of the schedule's findings
+    packed above bit 56 (``public_schedule.packed_least``), the charge under each of ``parts``, then the requirement the
     user declared in force, of ``kind`` ("fixed", "dynamic" or "lifetime"): (w, E), (w_B, E_B, w_F, E_F) with
     E_B as declared (the ledger projects it itself), or (E,)).
 
@@ -108,7 +112,8 @@ def charge_chunk(table: np.ndarray, kind: str, parts: tuple[str, ...], final: bo
     """
     charged = table[:, 2:2 + len(parts)]
     named = dict(zip(parts, charged.T))
-    return {"slots": table[:, 0], "least": table[:, 1], "parts": named, "charge": charged.sum(axis=1),
+    least, findings = unpack_least(table[:, 1])  # a public schedule's findings ride above the least's bits
+    return {"slots": table[:, 0], "least": least, "findings": findings, "parts": named, "charge": charged.sum(axis=1),
             "dc": named[DISSIMILARITY] if DISSIMILARITY in named else np.zeros(len(table), np.int64),
             "requirements": table[:, 2 + len(parts):], "kind": KINDS[kind], "final": final, "complete": complete}
 

@@ -9,6 +9,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+REPORT_SCALE = 1 << 64
+"""Every report is a dyadic rational with a denominator below this: ``report·REPORT_SCALE`` is an exact integer
+(the stage sums reports as such)."""
+
 
 class ClientRow(NamedTuple):
     """One user's client state (``transforms.mechanisms.numeric.perturbation.ClientState`` for one user).
@@ -54,3 +58,16 @@ class AbsorptionRow(NamedTuple):
     last_slot: int
     shares: int
     slot: int
+
+
+class NumericCharges(NamedTuple):
+    """One user's reports over some slots for the numeric ledger stage (``transforms.numeric_ledger``): per report
+    its slot, its charge per part, the budget each part was made at, then the requirement row in force (of
+    ``kind``: "fixed" ``(w, E)``, "dynamic" or "lifetime"); ``final`` at the end of a bounded run, ``complete`` when
+    the chunk holds the user's whole stream.  No least charge: the ledger derives it from the public schedule."""
+
+    key: str
+    table: np.ndarray
+    kind: str
+    final: bool
+    complete: bool

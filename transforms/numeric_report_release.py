@@ -23,15 +23,16 @@ none is refused before the job.
 
 Each slot with accepted reports releases a ``schemas/release.avsc`` record (the streaming job's, dated by the
 slot clock): the paper's average of the reports at face value (``estimate``, in the domain's units, as the
-central and per-user paths do; ToPL's average de-biased), the reporters as ``registered_users``, the most a
+central and per-user paths do; ToPL's average de-biased), the reporters as ``reporters``, the most a
 report of the slot was charged as ``epsilon``, and for SW-direct the de-biased mean in ``figures``
 (``debiased``, ``server.debiased``: unbiased, post-processing).  Dead letters and duplicates are
 ``schemas/dead_letter.avsc`` records (stage ``numeric_reports``).  The sum is exact (every report
 value is a dyadic rational, summed as an integer times ``2**64``), so the order the reports arrive in cannot
 change a bit.  A slot between the first and last report of a stream without any accepted report repeats the
 last estimate (``kind`` ``skipped``, as the central path; the sampling methods' slots between segment ends).
-The users' declared ``(w_i, E_i)`` must accept the mechanism's ``(w, ε)`` (checked before the job starts); an
-exact per-user window check over the accepted reports' realised charges is the ledger's verdict.
+The users' declared ``(w_i, E_i)`` must accept the mechanism's ``(w, ε)`` (checked before the job starts); the
+ledger's verdict is the numeric ledger's (``transforms.numeric_ledger``): each accepted report's least charge
+rebuilt from the public schedule, and every memory-aware window of ``w_i + reach`` slots within ``E_i``.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ from apache_beam.transforms.window import FixedWindows, GlobalWindows
 from apache_beam.utils.timestamp import Timestamp
 
 from transforms.coders import ValueCoder
-from transforms.engine import ChargeChunk
-from transforms.ledger import ENTRIES, VIOLATIONS, UserLedgerFn
+from transforms.ledger import ENTRIES, VIOLATIONS, empty_tail
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.domain import Interval
@@ -74,14 +74,15 @@ from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_clients import (
     CHARGES,
     DEAD_LETTERS,
-    PARTS,
     SlotSums,
-    _scaled,
     release_record,
     skipped_record,
 )
 from transforms.numeric_events import NumericDomain
-from transforms.numeric_records import SlotSum
+from transforms.numeric_user_clients import scaled_report
+from transforms.mechanisms.public_schedule.numeric_plan import NumericPlan
+from transforms.numeric_ledger import LedgerRules, NumericLedgerFn, check_reports
+from transforms.numeric_records import NumericCharges, SlotSum
 from transforms.numeric_user_methods import user_method
 from transforms.records import KEY_SEPARATOR, DeadLetterRecord, ReleaseRecord, dead_letter
 from transforms.slotting import SlotClock
@@ -124,6 +125,14 @@ class NumericReportConfig:
     def build(self):
         return make_mechanism(self.mechanism, **self.params)
 
+    def ledger_rules(self, max_window: int | None = None) -> LedgerRules:
+        """What the ledger checks the accepted reports with: the method's public schedule (built from the public
+        parameters by ``public_schedule.numeric_plan``, not from the collector's own waves)."""
+        method = user_method(self.build())
+        plan = NumericPlan.of(self.mechanism, json.loads(self.build().params.to_json()),
+                              getattr(method, "segment", None))
+        return LedgerRules(plan, max_window or max(self.windows))
+
 
 class _Schedule:
     """What every report of the configuration must say, and the checks (module doc)."""
@@ -138,9 +147,11 @@ class _Schedule:
         self.segment = getattr(self.user_method, "segment", None)
         self.absorbed: dict[int, list] = defaultdict(lambda: [0.0, -1, 1, 0])  # BA-SW: published, last, shares, age
 
-    def check(self, report: tuple) -> tuple[int, int, int]:
-        """``(user index, report value·2**64, realised units)`` of an acceptable report; ReportRejected with the
-        reason otherwise.  BA-SW's reports must come in slot order per user (its rule reads the earlier ones)."""
+    def check(self, report: tuple) -> tuple[int, int, int, tuple[int, int, int, int]]:
+        """``(user index, report value·2**64, realised units, parts)`` of an acceptable report, ``parts`` its
+        ``(dissimilarity charge, publication charge, dissimilarity budget, publication budget)`` (what the ledger
+        derives the least charge from); ReportRejected with the reason otherwise.  BA-SW's reports must come in
+        slot order per user (its rule reads the earlier ones)."""
         _, _, user, slot, method, oracle, epsilon, realised, d, payload = report
         index = self.index_of.get(user) if isinstance(user, str) else None
         if index is None:
@@ -165,9 +176,10 @@ class _Schedule:
         if self.client is not None and self.client.bounds[:2] != (0.0, 1.0):  # CAPP's output bounds: still dyadic
             low, high = (Fraction(b) for b in self.client.bounds[:2])
             value = low + (high - low) * value
-        return index, _scaled(float(value)), self.wave.realised_units
+        units = self.wave.realised_units
+        return index, scaled_report(float(value)), units, (0, units, 0, self.wave.epsilon_units)
 
-    def _absorb(self, index: int, epsilon, realised, payload: list) -> tuple[int, int, int]:
+    def _absorb(self, index: int, epsilon, realised, payload: list) -> tuple[int, int, int, tuple]:
         """BA-SW's public rule on the user's accepted reports so far: the expected parts and budgets."""
         published, last, shares, age = self.absorbed[index]
         first, params = last < 0, self.absorption
@@ -187,7 +199,9 @@ class _Schedule:
         if publish:
             published, last, shares = float(cells[-1]), age, k
         self.absorbed[index] = [published, last, shares, age + 1]
-        return index, _scaled(published), sum(w.realised_units for w in parts)
+        dc = (0, 0) if first else (one.realised_units, one.epsilon_units)
+        pub = (wave.realised_units, wave.epsilon_units) if publish else (0, 0)
+        return index, scaled_report(published), dc[0] + pub[0], (dc[0], pub[0], dc[1], pub[1])
 
 
 def _expect(epsilon, realised, units: int, realised_units: int) -> None:
@@ -217,7 +231,7 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
     schedule = _Schedule(config)
     sums: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # reports, their sum·2**64, the most charged
     seen: set[tuple[int, int]] = set()
-    charges_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    charges_of: dict[int, list[tuple]] = defaultdict(list)
 
     def refused(reason: str, report: tuple) -> DeadLetterRecord:
         return dead_letter(reason, _raw(report), "numeric_reports", stream,
@@ -230,7 +244,7 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
             yield "duplicate", refused(DUPLICATE_REPORT, report)
             continue  # before the rule reads it: a second report of a slot must not advance the user's state
         try:
-            index, scaled, units = schedule.check(report)
+            index, scaled, units, parts = schedule.check(report)
         except ReportRejected as reason:
             yield "dead", refused(str(reason), report)
             continue
@@ -238,7 +252,7 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
             yield "duplicate", refused(DUPLICATE_REPORT, report)
             continue
         seen.add((index, report[_SLOT]))
-        charges_of[index].append((report[_SLOT], units))
+        charges_of[index].append((report[_SLOT], *parts))
         held = sums[report[_SLOT]]
         held[0] += 1
         held[1] += scaled
@@ -264,22 +278,20 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
                      "max_window_usage_ratio": worst}
 
 
-def _window_check(config: NumericReportConfig, charges_of: dict[int, list[tuple[int, int]]]) -> tuple[int, float]:
-    """Users whose accepted reports' realised charges exceed their ``E_i`` in some window of ``w_i`` slots, and the
-    largest usage."""
+def _window_check(config: NumericReportConfig, charges_of: dict[int, list[tuple]]) -> tuple[int, float]:
+    """Users with a violation among their accepted reports (``(slot, dissimilarity charge, publication charge,
+    dissimilarity budget, publication budget)``) and the largest usage: the numeric ledger's check
+    (``transforms.numeric_ledger``: least charges from the public schedule, memory-aware windows of each user's
+    ``(w_i, E_i)``)."""
+    rules = config.ledger_rules()
     violations, worst = 0, 0.0
     for index, charges in charges_of.items():
-        window, budget = config.windows[index], config.epsilon_units[index]
         charges.sort()
-        most, start, spent = 0, 0, 0
-        for slot, units in charges:
-            spent += units
-            while charges[start][0] <= slot - window:
-                spent -= charges[start][1]
-                start += 1
-            most = max(most, spent)
-        violations += most > budget
-        worst = max(worst, most / budget)
+        table = [(*charge, config.windows[index], config.epsilon_units[index]) for charge in charges]
+        _, most, found, _ = check_reports(empty_tail(), NumericCharges(str(index), np.array(table, np.int64),
+                                                                         "fixed", True, True), rules)
+        violations += bool(found)
+        worst = max(worst, most)
     return violations, worst
 
 
@@ -361,7 +373,7 @@ class DeviceReportCells(beam.DoFn):
                 yield _refused(DUPLICATE_REPORT, report, stream, user)
                 continue
             try:
-                index, scaled, units = schedule.check(report)
+                index, scaled, units, parts = schedule.check(report)
             except ReportRejected as reason:
                 yield _refused(str(reason), report, stream, user)
                 continue
@@ -370,14 +382,14 @@ class DeviceReportCells(beam.DoFn):
                 continue
             seen.add(report[_SLOT])
             yield (stream, report[_SLOT]), SlotSum(1, scaled, units)
-            charges.append((report[_SLOT], units, 0, units, self.config.reports.windows[index],
+            charges.append((report[_SLOT], *parts, self.config.reports.windows[index],
                             self.config.reports.epsilon_units[index]))
         if index is not None and schedule.absorption is not None:
             absorbed.write(schedule.absorbed.pop(index))
         if charges:
             name = f"{stream}{KEY_SEPARATOR}{user}"
-            yield beam.pvalue.TaggedOutput(CHARGES, (name, ChargeChunk(name, np.array(charges, np.int64), "fixed",
-                                                                       PARTS, False, False)))
+            yield beam.pvalue.TaggedOutput(CHARGES, (name, NumericCharges(name, np.array(charges, np.int64), "fixed",
+                                                                          False, False)))
 
 
 def _raw(report: tuple) -> str:
@@ -414,7 +426,8 @@ class StreamNumericReports(beam.PTransform):
                 | "Global" >> beam.WindowInto(GlobalWindows()))
         releases = sums | "Release" >> beam.Map(release_record, self.config, self.method, self.method.variance(),
                                                  "local_client").with_output_types(ReleaseRecord)
-        ledger = (closed[CHARGES] | "PrivacyLedger" >> beam.ParDo(UserLedgerFn(self.ledger_max_window))
+        ledger = (closed[CHARGES] | "PrivacyLedger" >> beam.ParDo(NumericLedgerFn(self.config.reports.ledger_rules(
+            self.ledger_max_window)))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         dead = (closed[LATE], closed[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
         return {"releases": releases, "dead_letters": dead, "usage": ledger.usage, "violations": ledger[VIOLATIONS]}

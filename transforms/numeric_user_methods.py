@@ -5,7 +5,8 @@ users, each from their own state row, with the core's own functions (``Client.st
 Piecewise Mechanism): the k-th report of every user of the group in one vectorised call.  A user's input is a
 :class:`Reporting` (their admitted slots, grid values in ``[0, 1]`` and requirement rows, ascending); the output
 is, per user, the reports that leave the stage, ``(slot, value, dissimilarity units, publication units,
-requirement row)``, and the new state row.  ``value`` is a dyadic rational (a square wave or PM cell midpoint),
+requirement row, dissimilarity budget, publication budget)`` (the charges, then the budgets in units the parts were
+made at: what the ledger derives the least charge from; 0: no such part), and the new state row.  ``value`` is a dyadic rational (a square wave or PM cell midpoint),
 so the release stage sums it exactly.
 
 * :class:`ClientMethod`: SW-direct, IPP, APP, CAPP: one report per admitted slot (row ``ClientRow``).
@@ -133,8 +134,8 @@ class ClientMethod(UserMethod):
     def run(self, users, rows, horizons, draws):
         state = _client_state(rows, self.client, lambda row: row)
         values = _step_in_turn(self.client, state, users, [u.slots for u in users], [u.x for u in users], draws)
-        units = self.client.report_units
-        reports = [[(slot, value, 0, units, req) for slot, value, req in zip(u.slots, v, u.requirements)]
+        units, made_at = self.client.report_units, self.client.sw.epsilon_units
+        reports = [[(slot, value, 0, units, req, 0, made_at) for slot, value, req in zip(u.slots, v, u.requirements)]
                    for u, v in zip(users, values)]
         return reports, _client_rows(state)
 
@@ -201,8 +202,8 @@ class SampledMethod(UserMethod):
             else ((), ())
         values = _step_in_turn(self.client, state, users, [[end for end, _, _ in f] for f in finished],
                                [[min(max(mean, 0.0), 1.0) for _, mean, _ in f] for f in finished], draws)
-        units = self.client.report_units
-        reports = [[(end, value, 0, units, req) for (end, _, req), value in zip(f, v)]
+        units, made_at = self.client.report_units, self.client.sw.epsilon_units
+        reports = [[(end, value, 0, units, req, 0, made_at) for (end, _, req), value in zip(f, v)]
                    for f, v in zip(finished, values)]
         new_rows = [SampledRow(c.deviations, c.accumulated, c.age, *o) for c, o in zip(_client_rows(state), open_)]
         return reports, new_rows
@@ -245,7 +246,8 @@ class AbsorptionMethod(UserMethod):
             for j, i in enumerate(idx.tolist()):
                 shares = int(published[j])
                 reports[i].append((users[i].slots[k], float(released[j]), dc_units if sent[j] else 0,
-                                   self.share_units(shares) if shares else 0, users[i].requirements[k]))
+                                   self.share_units(shares) if shares else 0, users[i].requirements[k],
+                                   self.params.share_units if sent[j] else 0, shares * self.params.share_units))
         new_rows = [AbsorptionRow(float(state.published[i]), int(state.last_slot[i]), int(state.shares[i]),
                                   int(state.slot[i])) for i in range(len(users))]
         return reports, new_rows
@@ -268,9 +270,9 @@ class ToplMethod(UserMethod):
         keys = [(u.stream, u.user, slot) for u in users for slot in u.slots]
         x = np.array([x for u in users for x in u.x])
         cells = self.wave.perturb(x, draws(lambda: keys, 2), clip=True).tolist() if keys else []
-        units, out, at = self.wave.realised_units, [], 0
+        units, made_at, out, at = self.wave.realised_units, self.wave.epsilon_units, [], 0
         for u in users:
-            out.append([(slot, cells[at + j], 0, units, req) for j, (slot, req) in
+            out.append([(slot, cells[at + j], 0, units, req, 0, made_at) for j, (slot, req) in
                         enumerate(zip(u.slots, u.requirements))])
             at += len(u.slots)
         return out, [None] * len(users)

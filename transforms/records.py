@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from transforms.encoding import CONTRIBUTION_ROWS
+from transforms.mechanisms.domain import TrustModel
 from transforms.mechanisms.budget import units_to_decimal_string
+from transforms.mechanisms.requirements import LifetimeRequirements
 
 NO_VALUE = -1
 """``Event.value`` of a record that only declares a requirement."""
@@ -66,9 +70,24 @@ class ReleaseRecord(dict):
             "histogram": [int(x) for x in release.histogram], "kind": release.kind.value,
             "epsilon": units_to_decimal_string(release.epsilon_units),
             "predicted_error": float(error) if math.isfinite(error) else None,
-            "registered_users": int(release.charges.users.size), "statistic": release.estimates.value,
+            **published_users(release), "statistic": release.estimates.value,
             "estimate": release.estimate.tolist(), "trust": release.trust.value,
             "figures": {name: float(value) for name, value in release.figures.items()}})
+
+
+def published_users(release) -> dict:
+    """A release's ``registered_users`` and ``reporters`` fields, each None where it is not published.
+
+    Registered users are public under the windowed models (registrations are configuration; the neighbours differ
+    by one user's values, never by whether the user exists), but not under a lifetime budget: DPI's neighbours
+    differ by all of one user's records, so a count of registered users would say with certainty whether a user
+    exists.  Reporters (the users charged at the slot: those who sent a report) are public under the local
+    models, where the collector sees who reports (and ``predicted_error = V(epsilon, n')`` states it anyway); the
+    central mechanisms have none."""
+    charges = release.charges
+    lifetime = issubclass(charges.requirement_kind, LifetimeRequirements)
+    return {"registered_users": None if lifetime else int(charges.users.size),
+            "reporters": None if release.trust is TrustModel.CENTRAL else int(np.count_nonzero(charges.units))}
 
 
 class DeadLetterRecord(dict):

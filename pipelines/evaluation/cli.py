@@ -16,6 +16,8 @@ import sys
 import time
 
 from pipelines import evaluation
+from pipelines.cli import ConfigError, job_parser, parse_flags
+from pipelines.evaluation.stopping import stops_on_signal
 from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
                                             write_csv)
 from pipelines.evaluation.plots import write_plots
@@ -48,13 +50,13 @@ their own suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`), DPI unde
 benchmark (``benchmarks.dpi_eval``)."""
 
 
-class ArgumentError(Exception):
+class ArgumentError(ConfigError):
     """A bad command line: printed as one ``error:`` line, exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ArgumentError(message)
+def evaluation_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The jobs' strict parser (``pipelines.cli.job_parser``): no abbreviations, one-line errors, defaults shown."""
+    return job_parser(prog, description)
 
 
 def _names(text: str, valid, what: str) -> list[str]:
@@ -95,7 +97,7 @@ def _repeats(text: str, sweeps: list[str]) -> dict[str, int]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m pipelines.evaluate", description=evaluation.__doc__.split("\n\n")[0])
+    parser = evaluation_parser("wevent evaluate", evaluation.__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=SUITES, default=SUITES[0],
                         help="pwsm: the central papers' experiments (these options); ldp-ids: the LDP-IDS "
                              "experiments (python -m pipelines.evaluate --suite ldp-ids --help)")
@@ -119,13 +121,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--segment-reset", type=int, default=None, metavar="K",
                         help="re-create the mechanism every K slots (the authors' code: 250); breaks w-event "
                              "privacy across segments")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (1: in this process)")
     parser.add_argument("--output", default="evaluation", help="output directory (created if missing)")
     parser.add_argument("--report", default=None, metavar="PATH.md",
                         help="also write the results document there, its plots and results.csv in PATH/")
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where the real datasets are (read-only)")
     parser.add_argument("--input", action="append", default=[], help="event file or glob: dataset 'events'")
-    parser.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl")
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default="jsonl", help="events: the input's format")
     parser.add_argument("--binning", default=None, help="events: int:D | categories:a,b | grid:... | tdrive")
     parser.add_argument("--slot-seconds", type=float, default=600.0, help="events: slot length")
     parser.add_argument("--poi", help="events in check-in format: POI coordinates file")
@@ -138,7 +140,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also map where each mechanism publishes something useful (error model) and check it on "
                              "T-Drive under the README's and proposed settings (about 2 CPU minutes)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
-    args = parser.parse_args(argv)
+    args = parse_flags(parser, [] if argv is None else argv)
     args.datasets = _names(args.datasets, DATASETS, "dataset")
     if args.input and EVENTS not in args.datasets:
         args.datasets.append(EVENTS)
@@ -235,8 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     started, commit = time.perf_counter(), git_commit()
     try:
         args = parse_args(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    with stops_on_signal("evaluate", os.path.join(args.output, PARTIAL_CSV)) as stop:
+        return stop.run(_evaluate, args, argv, started, commit)
+
+
+def _evaluate(args, argv: list[str], started: float, commit: str) -> int:
+    try:
         streams, skipped = load_streams(args)
-    except ArgumentError as error:
+    except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     runs = plan(args, streams)

@@ -12,7 +12,9 @@ import csv
 import sys
 import time
 import zlib
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import functools
+import multiprocessing
+import signal
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,16 +269,31 @@ def execute(tasks: list[Task], workers: int, quiet: bool, streams: dict[str, Eve
 
 def run_in_pool(ordered: list, workers: int, run, install, streams, done) -> None:
     """``done(task, run(task))`` for every task, in ``ordered``'s order of submission, on ``workers`` processes
-    (in this one for 1), each of which first calls ``install(streams)``."""
+    (in this one for 1), each of which first calls ``install(streams)``.
+
+    The workers ignore SIGINT (a Ctrl-C reaches the whole process group: only this process answers it) and die of
+    SIGTERM whatever handler this process has; any
+    exception here, a KeyboardInterrupt or the one a SIGTERM handler raises included, terminates them before it
+    propagates (``multiprocessing.Pool.terminate``), so a stopped evaluation leaves no worker running."""
     if workers == 1:
         install(streams)
         for task in ordered:
             done(task, run(task))
         return
-    with ProcessPoolExecutor(max_workers=workers, initializer=install, initargs=(streams,)) as pool:
-        futures = {pool.submit(run, task): task for task in ordered}
-        for future in as_completed(futures):
-            done(futures[future], future.result())
+    with multiprocessing.Pool(workers, initializer=_quiet_worker, initargs=(install, streams)) as pool:
+        for task, row in pool.imap_unordered(functools.partial(_paired, run), ordered, chunksize=1):
+            done(task, row)  # (leaving the block terminates the workers, on an error too)
+
+
+def _quiet_worker(install, streams) -> None:
+    """A worker: deaf to Ctrl-C, ended by SIGTERM (``Pool.terminate``) without the parent's handler."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    install(streams)
+
+
+def _paired(run, task):
+    return task, run(task)
 
 
 def run_labelled(runs: list[tuple[str, object]], path: str, columns: list[str], label: str, execute_tasks

@@ -18,7 +18,9 @@ import os
 import sys
 import time
 
-from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, _Parser
+from pipelines.cli import ConfigError, parse_flags
+from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, evaluation_parser
+from pipelines.evaluation.stopping import stops_on_signal
 from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
                                       DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS,
@@ -37,7 +39,7 @@ SUITE = "ldp-ids"
 
 
 def parse_args(argv) -> argparse.Namespace:
-    parser = _Parser(prog=f"python -m pipelines.evaluate --suite {SUITE}", description=__doc__.split("\n\n")[0])
+    parser = evaluation_parser(f"wevent evaluate --suite {SUITE}", __doc__.split("\n\n")[0])
     parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help=f"comma list of {', '.join(EXPERIMENTS)}")
     parser.add_argument("--datasets", default=",".join(ALL_DATASETS),
                         help=f"comma list of {', '.join(ALL_DATASETS)}")
@@ -71,7 +73,7 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--real-slots", type=int, default=None, help="cap the slots of the real streams")
     parser.add_argument("--from-csv", default=None, metavar="RESULTS.csv", help="render from a run's results.csv")
     parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
+    args = parse_flags(parser, argv)
     args.experiments = _names(args.experiments, list(EXPERIMENTS), "experiment")
     args.datasets = _names(args.datasets, ALL_DATASETS, "dataset")
     args.methods = _names(args.methods, LOCAL_METHODS, "method")
@@ -188,6 +190,15 @@ def main(argv: list[str]) -> int:
     started, commit = time.perf_counter(), git_commit()
     try:
         args = parse_args(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    with stops_on_signal("evaluate", os.path.join(args.output, PARTIAL_CSV)) as stop:
+        return stop.run(_evaluate, args, argv, started, commit)
+
+
+def _evaluate(args, argv: list[str], started: float, commit: str) -> int:
+    try:
         streams, skipped = load_streams(args)
     except ArgumentError as error:
         print(f"error: {error}", file=sys.stderr)

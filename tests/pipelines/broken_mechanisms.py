@@ -20,6 +20,22 @@ so it stays broken whatever the core fixes:
   slots instead of ``w - 1`` (an off-by-one that forgets the window's oldest slot).
 * ``authors-bookkeeping``: PBA (or BA) that never records its last
   publication, as the authors' code (reference_impl §4.4).
+
+The local and lifetime families (issue 26), each through a public extension
+point (a public method or property overridden, public parameters passed):
+
+* ``over-budget-randomizer``: the users' randomizer perturbs at 4× the budget
+  the request names (LDP-IDS ``simulate``, PLBU; the numeric ``client`` while
+  ``run_users`` names the square wave of the stated budget).
+* ``unasked-reports-counted``: a population method's estimate also counts
+  the reports of holders it did not ask (``simulate`` adds them).
+* ``memory-ignored``: APP/CAPP at ``ε/w`` per report with deviation memory
+  ``w`` (public ``PerturbationParams(budget="paper", not_w_event_private=True)``):
+  a change within a window moves ``2w`` reports, ``2E``.
+* ``dpi-over-draw``: ``dpi-sound`` draws at 8× its stated per-slot budget
+  (its public ``distances`` scaled by 8).
+* ``half-charge``: every release's charges halved (``step`` returns the
+  release with its charges rebuilt from their public fields), evidence unchanged.
 """
 
 from __future__ import annotations
@@ -30,10 +46,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from functools import cached_property
+
 from transforms.mechanisms import MECHANISMS, Mechanism
 from transforms.mechanisms import sampling
 from transforms.mechanisms.base import window_sums
+from transforms.mechanisms.charges import PUBLICATION, GroupCharges
 from transforms.mechanisms.homogeneous import BA
+from transforms.mechanisms.ldp.oracles import MAX_LDP_EPSILON_UNITS, FrequencyOracle
+from transforms.mechanisms.numeric.perturbation import PerturbationParams
 from transforms.mechanisms.personalized import PBA, PBD, fixed_share
 from transforms.mechanisms.population import WAITING, SlotData
 from transforms.mechanisms.sampling import Cells
@@ -158,6 +179,102 @@ class ForgetfulPBA(PBA):
         pass
 
 
+class OverBudgetRandomizer:
+    """Mixin for an LDP-IDS method or PLBU: each report perturbed at ``FACTOR`` × the budget its request names
+    (and charges); the estimate de-biases with the named oracle."""
+
+    FACTOR = 4
+
+    def simulate(self, request, holders, rng):
+        named = request.oracle
+        used = FrequencyOracle.create(named.kind, min(named.epsilon_units * self.FACTOR, MAX_LDP_EPSILON_UNITS),
+                                      named.d)
+        return super().simulate(request._replace(oracle=used), holders, rng)
+
+
+class OverBudgetSquareWave:
+    """Mixin for SW-direct/IPP/APP/CAPP: the client's square wave at ``FACTOR`` × the stated budget, while the
+    reports name (and are charged) the square wave of the stated budget."""
+
+    FACTOR = 4
+
+    def stated(self, epsilon: float) -> PerturbationParams:
+        p = self.params
+        return PerturbationParams(epsilon, p.window, self.method, memory=p.memory, reset=p.reset,
+                                  bound_mode=p.bound_mode, delta=p.delta, grid_bits=p.grid_bits)
+
+    @cached_property
+    def client(self):
+        return self.stated(self.params.epsilon * self.FACTOR).client
+
+    def run_users(self, users, x, rng):
+        named = self.stated(self.params.epsilon).client.sw
+        return users, self.step_clients(users, x, rng), [(PUBLICATION, named, np.ones(users.size, bool))]
+
+
+class UnaskedReportsCounted:
+    """Mixin for a population-division method: each request's counts also hold the reports of the holders it did
+    not ask (at the request's budget), so every holder's value reaches every estimate; only the asked are charged."""
+
+    def simulate(self, request, holders, rng):
+        asked = super().simulate(request, holders, rng)
+        unasked = np.setdiff1d(holders.users, request.users)
+        if unasked.size == 0:
+            return asked
+        return asked + super().simulate(request._replace(users=unasked), holders, rng)
+
+
+class MemoryIgnored:
+    """Mixin for APP/CAPP: ``ε/w`` per report with deviation memory ``w`` (the paper's budget on a stream), the
+    reports named for what they spend: each window's charges sum to ``E`` while a change within it moves
+    ``w + h`` reports."""
+
+    @cached_property
+    def client(self):
+        p = self.params
+        return PerturbationParams(p.epsilon, p.window, self.method, memory=p.memory, reset=p.reset,
+                                  bound_mode=p.bound_mode, delta=p.delta, grid_bits=p.grid_bits, budget="paper",
+                                  not_w_event_private=True).client
+
+
+class ScaledDistances:
+    """The exact distances times ``factor``: an exponential-mechanism draw from them spends ``factor`` × its budget."""
+
+    def __init__(self, distances, factor: int):
+        self.distances, self.factor = distances, factor
+        self.denominator = distances.denominator
+
+    def __len__(self) -> int:
+        return len(self.distances)
+
+    def __getitem__(self, j: int) -> int:
+        return self.factor * self.distances[j]
+
+    def __iter__(self):
+        return (self.factor * value for value in self.distances)
+
+
+class OverDraw:
+    """Mixin for ``dpi-sound``: every draw at ``FACTOR`` × the per-slot budget it states and is charged."""
+
+    FACTOR = 8
+
+    def distances(self, truth):
+        return ScaledDistances(super().distances(truth), self.FACTOR)
+
+
+class HalfCharge:
+    """Mixin for any mechanism: each release's charges halved (rebuilt from their public fields), the evidence of
+    what was computed unchanged."""
+
+    def step(self, batch, rng):
+        release = super().step(batch, rng)
+        c = release.charges
+        halved = GroupCharges(c.group_of, {part: units // 2 for part, units in c.group_parts.items()},
+                              c.requirement_kind, c.evidence, c.declarations, c.default_requirement)
+        return dataclasses.replace(release, charges=halved)
+
+
 DISSIMILARITY = ("bd", "ba", "pbd", "pba", "dpbd", "dpba")
 
 
@@ -190,6 +307,17 @@ VARIANTS: dict[str, Variant] = {
                               "the remaining budget sums w - 2 slots instead of w - 1"),
     "authors-bookkeeping": Variant({"pba": ForgetfulPBA}, "pba",
                                    "never records the last publication, as the authors' code"),
+    "over-budget-randomizer": Variant({**_mixed(OverBudgetRandomizer, ("lbu", "lsp", "lpd", "plbu")),
+                                       **_mixed(OverBudgetSquareWave, ("sw-direct", "app", "capp"))}, "lbu",
+                                      "the randomizer perturbs at 4x the budget its reports name and are charged"),
+    "unasked-reports-counted": Variant(_mixed(UnaskedReportsCounted, ("lpd", "lpu", "lpa")), "lpd",
+                                       "the estimate also counts the reports of holders it did not ask"),
+    "memory-ignored": Variant(_mixed(MemoryIgnored, ("app", "capp")), "app",
+                              "eps/w per report with deviation memory w: 2E per window, charges sum to E"),
+    "dpi-over-draw": Variant(_mixed(OverDraw, ("dpi-sound",)), "dpi-sound",
+                             "draws at 8x the per-slot budget it states and is charged"),
+    "half-charge": Variant(_mixed(HalfCharge, ("pbd", "lbu", "plbu", "sw-direct", "app", "dpi-sound")), "lbu",
+                           "every release charged half of what its evidence costs"),
 }
 
 
@@ -203,5 +331,6 @@ def broken_class(variant: str, mechanism: str) -> type[Mechanism]:
     return classes[mechanism]
 
 
-__all__ = ["VARIANTS", "DeadCohortAbsorbs", "ForgetfulBA", "ForgetfulPBA", "ForgottenSlotPBD", "HalfScaleNoise",
-           "NoiselessDissimilarity", "ReusedNoise", "Variant", "WaitingUserUsed", "broken_class"]
+__all__ = ["VARIANTS", "DeadCohortAbsorbs", "ForgetfulBA", "ForgetfulPBA", "ForgottenSlotPBD", "HalfCharge",
+           "HalfScaleNoise", "MemoryIgnored", "NoiselessDissimilarity", "OverBudgetRandomizer", "OverBudgetSquareWave",
+           "OverDraw", "ReusedNoise", "UnaskedReportsCounted", "Variant", "WaitingUserUsed", "broken_class"]

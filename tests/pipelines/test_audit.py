@@ -2,7 +2,8 @@
 
 Audits run with the seeded generator and fixed seeds, so outcomes are
 reproducible; each statistical test states how likely it would be to fail for
-a seed drawn at random.
+a seed drawn at random.  The local families' window scenario, DPI's lifetime
+scenario and the broken variants of issue 26 are in ``test_audit_families.py``.
 """
 
 from __future__ import annotations
@@ -137,9 +138,9 @@ def test_events_count_the_runs_they_describe(direction, threshold, expected):
 
 
 # ---------------------------------------------------------------------- the scenarios
-SCENARIO_FAMILIES = [(steady_scenario, family) for family in Family if family in audit_module.AUDITED_FAMILIES] + \
+SCENARIO_FAMILIES = [(steady_scenario, family) for family in Family if family in audit_module.ONE_SLOT_FAMILIES] + \
     [(changes_scenario, Family.FIXED)]
-AUDITED = [name for name, cls in MECHANISMS.items() if Family.of(cls) in audit_module.AUDITED_FAMILIES]
+AUDITED = [name for name, cls in MECHANISMS.items() if Family.of(cls) in audit_module.ONE_SLOT_FAMILIES]
 """Every mechanism but DPI's lifetime ones (audited against spec TV10 in benchmarks/dpi_audit.py and
 tests/transforms/mechanisms/dpi/)."""
 
@@ -220,9 +221,9 @@ def test_runs_get_distinct_seeds_and_secure_noise_is_the_default():
              for stream in (0, 1) for run in (0, 1, 999, 10_000_000)}
     assert len(seeds) == 48
     assert AuditConfig().noise == "secure"
-    assert audit_module._randomness(AuditConfig())(0, 0, 0).is_secure
+    assert audit_module.randomness_for(AuditConfig())(0, 0, 0).is_secure
     seeded = AuditConfig(insecure_seed=3)
-    assert "INSECURE" in seeded.noise and not audit_module._randomness(seeded)(0, 0, 0).is_secure
+    assert "INSECURE" in seeded.noise and not audit_module.randomness_for(seeded)(0, 0, 0).is_secure
 
 
 @pytest.mark.parametrize("field, value", [("runs", 7), ("runs", 2.5), ("confidence", 1.0), ("confidence", 0.2),
@@ -241,7 +242,7 @@ def test_every_shipped_mechanism_passes(name):
     The audit must also see evidence: a fresh release at t* in most runs and the dissimilarity wherever the
     mechanism computes one.
     """
-    result = run_audit(MECHANISMS[name], 300, seed=11, name=name)
+    result = run_audit(MECHANISMS[name], 300, seed=11, name=name, only=("steady", "changes"))
     assert not result.violation, result.to_json()
     steady = result.scenarios[0]
     if MECHANISMS[name].trust is not TrustModel.CENTRAL:  # replace-one neighbours; the probe sees central noise only
@@ -258,7 +259,7 @@ def test_the_audit_sees_most_of_a_tight_mechanisms_budget(name):
     reaches 75% of the power and every bound stays within E (a false flag has probability at most 1% each)."""
     cls = MECHANISMS[name]
     results = [audit_module.audit_scenario(cls, steady_scenario(), 0, AuditConfig(runs=600, insecure_seed=seed),
-                                           audit_module._randomness(AuditConfig(runs=600, insecure_seed=seed)))
+                                           audit_module.randomness_for(AuditConfig(runs=600, insecure_seed=seed)))
                for seed in range(5)]
     bounds = [r.estimate.lower_bound for r in results]
     assert np.median(bounds) >= 0.75 * results[0].power and max(bounds) <= 2.0, bounds
@@ -277,7 +278,9 @@ CAUGHT_BY = {
 
 
 def test_every_variant_has_a_check():
-    assert set(CAUGHT_BY) == set(VARIANTS)
+    from tests.pipelines.test_audit_families import FLAGGED
+
+    assert set(CAUGHT_BY) | {variant for variant, *_ in FLAGGED} == set(VARIANTS)
 
 
 @pytest.mark.parametrize("variant", list(CAUGHT_BY))
@@ -344,14 +347,17 @@ def test_a_broken_variant_on_the_command_line_reports_a_violation(capsys):
 
 
 def test_all_mechanisms_print_one_line_each(capsys):
+    """Every registered mechanism, DPI's included, each line with its bounds, powers and verdict."""
     audit_module.run(["--mechanism", "all", "--runs", "8", "--insecure-seed", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == AUDITED
+    assert [line.split(":")[0] for line in lines] == list(MECHANISMS)
+    assert all("power" in line and "2x over-spend" in line for line in lines)
 
 
 @pytest.mark.parametrize("argv, named", [
     (["--mechanism", "laplace"], "unknown mechanism 'laplace'"),
-    (["--mechanism", "dpi"], "lifetime budgets"),
+    (["--mechanism", "pbd", "--run", "10"], "unrecognized arguments: --run 10"),  # no prefixes (issue 27)
+    (["--mechanism", "pbd", "--insecure", "1"], "unrecognized arguments: --insecure 1"),
     (["--mechanism", "pbd", "--runs", "2"], "runs"),
     (["--mechanism", "pbd", "--confidence", "1.5"], "confidence"),
     (["--runs", "10"], "--mechanism"),
@@ -369,7 +375,7 @@ def test_bad_arguments_fail_with_one_line_and_exit_code_2(capsys, argv, named):
 
 
 def test_broken_variants_need_a_source_checkout(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(audit_module, "BROKEN_MODULE", tmp_path / "missing.py")
+    monkeypatch.setattr(audit_module.cli, "BROKEN_MODULE", tmp_path / "missing.py")
     monkeypatch.delitem(__import__("sys").modules, "wevent_audit_broken_variants", raising=False)
     assert audit_module.run(["--mechanism", "pbd", "--broken", "reused-noise"]) == 2
     assert "needs a source checkout" in capsys.readouterr().err
@@ -384,5 +390,19 @@ def test_the_report_names_its_command_and_has_one_row_per_scenario():
     text = report(results, "python -m benchmarks.audit_report --runs 8", config, 3.0, {"reused-noise": "reused"})
     assert text.splitlines()[2].startswith("Generated by `python -m benchmarks.audit_report --runs 8`")
     table = [line for line in text.splitlines() if line.startswith("| pb")]
-    assert len(table) == 4 and all(line.count("|") == 12 for line in table)
+    assert len(table) == 4 and all(line.count("|") == 14 for line in table)
     assert "## Limits" in text and "INSECURE" in text and "`reused-noise`: reused." in text
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--dataset", "sin"], "unrecognized arguments: --dataset sin"),
+    (["--mechanism", "pbd"], "unrecognized arguments: --mechanism pbd"),
+])
+def test_wevent_evaluate_refuses_flag_prefixes_in_one_line(capsys, argv, named):
+    """Issue 27: ``--dataset sin`` started a 1,270-run evaluation (read as ``--datasets``); now one line, exit 2."""
+    from pipelines.evaluation.cli import main
+
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and named in lines[0]

@@ -9,11 +9,13 @@ import pytest
 import schemas
 import wevent_client
 from pipelines import client_replay
+from report_files import assert_matches_files
 
 
-def _record(tmp_path, method: str, users: int, slots: int, window: int, budget: str):
-    """The reports devices would have sent under ``method``'s public schedule (LBU: everyone, every slot; LSP: every
-    w-th slot; LPU with public groups: each device at its own group's slots, learnt from its id)."""
+def _record(tmp_path, method: str, users: int, slots: int, window: int, budget: str, first: int = 1, offset: int = 0):
+    """The reports devices would have sent under ``method``'s public schedule on absolute slots ``first ..
+    first + slots - 1`` (LBU: everyone, every slot; LSP: the slots t with (t - 1 - offset) mod w == 0; LPU with
+    public groups: each device at its own group's slots, learnt from its id)."""
     ids = [f"phone-{i:03d}" for i in range(users)]
     (tmp_path / "users.txt").write_text("".join(user + "\n" for user in ids))
     units = wevent_client.epsilon_units_from_string(budget)
@@ -21,8 +23,8 @@ def _record(tmp_path, method: str, users: int, slots: int, window: int, budget: 
     lines = []
     for user_index, user in enumerate(ids):
         device = wevent_client.WEventClient(user, window, budget, lambda slot, u=user_index: (slot + u) % 2)
-        turn = wevent_client.public_group(user, window) if method == "lpu" else 0
-        for slot in range(1, slots + 1):
+        turn = wevent_client.public_group(user, window) if method == "lpu" else offset
+        for slot in range(first, first + slots):
             if method in ("lsp", "lpu") and (slot - 1) % window != turn:
                 continue
             request = {"stream": "s", "user": user, "slot": slot, "method": f"{method}/m2",
@@ -43,9 +45,9 @@ def test_recorded_reports_are_released_and_bad_ones_dead_lettered(tmp_path, meth
                               "--requirement", "fixed:4,1", "--mechanism", method, "--epsilon", "1", "--window",
                               "4", "--output", str(tmp_path / "out"), "--insecure-seed", "2", "--slot-seconds", "60",
                               "--origin", "1000"] + (["--param", "grouping=public"] if method == "lpu" else []))
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = assert_matches_files(tmp_path / "out", "client-replay")  # the one schema, counts as in the files
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
-    assert report["dead_letters"] == 4 and report["reports_used"] == len(lines) - 4
+    assert report["dead_letters"] == 4 and report["records_used"] == len(lines) - 4
     assert report["slots"] == last and last == (5 if method == "lsp" else 8)  # to the last report
     assert report["max_window_usage_ratio"] <= 1
     dead_letters = [json.loads(line) for path in sorted((tmp_path / "out").glob("dead_letters*"))
@@ -60,6 +62,30 @@ def test_recorded_reports_are_released_and_bad_ones_dead_lettered(tmp_path, meth
     dead = [record["reason"] for record in dead_letters]
     assert any("malformed" in r for r in dead) and any("no request" in r for r in dead)
     assert any("unknown user" in r for r in dead) and any("second report" in r for r in dead)
+
+
+@pytest.mark.parametrize("method, offset", [("lbu", 0), ("lsp", 0), ("lsp", 2), ("lpu", 0)])
+@pytest.mark.parametrize("first", [0, 6])
+def test_reports_replay_on_absolute_slots_whatever_the_first_slot_with_data(tmp_path, method, offset, first):
+    """The devices keep the public schedule on absolute slots; a recording that starts at slot 6 (or 0) is
+    replayed on the same schedule and every honest report is used.  Before, the schedule was anchored at the
+    first slot with a report: LPU rejected most reports, and LSP with an offset every one."""
+    lines = _record(tmp_path, method, users=30, slots=9, window=4, budget="1", first=first, offset=offset)
+    slots = sorted({json.loads(line)["slot"] for line in lines})
+    (tmp_path / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    code = client_replay.run(["--input", str(tmp_path / "reports.jsonl"), "--users", str(tmp_path / "users.txt"),
+                              "--requirement", "fixed:4,1", "--mechanism", method, "--epsilon", "1", "--window",
+                              "4", "--output", str(tmp_path / "out"), "--insecure-seed", "2",
+                              "--param", f"sampling_offset={offset}"]
+                             + (["--param", "grouping=public"] if method == "lpu" else []))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
+    assert report["dead_letters"] == 0 and report["reports_used"] == len(lines) > 0
+    assert report["slots"] == slots[-1] - slots[0] + 1
+    releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
+    assert sorted(r["slot"] for r in releases) == list(range(slots[0], slots[-1] + 1))
+    reported = {t: sum(json.loads(line)["slot"] == t for line in lines) for t in slots}
+    assert all(r["reporters"] == reported.get(r["slot"], 0) and r["registered_users"] == 30 for r in releases)
 
 
 @pytest.mark.parametrize("method", ["lpd", "lpu"])
@@ -103,7 +129,7 @@ def test_recorded_mean_reports_replay_with_the_devices_hybrid_mechanism(tmp_path
                               str(tmp_path / "out"), "--insecure-seed", "1"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
-    assert report["reports_used"] == len(lines) and report["dead_letters"] == 0
+    assert report["records_used"] == len(lines) and report["dead_letters"] == 0
     releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
     # 400 reporters at eps 4 over [0, 10]: the estimate's sd is 5·sqrt(Var*(4) = 0.53)/20 = 0.18; true mean 4.5,
     # so beyond 1.5 (8 sd) a false failure has probability below 1e-14 per slot.

@@ -120,6 +120,7 @@ def live_lines(live: LiveRelease) -> list[str]:
 
 
 def test_the_watch_report_names_the_range_and_warns_about_users_in_several_streams(tmp_path):
+    from pipelines.job_report import watch_report
     from pipelines.live import watch
 
     incoming, out = tmp_path / "in", tmp_path / "out"
@@ -132,6 +133,7 @@ def test_the_watch_report_names_the_range_and_warns_about_users_in_several_strea
                                            insecure_seed=1, release_range=release_range)
         counts = watch(str(incoming), str(out / name), ParseConfig(bins=3), transform, 0, 1,
                        clock=lambda: next(ticks), sleep=lambda _: None)
+        watch_report(str(out / name), "pbd", counts, 0.0, transform.config.release_range)  # cli.finish_watch's
         with open(out / name / "report.json") as f:
             report = json.load(f)
         assert counts["records_used"] == 4 and report["range_from_data"] is (release_range is None)

@@ -186,7 +186,8 @@ def test_per_user_clients_replay_runs_each_users_client_in_the_per_user_stage(tm
             reports.setdefault(s, []).append(report_value)
     assert [r["estimate"][0] for r in releases] == [LOW + (HIGH - LOW) * float(np.mean(reports[s]))
                                                     for s in range(SLOTS)]
-    assert {r["registered_users"] for r in releases} == {USERS}
+    assert {r["reporters"] for r in releases} == {USERS}  # its own field: the central path's meaning is kept
+    assert {r["registered_users"] for r in releases} == {None}  # the per-user stage does not know registrations
 
 
 def _grid():
@@ -337,3 +338,117 @@ def test_per_user_crowd_replay_releases_the_distribution_of_its_reports_at_the_m
 ])
 def test_bad_crowd_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message):
     test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The ledger stage derives each report's least charge from the public schedule and checks memory-aware windows.
+# On the code before it, the stage sent the ledger ``least = charge``: every test below saw 0 violations there.
+
+
+def _violations(tmp_path) -> list:
+    return list(read_records(str(tmp_path / "out" / "violations-*.jsonl"), "jsonl"))
+
+
+def _broken(monkeypatch, name: str, cls) -> None:
+    """Register ``cls`` under ``name`` (the registry is the public extension point the stage builds from)."""
+    from transforms.mechanisms.registry import MECHANISMS
+
+    monkeypatch.setitem(MECHANISMS, name, cls)
+
+
+def _half_charged_capp():
+    import dataclasses
+    from functools import cached_property
+
+    from transforms.mechanisms.numeric.perturbation import Client
+    from transforms.mechanisms.numeric.streams import CAPPStream
+
+    @dataclasses.dataclass(frozen=True)
+    class HalfChargedClient(Client):
+        """A client that charges half of what its square wave costs (a public subclass)."""
+
+        @property
+        def report_units(self) -> int:
+            return self.sw.realised_units // 2
+
+    class HalfChargedCAPP(CAPPStream):
+        @cached_property
+        def client(self):
+            honest = super().client
+            return HalfChargedClient(**{f.name: getattr(honest, f.name) for f in dataclasses.fields(Client)})
+
+    return HalfChargedCAPP
+
+
+def test_a_capp_client_charging_half_its_square_wave_fails_the_per_user_replay(tmp_path, monkeypatch):
+    """The per-user stage ships the budget each report was made at; the ledger stage rebuilds the square wave's
+    cost itself, so a CAPP client charging half of it is undercharged at every report: ledger violations, exit 1
+    (the documented code for violations)."""
+    write_events(tmp_path / "events.jsonl")
+    _broken(monkeypatch, "capp", _half_charged_capp())
+    code, report, _, _ = run_replay(tmp_path, "capp", "--out-of-range", "clip", "--per-user-clients")
+    violations = _violations(tmp_path)
+    assert code == 1 and report["ledger_violations"] == len(violations) == SLOTS * USERS
+    assert {v["kind"] for v in violations} == {"undercharged"}
+    assert all(v["window_units"] in (2 * v["bound_units"], 2 * v["bound_units"] + 1) for v in violations)
+
+
+def test_the_honest_capp_passes_the_per_user_replay(tmp_path):
+    write_events(tmp_path / "events.jsonl")
+    code, report, _, _ = run_replay(tmp_path, "capp", "--out-of-range", "clip", "--per-user-clients")
+    assert code == 0 and report["ledger_violations"] == 0 and not _violations(tmp_path)
+    assert 0.99 < report["max_window_usage_ratio"] <= 1.0  # the memory-aware window: w + h reports at ε/(w + h)
+
+
+def test_app_at_eps_over_w_with_memory_fails_the_per_user_replay(tmp_path, monkeypatch):
+    """APP at the paper's ε/w with deviation memory w (charged in full): every plain w-slot window fits, a change
+    within w slots moves 2w reports: memory_window violations (and off_schedule: the schedule names ε/(2w)), exit 1."""
+    from functools import cached_property
+
+    from transforms.mechanisms.numeric.perturbation import PerturbationParams
+    from transforms.mechanisms.numeric.streams import APPStream
+
+    class PaperBudgetAPP(APPStream):
+        @cached_property
+        def client(self):
+            p = self.params
+            return PerturbationParams(p.epsilon, p.window, "app", budget="paper", not_w_event_private=True,
+                                      grid_bits=p.grid_bits).client
+
+    write_events(tmp_path / "events.jsonl")
+    _broken(monkeypatch, "app", PaperBudgetAPP)
+    code, report, _, _ = run_replay(tmp_path, "app", "--out-of-range", "clip", "--per-user-clients")
+    kinds = {v["kind"] for v in _violations(tmp_path)}
+    assert code == 1 and report["ledger_violations"] > 0 and kinds == {"memory_window", "off_schedule"}
+    assert 1.6 < report["max_window_usage_ratio"] <= 2.0
+
+
+def test_the_paper_sampling_accounting_reports_its_true_memory_aware_usage(tmp_path):
+    """--sampling-accounting paper --not-w-event-private (PP-S, w = 3, L = 2, ε = 2): each segment's report costs
+    ε/2, and a change within 3 slots moves 3 reports (2 segments plus 1 of memory): 1.5·ε.  The opt-in is
+    explicit, so the exit code stays 0 and no ledger violation is counted, but report.json, the usage output and
+    the summary line say 1.5 and name the opt-in; the windows over budget are in the violations file, marked
+    accepted_by it.  The strict run of the same events stays within 1."""
+    from pipelines import cli
+
+    write_events(tmp_path / "events.jsonl")
+    flags = ("--out-of-range", "clip", "--per-user-clients", "--param", "segment=2")
+    code, report, _, _ = run_replay(tmp_path, "pp-s", *flags, "--sampling-accounting", "paper",
+                                    "--not-w-event-private", ranged=False)
+    accepted = _violations(tmp_path)
+    usage = list(read_records(str(tmp_path / "out" / "usage-*.jsonl"), "jsonl"))
+    assert code == 0 and report["ledger_violations"] == 0
+    assert 1.49 < report["max_window_usage_ratio"] <= 1.5
+    assert max(u["max_window_usage_ratio"] for u in usage) == report["max_window_usage_ratio"]
+    opted = report["not_w_event_private"]
+    assert opted == {"opt_in": "--sampling-accounting paper --not-w-event-private",
+                     "max_window_usage_ratio": report["max_window_usage_ratio"],
+                     "windows_over_budget": len(accepted)}
+    assert len(accepted) == USERS * 2  # the reports at slots 5 and 7 end windows moving 3 reports
+    assert {(v["kind"], v["accepted_by"]) for v in accepted} == {("memory_window", opted["opt_in"])}
+    assert "not w-event private (--sampling-accounting paper --not-w-event-private): max window usage 1.50" in \
+        cli.summary("replay", report, "out")
+    (tmp_path / "out").rename(tmp_path / "paper")
+    code, strict, _, _ = run_replay(tmp_path, "pp-s", *flags, ranged=False)
+    assert code == 0 and strict["ledger_violations"] == 0 and strict["max_window_usage_ratio"] <= 1.0
+    assert strict["not_w_event_private"] is None and "not w-event private" not in cli.summary("replay", strict, "o")

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines.report import users_in_several_streams
+from pipelines.job_report import users_in_several_streams
 from transforms.mechanisms.metrics import utility_report
 from transforms.sinks import read_records
 
@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ALLOWED = {"records_read", "records_used", "duplicates", "late", "dead_letters", "reconciles",  # records by fate
            "slots", "fresh", "skipped", "nullified",                                             # slots by kind
            "ledger_violations", "max_window_usage_ratio",                                        # the ledger
-           "range_from_data", "release_range", "warnings", "mechanism", "wall_seconds", "evaluation"}
+           "range_from_data", "release_range", "warnings", "mechanism", "wall_seconds", "evaluation",
+           "job", "unanswered", "users_in_ledger", "clipped", "requests_sent", "trust", "stopped"}  # one schema
 TRUE_DATA_KEYS = {"amre", "ajsd", "mre", "mae", "users", "released", "true"}
 
 

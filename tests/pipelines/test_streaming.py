@@ -23,7 +23,8 @@ def releases(directory) -> list[tuple]:
 @pytest.mark.parametrize("mechanism", [
     ["--requirement", "fixed:6,2.0"],
     ["--requirement", "lifetime:2.0", "--mechanism", "dpi-sound", "--epsilon", "2.0", "--param", "pool_size=50",
-     "--param", "draws=4"],  # DPI by name, its parameters from --param, under a lifetime budget
+     "--param", "draws=4", "--start", "2008-02-02T00:00:00Z", "--end", "2008-02-02T02:00:00Z"],
+    # DPI by name, its parameters from --param, under a lifetime budget, on the public range of the demo's 12 slots
 ], ids=["pbd", "dpi-sound"])
 def test_demo_releases_equal_a_batch_replay_of_the_same_records(tmp_path, monkeypatch, mechanism):
     generated = {}
@@ -89,7 +90,7 @@ def test_a_missing_damaged_or_foreign_checkpoint_stops_the_job_with_one_line(tmp
     common = ["--watch", str(incoming), "--binning", "int:3", "--slot-seconds", "60", "--requirement", "fixed:3,1.0",
               "--insecure-seed", "1", "--max-slots", "0", "--settle-seconds", "0", "--quiet"]
     assert streaming.run([*common, "--output", str(tmp_path / "out"), "--checkpoint", str(path)]) == 0
-    assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["releases"] == 1
+    assert path.exists() and json.loads((tmp_path / "out" / "report.json").read_text())["slots"] == 1
     capsys.readouterr()
     damaged = tmp_path / "damaged.wevent"
     damaged.write_bytes(path.read_bytes()[:-1] + bytes([path.read_bytes()[-1] ^ 1]))

@@ -53,7 +53,7 @@ def core_run(cfg: ClientRoundsConfig, slots: int):
     devices = {user: wevent_client.WEventClient(
         user, cfg.windows[i], units_to_decimal_string(cfg.epsilon_units[i]), functools.partial(value, i),
         randbits=random.Random(100 + i).getrandbits) for i, user in enumerate(USERS)}
-    (mechanism, registrations), rng = cfg.first_slot(), insecure_seeded_randomness(cfg.insecure_seed)
+    (mechanism, registrations), rng = cfg.first_slot(FIRST), insecure_seeded_randomness(cfg.insecure_seed)
     rounds, releases, rejected, forged, offline = {}, [], [], [], set()
     for slot in range(FIRST, FIRST + slots):
         rounds[slot] = []
@@ -145,6 +145,27 @@ def test_client_rounds_with_test_stream_equal_the_core_round_trip(method, window
               for records, reports in rs]
     assert any(silent) and not all(silent)  # rounds close at their deadline, and early
     assert rejected.count(DUPLICATE_REPORT) == 1 and {r[5] for r in releases} == {"local_client"}
+    run_and_compare(cfg, rounds, releases, rejected)
+
+
+@pytest.mark.parametrize("method, extra", [("lsp", {"sampling_offset": 2}), ("lpu", {"grouping": "public"})])
+def test_live_rounds_keep_the_devices_public_schedule_on_absolute_slots(method, extra):
+    """The first ticked slot, FIRST, is not the start of a public cycle ((FIRST - 1) mod 4 = 2): LSP with offset 2
+    still asks everyone at the absolute slots t with (t - 3) mod 4 == 0 only, LPU each device at the slots its
+    public group names, and the Beam step (its method rebuilt from state at every slot, with the anchored
+    parameters) releases what the core does.  Before, the schedule started at the first ticked slot."""
+    params = {**params_from_options(method, 3, epsilon=4.0, window=4, max_window=16).kwargs(), **extra}
+    units = wevent_client.epsilon_units_from_string("4")
+    cfg = ClientRoundsConfig(method, params, tuple(USERS), (4,) * len(USERS), (units,) * len(USERS), SLOT_SECONDS,
+                             ROUND_SECONDS, insecure_seed=5)
+    rounds, releases, rejected = core_run(cfg, 6)
+    asked = {slot: {r["user"] for records, _ in slot_rounds for r in records} for slot, slot_rounds in rounds.items()}
+    for slot, users in asked.items():
+        if method == "lsp":
+            assert users == (set(USERS) if (slot - 3) % 4 == 0 else set()), slot
+        else:
+            assert users == {u for u in USERS if wevent_client.public_group(u, 4) == (slot - 1) % 4}, slot
+    assert sum(map(bool, asked.values())) >= 2
     run_and_compare(cfg, rounds, releases, rejected)
 
 

@@ -16,7 +16,8 @@ SAMPLES = {
                     "lifetime": None},
     "release": {"stream": "taxi", "slot": 42, "slot_start": 1700000000.0, "slot_end": 1700000060.0,
                 "mechanism": "PBD", "mechanism_slot": 1, "histogram": [0, 5, 2], "kind": "fresh",
-                "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7, "statistic": "counts",
+                "epsilon": "0.25", "predicted_error": 12.5, "registered_users": 7, "reporters": None,
+                "statistic": "counts",
                 "estimate": [0.0, 5.0, 2.0], "trust": "central", "figures": {}},
     "ledger_entry": {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25",
                      "parts": {"dissimilarity": "0.05", "publication": "0.2"}, "least": "0.2"},
@@ -97,7 +98,8 @@ def test_release_arrow_types():
         "stream": (pa.string(), False), "slot": (pa.int64(), False), "slot_start": (pa.float64(), False),
         "slot_end": (pa.float64(), False), "mechanism": (pa.string(), False), "mechanism_slot": (pa.int64(), False),
         "histogram": (pa.list_(pa.int64()), False), "kind": (pa.string(), False), "epsilon": (pa.string(), False),
-        "predicted_error": (pa.float64(), True), "registered_users": (pa.int64(), False),
+        "predicted_error": (pa.float64(), True), "registered_users": (pa.int64(), True),
+        "reporters": (pa.int64(), True),
         "statistic": (pa.string(), False), "estimate": (pa.list_(pa.float64()), False), "trust": (pa.string(), False),
         "figures": (pa.map_(pa.string(), pa.float64()), False),
     }
@@ -117,7 +119,7 @@ def test_event_and_requirement_times_are_text_in_arrow():
 
 
 @pytest.mark.parametrize("name, added", [("release", {"statistic": "counts", "estimate": [], "trust": "central",
-                                                     "figures": {}}),
+                                                     "figures": {}, "reporters": None}),
                                          ("ledger_entry", {"least": "", "parts": {}})])
 def test_records_written_before_the_schema_evolved_still_read(name, added):
     """Fields added later have defaults: an old writer's records read with the new schema."""
@@ -152,3 +154,28 @@ def test_ledger_entries_written_with_dc_and_publication_still_read():
     buffer.seek(0)
     (read,) = list(fastavro.reader(buffer, reader_schema=avro_schema("ledger_entry")))
     assert read == {"stream": "taxi", "user": "u1", "slot": 42, "charge": "0.25", "parts": {}, "least": ""}
+
+
+def test_release_records_of_layout_1_read_into_today_s_schema():
+    """Files written with release schema version 1 (``release_v1.avsc``: ``registered_users`` a long, no
+    ``reporters``) read with today's schema: the count is kept, ``reporters`` is null."""
+    import io
+
+    import fastavro
+
+    from schemas import earlier_avro_schema
+
+    old_record = {k: v for k, v in SAMPLES["release"].items() if k != "reporters"}
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, earlier_avro_schema("release", 1), [old_record])
+    buffer.seek(0)
+    (read,) = list(fastavro.reader(buffer, reader_schema=avro_schema("release")))
+    assert read == {**old_record, "reporters": None}
+    with pytest.raises(ValueError, match="no earlier version"):
+        earlier_avro_schema("event", 1)
+
+
+def test_registered_users_and_reporters_may_be_null_but_not_negative_text():
+    validate("release", {**SAMPLES["release"], "registered_users": None, "reporters": 12})
+    with pytest.raises(ValueError, match="schema 'release'"):
+        validate("release", {**SAMPLES["release"], "reporters": "12"})

@@ -16,14 +16,16 @@ from transforms.sinks import FORMATS, WriteRecords, read_records
 RELEASES = [
     {"stream": "taxi", "slot": 0, "slot_start": 1700000000.0, "slot_end": 1700000060.0, "mechanism": "PBD",
      "mechanism_slot": 1, "histogram": [0, 5, 2], "kind": "fresh", "epsilon": "0.25", "predicted_error": 12.5,
-     "registered_users": 7, "statistic": "counts", "estimate": [0.0, 5.0, 2.0], "trust": "central", "figures": {}},
+     "registered_users": 7, "reporters": None, "statistic": "counts", "estimate": [0.0, 5.0, 2.0], "trust": "central",
+     "figures": {}},
     {"stream": "taxi", "slot": 1, "slot_start": 1700000060.0, "slot_end": 1700000120.0, "mechanism": "PBD",
      "mechanism_slot": 2, "histogram": [0, 5, 2], "kind": "skipped", "epsilon": "0", "predicted_error": math.nan,
-     "registered_users": 7, "statistic": "counts", "estimate": [0.0, 5.0, 2.0], "trust": "central",
-     "figures": {"eps_claimed": 0.5, "eps_sound_upper": 1.25}},
+     "registered_users": 7, "reporters": None, "statistic": "counts", "estimate": [0.0, 5.0, 2.0],
+     "trust": "central", "figures": {"eps_claimed": 0.5, "eps_sound_upper": 1.25}},
     {"stream": "ταξί 🚕", "slot": 2, "slot_start": 1700000120.0, "slot_end": 1700000180.0, "mechanism": "PBA",
      "mechanism_slot": 1, "histogram": [], "kind": "nullified", "epsilon": "0", "predicted_error": None,
-     "registered_users": 0, "statistic": "mean", "estimate": [0.25], "trust": "local_client", "figures": {}},
+     "registered_users": None, "reporters": 0, "statistic": "mean", "estimate": [0.25], "trust": "local_client",
+     "figures": {}},
 ]
 DEAD_LETTERS = [
     {"stream": None, "user": None, "stage": "parse", "reason": "not JSON", "record": '{"user": "ü\n'},

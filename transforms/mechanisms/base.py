@@ -70,6 +70,12 @@ class Release:
     def epsilon(self) -> float:
         return to_epsilon(self.epsilon_units)
 
+    @property
+    def public_record(self):
+        """What the slot publicly asked or drew (local and DPI families; None for the central ones): the
+        ledgers check it against the method's public schedule."""
+        return getattr(self.charges, "public_record", None)
+
     @cached_property
     def estimate(self) -> np.ndarray:
         """The released estimate as float64 (the counts, for the central histogram mechanisms)."""

@@ -36,6 +36,7 @@ from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.declared import KINDS
 from transforms.mechanisms.evidence import Evidence
 from transforms.mechanisms.population import UNREGISTERED
+from transforms.mechanisms.public_schedule import PublicRecord
 from transforms.mechanisms.requirements import FixedRequirements, Requirements
 
 DISSIMILARITY = "dissimilarity"
@@ -76,6 +77,9 @@ class Charges:
     evidence: Evidence
     declarations: SlotBatch
     default_requirement: Requirements | None
+    public_record: PublicRecord | None = None
+    """What the slot publicly asked or drew (local and DPI families): the ledgers derive least charges from it
+    and the method's public schedule instead of from the evidence's budget numbers."""
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -138,6 +142,7 @@ class CohortCharges(Charges):
     evidence: Evidence                  # what the slot's statistics were computed from: the ledger's check
     declarations: SlotBatch             # the slot's input rows: the ledger keeps what users declared itself
     default_requirement: Requirements | None = None  # the public default a new user without a declaration gets
+    public_record: PublicRecord | None = None        # what the slot publicly drew (DPI), else None
 
     def __post_init__(self):
         _check_parts(self.cohort_parts)
@@ -280,6 +285,7 @@ class GroupCharges(Charges):
     evidence: Evidence
     declarations: SlotBatch
     default_requirement: Requirements | None = None
+    public_record: PublicRecord | None = None  # what the slot publicly asked (the local methods)
 
     def __post_init__(self):
         _check_parts(self.group_parts)

@@ -35,6 +35,7 @@ the number of users.
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,8 @@ from transforms.mechanisms.budget import units_to_decimal_string
 from transforms.mechanisms.charges import DISSIMILARITY, Charges
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name, kind_of_arrays, rows_differ
 from transforms.mechanisms.population import UNREGISTERED
+from transforms.mechanisms.public_schedule import PublicRecord, PublicSchedule, registered_verdict
+from transforms.mechanisms.public_schedule.registry import schedule_for
 from transforms.mechanisms.requirements import (DynamicRequirements, FixedRequirements, LifetimeRequirements,
                                                 Requirements)
 from transforms.mechanisms.windows import closing_windows, forward_end, usage_ratios
@@ -57,14 +60,18 @@ class Violation:
 
     user: int
     slot: int           # the slot the window ends at (or the last slot seen, for open windows)
-    kind: str           # "fixed", "backward", "forward", "lifetime", or "undercharged" (below the evidence's least)
-    window_units: int   # undercharged: the least charge the evidence implies
-    bound_units: int    # undercharged: what the mechanism charged
+    kind: str           # "fixed", "backward", "forward", "lifetime", "undercharged" (below the least charge), or
+    #                     a public schedule's finding (public_schedule.FINDING_KINDS)
+    window_units: int   # undercharged: the least charge the evidence or public schedule implies; a finding: expected
+    bound_units: int    # undercharged: what the mechanism charged; a finding: what was seen
 
     def __str__(self) -> str:
         if self.kind == "undercharged":
             return (f"user {self.user} at slot {self.slot}: the statistics they could enter cost at least "
                     f"{units_to_decimal_string(self.window_units)}, charged {units_to_decimal_string(self.bound_units)}")
+        if self.kind not in ("fixed", "backward", "forward", "lifetime"):
+            return (f"user {self.user} at slot {self.slot}: {self.kind.replace('_', ' ')} "
+                    f"(the public schedule expected {self.window_units}, saw {self.bound_units})")
         return (f"user {self.user}, {self.kind} window ending at slot {self.slot}: spent "
                 f"{units_to_decimal_string(self.window_units)} > {units_to_decimal_string(self.bound_units)}")
 
@@ -72,10 +79,16 @@ class Violation:
 class PrivacyLedger:
     """Exact sliding-window sums over an unbounded stream, per class of identically charged users."""
 
-    def __init__(self, max_window: int, max_violations_kept: int = 100):
+    def __init__(self, max_window: int, max_violations_kept: int = 100, schedule: PublicSchedule | None = None):
+        """``schedule``: the public schedule of the mechanism whose charges this ledger checks (a local or DPI
+        method, :func:`~transforms.mechanisms.public_schedule.registry.schedule_for`); releases then must carry
+        their public record.  Without one, the first release that carries a public record builds it from the
+        record's method and public parameters; releases without one (the central family) are checked from
+        their evidence."""
         if max_window < 1:
             raise ValueError(f"max_window must be >= 1, got {max_window}")
         self.max_window = max_window
+        self.schedule = schedule
         self.slot = 0
         self._class_of = np.zeros(0, np.int64)   # class of each user index
         self._class_row = np.zeros(0, np.int64)  # each class's row at the last slot (negative: not checked)
@@ -102,8 +115,15 @@ class PrivacyLedger:
         """Add one slot's charges (slots must arrive in order, without gaps)."""
         if slot != self.slot + 1:
             raise ValueError(f"ledger expected slot {self.slot + 1}, got {slot}")
-        self._check_evidence(slot, charges)
+        public = getattr(charges, "public_record", None)
+        if public is None:
+            if self.schedule is not None:
+                raise ValueError(f"a release without its public record reached the ledger of {self.schedule.method}'s "
+                                 f"public schedule")
+            self._check_evidence(slot, charges)
         row_units, row_dc, reqs = self._rows(slot, charges)
+        if public is not None:
+            self._check_public(slot, charges, public)
         checked, rows = self._checked, self._checked_rows
         units = row_units[rows]
         if units.size and units.min() < 0:
@@ -173,9 +193,13 @@ class PrivacyLedger:
             "forward_bounds": np.concatenate([b for _, _, _, b in pending] or [np.zeros(0, np.int64)]),
             "violations": np.array([(v.user, v.slot, v.window_units, v.bound_units) for v in kept],
                                    np.int64).reshape(-1, 4),
-            "violation_kinds": np.array([v.kind for v in kept], dtype="U16"),
+            "violation_kinds": np.array([v.kind for v in kept], dtype="U32"),
             "dc_totals": self._dc_totals[:, self._class_of], "origins": self._origins[:, self._class_of],
         }
+        if self.schedule is not None:
+            arrays["schedule.method"] = np.array(self.schedule.method)
+            arrays["schedule.params"] = np.array(json.dumps(self.schedule.params, sort_keys=True))
+            arrays.update({f"schedule.state.{k}": v for k, v in self.schedule.state_arrays().items()})
         if self._declared is not None:
             arrays["declared.kind"] = np.array(kind_name(self._declared.kind))
             arrays.update({f"declared.{k}": v for k, v in self._declared.state_arrays().items()})
@@ -192,7 +216,11 @@ class PrivacyLedger:
         with np.load(io.BytesIO(payload), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         max_window, slot, violation_count, max_kept = (int(v) for v in arrays["scalars"])
-        ledger = cls(max_window, max_violations_kept=max_kept)
+        schedule = None
+        if "schedule.method" in arrays:
+            schedule = schedule_for(str(arrays["schedule.method"]), json.loads(str(arrays["schedule.params"])))
+            schedule.load_state_arrays({k[15:]: v for k, v in arrays.items() if k.startswith("schedule.state.")})
+        ledger = cls(max_window, max_violations_kept=max_kept, schedule=schedule)
         ledger.slot, ledger.violation_count = slot, violation_count
         ledger.max_usage_ratio = float(arrays["max_usage_ratio"])
         totals = np.array(arrays["totals"], np.uint64)
@@ -388,6 +416,40 @@ class PrivacyLedger:
         room = max(self._max_kept - len(self.violations), 0)
         self.violations += [Violation(int(users[i]), slot, "undercharged", int(owed[i]), int(paid[i]))
                             for i in short[:room]]
+
+    def _check_public(self, slot: int, charges: Charges, record: PublicRecord) -> None:
+        """Least charges and structural checks from the public schedule (never from the mechanism's evidence)."""
+        if self.schedule is None:
+            self.schedule = schedule_for(record.method, record.params)
+        declared = self._declared
+        assert declared is not None, "declarations are read (_rows) before the public check"
+        verdict = registered_verdict(self.schedule, slot, charges, declared.matrix_of)
+        for finding in verdict.findings:
+            self._flag(slot, finding.kind, finding.users, np.full(finding.users.size, finding.expected),
+                       np.full(finding.users.size, finding.seen))
+        users, least = verdict.users, verdict.least
+        if users.size == 0:
+            return
+        group_of, claimed = charges.group_of, charges.group_units
+        if users.size == group_of.size and users[-1] == users.size - 1 and group_of.min(initial=0) >= 0:
+            if claimed.size and claimed.min() >= least.max():  # every group covers the largest least: done
+                return
+            paid = claimed[group_of]  # every user index entered (the usual LBU/PLBU slot): one gather
+        else:
+            rows = np.full(users.size, UNREGISTERED, np.int64)
+            known = users < group_of.size
+            rows[known] = group_of[users[known]]
+            paid = np.where(rows >= 0, claimed[np.maximum(rows, 0)] if claimed.size else 0, 0)
+        short = np.flatnonzero(least > paid)
+        if short.size:
+            self._flag(slot, "undercharged", users[short], least[short], paid[short])
+
+    def _flag(self, slot: int, kind: str, users: np.ndarray, expected: np.ndarray, seen: np.ndarray) -> None:
+        """Count one violation per user; keep the first ones."""
+        self.violation_count += int(users.size)
+        room = max(self._max_kept - len(self.violations), 0)
+        self.violations += [Violation(int(u), slot, kind, int(e), int(s))
+                            for u, e, s in zip(users[:room], expected[:room], seen[:room])]
 
     def _require_within(self, lengths: np.ndarray) -> None:
         if lengths.size and lengths.max() > self.max_window:

@@ -10,13 +10,21 @@ user's requirement spent in any window (at most 1 for a private mechanism).
 
 Noise comes from the operating system's secure generator unless
 ``--insecure-seed`` asks for a reproducible, *not private*, replay.
+
+It runs the mechanisms whose input is a bin and whose budget is a w-event one
+(:func:`runnable`); ``--mechanism all`` runs each of them and says which it
+leaves out: DPI spends a lifetime budget (its own benchmark:
+``python -m benchmarks.dpi_eval``) and the numeric methods estimate a mean of
+real values (``wevent replay --domain LOW,HIGH``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+from typing import NoReturn
 
 import numpy as np
 
@@ -61,12 +69,39 @@ def run(name: str, dataset: str, users: int, slots: int, epsilon: float, window:
             "noise": "secure" if insecure_seed is None else f"INSECURE seeded replay (seed {insecure_seed})"}
 
 
+def not_runnable(name: str) -> str | None:
+    """Why this tool cannot run mechanism ``name`` on its binary streams, or None when it can."""
+    cls = MECHANISMS[name]
+    if cls.estimates is Estimate.MEAN:
+        return (f"{name} estimates a mean of real values and these streams are bins: run it with "
+                "wevent replay --domain LOW,HIGH")
+    if Family.of(cls) is Family.LIFETIME:
+        return (f"{name} spends a lifetime budget, not a w-event one, so the papers' (E, w) set-up does not apply: "
+                "its own benchmark is python -m benchmarks.dpi_eval")
+    return None
+
+
+def runnable() -> list[str]:
+    """The mechanisms this tool runs: a bin in, a w-event budget (every family but the lifetime one)."""
+    return [name for name in MECHANISMS if not_runnable(name) is None]
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """No abbreviations; a bad command line is one ``error:`` line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message.replace('argument ', '', 1)}", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m transforms.mechanisms.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mechanism", default="pbd", help=f"one of {', '.join(MECHANISMS)}, or 'all'")
-    parser.add_argument("--dataset", default="sin", choices=sorted(STREAMS))
-    parser.add_argument("--users", type=int, default=10_000)
-    parser.add_argument("--slots", type=int, default=2_000)
+    parser = _OneLineParser(prog="python -m transforms.mechanisms.run", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    parser.add_argument("--mechanism", default="pbd", help=f"one of {', '.join(runnable())}, or 'all' (each of "
+                        "them in turn)")
+    parser.add_argument("--dataset", default="sin", choices=sorted(STREAMS), help="the synthetic stream")
+    parser.add_argument("--users", type=int, default=10_000, help="users N")
+    parser.add_argument("--slots", type=int, default=2_000, help="slots T")
     parser.add_argument("--epsilon", type=float, default=0.6, help="static E around which users draw E_i (>= E)")
     parser.add_argument("--window", type=int, default=120, help="static w around which users draw w_i (<= w)")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic data and requirements")
@@ -74,13 +109,23 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="draw noise from a seeded generator: reproducible, NOT private (tests/replays only)")
     parser.add_argument("--no-ledger", action="store_true", help="skip the ledger check (faster)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per mechanism")
-    args = parser.parse_args(argv)
-    binned = [name for name, cls in MECHANISMS.items() if cls.estimates is not Estimate.MEAN]  # the data are bins
-    names = binned if args.mechanism == "all" else [args.mechanism.lower()]
-    for name in names:
-        if name not in binned:
-            parser.error(f"unknown mechanism {name!r}; choose one of {', '.join(binned)} or all (these streams are "
-                         "bins: the mean-estimating methods take real values)")
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if rest:
+        close = difflib.get_close_matches(rest[0].split("=")[0], [o for o in parser._option_string_actions
+                                                                  if o.startswith("--")], n=1)
+        parser.error(f"unknown flag {rest[0]}" + (f" (did you mean {close[0]}?)" if close else " (see --help)"))
+    name = args.mechanism.lower()
+    if name == "all":
+        names = runnable()
+        left_out = [n for n in MECHANISMS if n not in names]
+        print(f"running {len(names)} mechanisms; not run here: {', '.join(left_out)} (a lifetime budget or a mean of "
+              "real values: --mechanism NAME says where each runs)", file=sys.stderr)
+    elif name not in MECHANISMS:
+        parser.error(f"unknown mechanism {args.mechanism!r}; choose one of {', '.join(runnable())} or all")
+    elif not_runnable(name):
+        parser.error(str(not_runnable(name)))
+    else:
+        names = [name]
     if args.users < 1 or args.slots < 1:
         parser.error("--users and --slots must be >= 1")
     args.names = names

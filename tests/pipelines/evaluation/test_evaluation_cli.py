@@ -81,7 +81,7 @@ def test_a_violation_is_loud_and_exits_1(tmp_path, monkeypatch, capsys):
     (["--scenarios", "sometimes"], "unknown scenario 'sometimes'"),
     (["--drift-every", "0"], "--drift-every must be >= 1"),
     (["--repeats", "many"], "--repeats must be an integer >= 1, got 'many'"),
-    (["--bogus"], "unrecognized arguments"),
+    (["--bogus"], "unknown flag --bogus"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, fragment, tmp_path, capsys):
     assert cli.main(argv + ["--output", str(tmp_path / "out")]) == 2

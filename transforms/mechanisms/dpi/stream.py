@@ -48,13 +48,14 @@ whole new ``epsilon``**, else it stops.  Releases label their epoch.
 **Counts view.**  The release's ``values`` is the distribution (sums to 1);
 its ``histogram`` is the sum of the drawn synopses' integer counts (scale
 ``r·n_units``, public), not a count of users: the mechanism releases no
-number of users (spec §1.4; the pipeline's release records do carry the
-number of registered users, as for every mechanism).
+number of users (spec §1.4; nor do the pipeline's release records: their
+``registered_users`` is null under a lifetime budget, ``transforms.records``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -94,6 +95,7 @@ from transforms.mechanisms.dpi.exponential import (
 )
 from transforms.mechanisms.dpi.pool import BLOCK, MAX_SEED, SynopsisPool
 from transforms.mechanisms.evidence import Draws, every_member_certain
+from transforms.mechanisms.public_schedule import DrawRecord, PublicRecord
 from transforms.mechanisms.noise import Randomness, insecure_seeded_randomness
 from transforms.mechanisms.population import SlotData
 from transforms.mechanisms.requirements import LifetimeRequirement, LifetimeRequirements
@@ -382,6 +384,7 @@ class _DPI(Mechanism):
             histogram = histogram + self._given_counts
         self.cumulative = self.cumulative + histogram
         self._slot_figures = {}
+        self._slot_draws: tuple[DrawRecord, ...] = ()
         ran = None
         while not self.exhausted:
             self.rba.rng = rng
@@ -405,6 +408,8 @@ class _DPI(Mechanism):
         self.spent_units += charged
         self.total_units += charged
         self._slot_figures = {"eps_t": to_epsilon(units), "series_index": index}
+        self._slot_public = {"epoch": self.epoch, "series_index": int(index), "slot_units": int(units)}
+        self._slot_draws = tuple(DrawRecord(name, per_draw, count) for name, per_draw, count in statistics)
         return Decision(ReleaseKind.FRESH, outputs[0], charged, math.nan, same_for_every_row(rows, 0),
                         same_for_every_row(rows, charged),
                         tuple(Draws(name, per_draw, count, every_member_certain(rows))
@@ -415,7 +420,15 @@ class _DPI(Mechanism):
         p = self.params
         figures = {"epoch": self.epoch, "exhausted": float(self.exhausted), **self._figures(),
                    "eps_charged_total": to_epsilon(self.total_units), **self._slot_figures}
-        return dataclasses.replace(release, values=release.histogram / (p.draws * p.pool.n_units), figures=figures)
+        public = PublicRecord(self.name, self.public_params, draws=self._slot_draws,
+                              figures=self._slot_public if self._slot_draws else {})
+        return dataclasses.replace(release, values=release.histogram / (p.draws * p.pool.n_units), figures=figures,
+                                   charges=dataclasses.replace(release.charges, public_record=public))
+
+    @cached_property
+    def public_params(self) -> dict:
+        """The parameters as plain JSON values: public, what the schedule the ledger checks is built from."""
+        return json.loads(self.params.to_json())
 
     def _figures(self) -> dict[str, float]:
         return {"eps_claimed": to_epsilon(self.claimed_units), "eps_sound_upper": to_epsilon(self.spent_units)}
@@ -524,9 +537,13 @@ class SoundDPI(_DPI):
 
     name = "dpi-sound"
 
+    def units_per_draw(self, slot_units: int) -> int:
+        """The budget of each draw of a slot given ``slot_units``: split evenly over the queries and ``r`` draws."""
+        return slot_units // (len(self.params.queries) * self.params.draws)
+
     def _run(self, data, truths, units, rng):
         p = self.params
-        per_draw = units // (len(p.queries) * p.draws)
+        per_draw = self.units_per_draw(units)
         outputs, statistics = [], []
         for q, truth in zip(p.queries, truths):
             distances = self.distances(truth)

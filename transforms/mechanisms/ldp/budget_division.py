@@ -85,7 +85,7 @@ class _AdaptiveBudget(HomogeneousLocalMechanism):
         units = self.dissimilarity_units if units is None else units
         if holders.users.size == 0 or units == 0:
             return -np.inf
-        answer = yield Reports(holders.users, self.oracle(units), DISSIMILARITY, instruction=False)
+        answer = yield Reports(holders.users, self.oracle(units), DISSIMILARITY, instruction=False, named_units=units)
         if answer.estimate is None:
             return -np.inf
         return self.dissimilarity(answer.estimate, units, answer.users.size)

@@ -55,11 +55,17 @@ def public_group(user_id: str, window: int) -> int:
     return int.from_bytes(digest[:8], "big") % window
 
 
-def assign_public_groups(mechanism, user_ids: Sequence[str]) -> None:
-    """Give the users their public groups when ``mechanism`` takes them (LPU with ``grouping="public"``)."""
+def assign_public_groups(mechanism, user_ids: Sequence[str], first_slot: int = 1) -> None:
+    """Give the users their public groups when ``mechanism`` takes them (LPU with ``grouping="public"``).
+
+    A device in group ``g`` reports at the absolute slots ``t`` with ``(t - 1) mod w == g``; the method asks group
+    ``(k - 1) mod w`` at its own ``k``-th slot, so a run whose first slot is absolute slot ``first_slot`` gives each
+    user the group shifted by ``first_slot - 1``: its ``k``-th slot then asks whom absolute slot
+    ``first_slot + k - 1`` asks."""
     if hasattr(mechanism, "assign_groups") and mechanism.asks_on_schedule:
         window = mechanism.params.window
-        mechanism.assign_groups(np.arange(len(user_ids)), [public_group(user, window) for user in user_ids])
+        mechanism.assign_groups(np.arange(len(user_ids)),
+                                [(public_group(user, window) - (first_slot - 1)) % window for user in user_ids])
 
 
 class ReportRejected(ValueError):

@@ -66,7 +66,8 @@ class PLBU(LocalMechanism):
         for units, start, end in zip(budgets, np.cumsum(sizes) - sizes, np.cumsum(sizes)):
             if start == end:
                 continue
-            answer = yield Reports(holders.users[order[start:end]], self.oracle(int(units)), instruction=False)
+            answer = yield Reports(holders.users[order[start:end]], self.oracle(int(units)), instruction=False,
+                                   named_units=int(units))
             if answer.estimate is not None:  # one request per budget: its users share an oracle
                 answers.append((int(units), answer))
         reporters = sum(answer.users.size for _, answer in answers)

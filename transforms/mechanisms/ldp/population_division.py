@@ -154,7 +154,7 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         chosen, pool = self.sample(self.available(holders), users, rng)
         if chosen.size == 0:
             return -np.inf, pool
-        answer = yield Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY)
+        answer = yield Reports(chosen, self.oracle(p.epsilon_units), DISSIMILARITY, named_units=p.epsilon_units)
         if answer.estimate is None:
             return -np.inf, pool
         return self.dissimilarity(answer.estimate, p.epsilon_units, answer.users.size), pool

@@ -30,6 +30,7 @@ counts view is the estimate times the registered users, rounded).
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,6 +51,7 @@ from transforms.mechanisms.ldp.oracles import (GRR_VARIANCE_MODES, MAX_LDP_EPSIL
 from transforms.mechanisms.ldp.simulate import aggregate_counts, hypergeometric_counts, perturb_values, report_counts
 from transforms.mechanisms.noise import Randomness
 from transforms.mechanisms.population import UNREGISTERED, SlotData
+from transforms.mechanisms.public_schedule import PublicRecord, ReportRecord
 
 SIMULATIONS = ("users", "aggregate")
 
@@ -121,13 +123,21 @@ class LocalParams(HomogeneousParams):
 class Reports(NamedTuple):
     """A request: some holders report through one oracle (users ascending), and the part the report pays for.
 
-    ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting).
+    ``instruction`` says whether the collector had to tell them (one request bit each, spec §6.3's counting);
+    ``named_units`` is the budget the method asked at, recorded publicly beside the oracle it built for it.
     """
 
     users: np.ndarray
     oracle: FrequencyOracle
     part: str = PUBLICATION
     instruction: bool = True
+    named_units: int | None = None
+    """The budget the method asked at (the request's public budget); None: the oracle's."""
+
+    @property
+    def budget_units(self) -> int:
+        """The budget this request names: what the method asked at, which the oracle's law must match."""
+        return self.oracle.epsilon_units if self.named_units is None else self.named_units
 
 
 class Answer(NamedTuple):
@@ -180,6 +190,7 @@ class SlotRounds:
         self.mechanism, self.batch, self.groups, self.holders, self.trust = mechanism, batch, groups, holders, trust
         self._rounds = rounds
         self.answered: list[Reports] = []
+        self.asked: list[Reports] = []  # each request as sent, beside what came back (the public record)
         self.release: Release | None = None
         self.request: Reports | None = None
         self._advance(None)
@@ -190,13 +201,20 @@ class SlotRounds:
         if request is None:
             raise ValueError("the slot is decided: nothing was asked")
         users = np.asarray(users, np.int64)
+        self.check_answer(users)
+        estimate = request.oracle.estimate(counts, users.size) if users.size else None
+        self.asked.append(request)
+        self.answered.append(request._replace(users=users))
+        self._advance(Answer(users, estimate))
+
+    def check_answer(self, users: np.ndarray) -> None:
+        """Refuse answers from users the open request did not ask (the ledger checks the same from the public
+        record, so a collector that skipped this is still caught)."""
+        request = self.request
         if users is not request.users and users.size:  # everyone asked answering is the usual case
             at = np.minimum(np.searchsorted(request.users, users), request.users.size - 1)
             if request.users.size == 0 or (request.users[at] != users).any():
                 raise ValueError("only users who were asked can answer")
-        estimate = request.oracle.estimate(counts, users.size) if users.size else None
-        self.answered.append(request._replace(users=users))
-        self._advance(Answer(users, estimate))
 
     def _advance(self, answer: Answer | None) -> None:
         try:
@@ -212,6 +230,8 @@ class LocalMechanism(Mechanism):
     trust = TrustModel.LOCAL_SIMULATED
     estimates = Estimate.FREQUENCIES
     samples_cohorts = False
+    slot_rounds_type: ClassVar[type[SlotRounds]] = SlotRounds
+    """The rounds a slot runs through (:meth:`start_slot`)."""
     asks_on_schedule: ClassVar[bool] = False
     """True when who is asked, and at which budget, follows from public facts alone (the slot and the registered
     users: LBU, LSP, PLBU), so devices can report without a round trip and recorded reports can be replayed.
@@ -258,7 +278,7 @@ class LocalMechanism(Mechanism):
         """``users`` report with ``units`` and the answers are released (repeated when nobody answers)."""
         if users.size == 0:
             return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
-        answer = yield Reports(users, self.oracle(units), PUBLICATION, instruction)
+        answer = yield Reports(users, self.oracle(units), PUBLICATION, instruction, units)
         if answer.estimate is None:
             return LocalDecision(ReleaseKind.SKIPPED, None, self.variance(units, 0))
         return LocalDecision(ReleaseKind.FRESH, answer.estimate, self.variance(units, answer.users.size), units)
@@ -310,14 +330,14 @@ class LocalMechanism(Mechanism):
         else:
             holders = self._holders(batch, data.groups)
         trust = trust or (TrustModel.LOCAL_CLIENT if clients else self.trust)
-        return SlotRounds(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
+        return self.slot_rounds_type(self, batch, data.groups, holders, self.rounds(holders, rng), trust)
 
     def _release(self, slot: SlotRounds, decision: LocalDecision) -> Release:
         if decision.kind is ReleaseKind.FRESH:
             self.last_estimate = np.asarray(decision.estimate, np.float64)
         reports = tuple(slot.answered)
         self.last_bits = sum(r.users.size * (r.oracle.bits + r.instruction) for r in reports)
-        charges = self._charges(slot.batch, slot.groups, reports)
+        charges = self._charges(slot.batch, slot.groups, reports, self.public_record(slot.asked, reports))
         counts = np.rint(self.last_estimate * slot.holders.registered).astype(np.int64)
         return Release(self.slot, counts, decision.kind, decision.epsilon_units, decision.predicted_error,
                        charges, self.estimates, slot.trust, self.last_estimate.copy())
@@ -339,7 +359,20 @@ class LocalMechanism(Mechanism):
             return Holders(_every_index(value_of.size), value_of, registered, groups.size)
         return Holders(np.flatnonzero(value_of >= 0), value_of, registered, groups.size)
 
-    def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...]) -> GroupCharges:
+    @functools.cached_property
+    def public_params(self) -> dict:
+        """The parameters as plain JSON values: public, what the method's schedule is built from."""
+        return json.loads(self.params.to_json())
+
+    def public_record(self, asked: list[Reports], answered: tuple[Reports, ...]) -> PublicRecord:
+        """What the slot publicly asked: per request its part, law, domain and budget, who was asked and whose
+        reports entered the estimate."""
+        return PublicRecord(self.name, self.public_params, tuple(
+            ReportRecord(r.part, r.oracle.kind, r.oracle.d, r.budget_units, request.users, r.users)
+            for request, r in zip(asked, answered)))
+
+    def _charges(self, batch: SlotBatch, groups: np.ndarray, reports: tuple[Reports, ...],
+                 public_record: PublicRecord | None = None) -> GroupCharges:
         """Users grouped by the reports they sent; each group charged the realised epsilon of those reports."""
         group_of = np.where(groups == UNREGISTERED, UNREGISTERED, _CHARGED_NOTHING).astype(np.int64)
         sent: list[frozenset[int]] = []  # per group, the reports its members sent
@@ -365,7 +398,7 @@ class LocalMechanism(Mechanism):
                  for name in (DISSIMILARITY, PUBLICATION)}
         group_of.flags.writeable = False
         return GroupCharges(group_of, parts, self.requirement_kind, Evidence(group_of, statistics), batch,
-                            self.population.default_requirement)
+                            self.population.default_requirement, public_record)
 
     # -- state ----------------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, np.ndarray]:

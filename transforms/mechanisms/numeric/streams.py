@@ -62,6 +62,7 @@ from transforms.mechanisms.numeric.sampling import choose_samples, samples_per_w
 from transforms.mechanisms.numeric.server import crowd_distribution
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one
 from transforms.mechanisms.population import UNREGISTERED
+from transforms.mechanisms.public_schedule import PublicRecord, ReportRecord
 
 _CHARGED_NOTHING = -2
 CROWD_REPORTS = "crowd_reports"
@@ -268,15 +269,23 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         group_of[reporters] = inverse.reshape(-1)
         statistics, parts = [], {DISSIMILARITY: np.zeros(len(patterns), np.int64),
                                  PUBLICATION: np.zeros(len(patterns), np.int64)}
-        for column, (part, wave, _) in enumerate(reports):
+        records = []
+        for column, (part, wave, mask) in enumerate(reports):
             members = patterns[:, column]
             kind = "pm" if isinstance(wave, PiecewiseMechanism) else "sw"
             statistics.append(LocalReport(f"{part}:{kind}", wave.keep, wave.other,
                                           np.where(members, CERTAIN, 0).astype(np.uint64)))
             parts[part] += np.where(members, wave.realised_units, 0)
+            senders = reporters[np.asarray(mask, bool)]
+            records.append(ReportRecord(part, kind, 1, wave.epsilon_units, senders, senders))
         group_of.flags.writeable = False
+        record = PublicRecord(self.name, self.public_params, tuple(records), figures=self.public_figures())
         return GroupCharges(group_of, parts, self.requirement_kind, Evidence(group_of, tuple(statistics)), batch,
-                            self.population.default_requirement)
+                            self.population.default_requirement, record)
+
+    def public_figures(self) -> dict[str, int]:
+        """The public numbers the method's schedule needs beside its parameters (the sampling methods' segment)."""
+        return {}
 
     # -- state -------------------------------------------------------------------------------------------------
     def method_state(self) -> dict[str, np.ndarray]:
@@ -345,6 +354,9 @@ class SampledStream(NumericStream):
 
     def largest_report_units(self) -> int:
         return self.client.sw.epsilon_units
+
+    def public_figures(self) -> dict[str, int]:
+        return {"segment": self.segment}
 
     def initial_rows(self, users: int) -> tuple[np.ndarray, ...]:
         return (*self.client.initial_state(users), np.zeros(users), np.zeros(users, np.int64))

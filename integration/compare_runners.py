@@ -30,8 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from benchmarks.output_hashes import FAMILY_JOBS, NUMERIC_HIGH, NUMERIC_LOW, SEED, output_file_hashes, \
-    write_numeric_stream
+from benchmarks.output_hashes import DATA, FAMILY_JOBS, NUMERIC_HIGH, NUMERIC_LOW, SEED, TDRIVE, \
+    output_file_hashes, write_numeric_stream
 from pipelines.local import DATA as MAIN_STREAM
 from pipelines.local import DAY_END, DAY_START, GRID
 
@@ -40,8 +40,11 @@ TARGETS = ("multiprocess", "portable", "bundle-direct", "prism", "flink")
 CENTRAL_FLAGS = ["--binning", GRID, "--carry-forward", "--mechanism", "pbd",
                  "--levels", "hour=fixed:6,2.0;two_hours=fixed:12,1.0", "--level-ratios", "hour=0.5,two_hours=0.5",
                  "--ledger-detail"]
-JOB_FLAGS = {"central": CENTRAL_FLAGS, "ldp": FAMILY_JOBS["ldp_replay"], "numeric": FAMILY_JOBS["numeric_replay"]}
-"""Each job's flags beyond input, range, seed and output: one mechanism of each family the comparison covers."""
+JOB_FLAGS = {"central": CENTRAL_FLAGS, "ldp": FAMILY_JOBS["ldp_replay"], "numeric": FAMILY_JOBS["numeric_replay"],
+             "tdrive": CENTRAL_FLAGS}
+"""Each job's flags beyond input, range, seed and output: one mechanism of each family the comparison covers, and
+the central one on the T-Drive sample (``tdrive``, when the shared data is beside the repository)."""
+TDRIVE_RANGE = ("2008-02-02T00:00:00Z", "2008-02-04T00:00:00Z")
 IN_NAMESPACE = "WEVENT_IN_LOOPBACK_NAMESPACE"
 
 
@@ -137,9 +140,10 @@ def runner_flags(target: str, pool: WorkerPool | None, flink_master: str, job_se
 
 def job_command(job: str, source: list[str], output: str) -> list[str]:
     """The replay command of ``job`` reading ``source`` (``--input`` and its flags) into ``output``."""
-    checkpoints = ["--checkpoint-dir", os.path.join(output, "checkpoints")] if job == "central" else []
+    checkpoints = ["--checkpoint-dir", os.path.join(output, "checkpoints")] if job in ("central", "tdrive") else []
+    start, end = TDRIVE_RANGE if job == "tdrive" else (DAY_START, DAY_END)
     return [sys.executable, "-m", "pipelines.replay", *source, *JOB_FLAGS[job], *checkpoints, "--slot-seconds", "600",
-            "--start", DAY_START, "--end", DAY_END, "--insecure-seed", SEED, "--output", output, "--overwrite",
+            "--start", start, "--end", end, "--insecure-seed", SEED, "--output", output, "--overwrite",
             "--quiet"]
 
 
@@ -172,9 +176,11 @@ def compare_job(job: str, source: list[str], work: str, targets: dict[str, list[
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m integration.compare_runners", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", required=True, help=f"comma-separated, of {', '.join(TARGETS)}")
-    p.add_argument("--jobs", default="central,ldp,numeric", help=f"comma-separated, of {', '.join(JOB_FLAGS)}")
+    p.add_argument("--jobs", default="central,ldp,numeric",
+                   help=f"comma-separated, of {', '.join(JOB_FLAGS)} (default: central,ldp,numeric)")
     p.add_argument("--input", default=os.path.join(ROOT, MAIN_STREAM),
                    help="the taxi stream of the central and LDP jobs (default: the main job's generated stream)")
+    p.add_argument("--data-dir", default=DATA, help="the shared data folder (for --jobs tdrive)")
     p.add_argument("--work", help="where outputs and logs go (default: a new temporary folder)")
     p.add_argument("--flink-master", default="127.0.0.1:8081")
     p.add_argument("--job-server-jar", help="Beam's Flink job-server jar (default: the one setup.sh fetched)")
@@ -219,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         os.environ[IN_NAMESPACE] = "1"
         os.execvp(prefix[0], [*prefix, sys.executable, "-m", "integration.compare_runners", *argv])
-    if not os.path.exists(args.input) and any(job != "numeric" for job in jobs):
+    tdrive = os.path.join(args.data_dir, TDRIVE)
+    if "tdrive" in jobs and not os.path.exists(tdrive):
+        print(f"compare_runners: no T-Drive sample at {tdrive}: the tdrive job is left out", file=sys.stderr)
+        jobs.remove("tdrive")
+    if not os.path.exists(args.input) and any(job in ("central", "ldp") for job in jobs):
         print(f"compare_runners: no stream at {args.input} (run python -m pipelines.local once to generate it)",
               file=sys.stderr)
         return 2
@@ -239,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         flags = {t: runner_flags(t, pool, args.flink_master, jar) for t in targets}
         results: list[Comparison] = []
         for job in jobs:
-            source = (["--input", numeric_stream, f"--domain={NUMERIC_LOW},{NUMERIC_HIGH}", "--out-of-range", "clip"]
-                      if job == "numeric" else ["--input", args.input])
+            source = {"numeric": ["--input", numeric_stream, f"--domain={NUMERIC_LOW},{NUMERIC_HIGH}",
+                                  "--out-of-range", "clip"],
+                      "tdrive": ["--input", tdrive, "--input-format", "tdrive"]}.get(job, ["--input", args.input])
             for result in compare_job(job, source, work, flags):
                 results.append(result)
                 verdict = "identical" if not result.differing else f"DIFFER: {', '.join(result.differing)}"

@@ -7,12 +7,15 @@
 #      starts a Flink cluster on 127.0.0.1 (a JobManager, two TaskManagers) and checks it reports two slots;
 #   3. replays the main job's stream with --insecure-seed on each target runner and on the in-process FnApiRunner
 #      and compares every output file (integration/compare_runners.py); the FlinkRunner only where its job-server jar could be fetched (it says why not otherwise);
-#   4. stops every process it started, and prints where the outputs are.
+#   4. starts a Kafka broker in KRaft mode on 127.0.0.1 (integration/kafka/), produces part of the stream into a
+#      topic at a steady rate and prints the topic's offsets; the streaming job reads it only where Beam's Kafka IO
+#      expansion service could be fetched (it says why not otherwise);
+#   5. stops every process it started, and prints where the outputs are.
 # Options: --small (a 12,000-record generated stream and the central job only), --targets LIST (default
 # flink,prism,portable; of flink, prism, portable, multiprocess, bundle-direct).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source integration/flink/env.sh
+source integration/kafka/env.sh
 SMALL=0; TARGETS="flink,prism,portable"; ARGS=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +32,7 @@ strip_target() { TARGETS="$(echo ",$TARGETS," | sed "s/,$1,/,/; s/^,//; s/,\$//"
 
 if [ -z "${WEVENT_IN_LOOPBACK_NAMESPACE:-}" ]; then  # set-up, with the network
 integration/flink/setup.sh
+integration/kafka/setup.sh || echo "Kafka: not set up"
 if [[ ",$TARGETS," == *",prism,"* ]]; then
   if PRISM="$(integration/prism/setup.sh)"; then export WEVENT_PRISM="$PRISM"
   else echo "Prism: not run (integration/prism/setup.sh failed)"; strip_target prism; fi
@@ -65,5 +69,16 @@ if [ -z "$TARGETS" ]; then echo "no target runner left to compare"; exit 1; fi
 status=0
 "$PROJECT_PYTHON" -m integration.compare_runners --target "$TARGETS" --jobs "$JOBS" --input "$STREAM" \
   --work "$OUT/compare" --loopback-namespace || status=1
+if [ -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+  trap 'integration/kafka/stop.sh' EXIT
+  integration/kafka/start.sh
+  if [ "$SMALL" = 1 ]; then COUNT=2000; else COUNT=20000; fi
+  echo "producing $COUNT events of $STREAM into topic wevent-events at 1000 a second"
+  integration/kafka/produce.sh "$STREAM" wevent-events 1000 "$COUNT"
+  if [ -f "$JARS_DIR/STATUS-kafka" ]; then
+    echo "streaming job on Kafka: not run: $(cat "$JARS_DIR/STATUS-kafka") (Beam's Python Kafka IO is a Java transform)"
+  fi
+  integration/kafka/stop.sh; trap - EXIT
+fi
 echo "outputs: $OUT (each job's in_process/ and <target>/ folders, logs beside them); Flink logs: $FLINK_LOG_DIR"
 exit $status

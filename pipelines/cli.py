@@ -13,6 +13,8 @@
   ``parse_levels``, ``mechanism_params``.
 * After a run: ``rejection_error`` turns a dead-letter fraction above
   ``--max-rejected-fraction`` into one line naming the biggest reason (exit 3).
+* Stopping (``pipelines.stopping``, re-exported here): ``stops_cleanly`` wraps
+  every job's entry point; SIGINT and SIGTERM exit 130 and 143 with one line.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from typing import Any, NoReturn
 
+from pipelines.stopping import (EXIT_SIGNAL, on_interrupt, remove_temporary_files,  # noqa: F401 - every job's
+                                signals_deferred, stops_cleanly)  # stopping rules, here with its other rules
 from transforms.mechanisms import (MECHANISMS, DynamicRequirement, Family, FixedRequirement, LifetimeRequirement,
                                    params_from_options)
 

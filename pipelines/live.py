@@ -97,6 +97,7 @@ class LiveRelease:
         self.files = {name: open(path, "a", encoding="utf-8") for name, path in self.paths.items()}
         if restored is not None:
             self._publish()  # the round the checkpoint committed may not have been written, or only in part
+            self._publish_carried()
             _LOGGER.info("resumed from %s: %d files consumed, next slots %s", checkpoint, len(self.seen),
                          {s: r.next_slot for s, r in self.runs.items()})
 
@@ -198,6 +199,21 @@ class LiveRelease:
             released += self.counts["releases"] - before
         self.commit()
         return released
+
+    def _publish_carried(self) -> None:
+        """A replay's checkpoint may carry releases no output is known to hold: the loop publishes them, committed
+        like a round (in the loop's checkpoint first, then appended), so each is written once."""
+        carried = False
+        for run in self.runs.values():
+            for record in run.unpublished:
+                self.outputs.released(Released(record))
+                carried = True
+            run.unpublished = []
+            for output in run.flush(final=False):  # and their charges, into the loop's ledger windows
+                output.deliver(self.outputs)
+                carried = True
+        if carried:
+            self.commit()
 
     # ------------------------------------------------------------------ commit and resume
     def commit(self) -> None:

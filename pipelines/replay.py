@@ -40,6 +40,7 @@ from pipelines.job_report import ACCOUNTING_PREFIX
 from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
                               evaluation_dir, write_evaluation)
 from transforms.binning import binner_from_spec
+from transforms.checkpoint import acknowledge, checkpoint_files, load_for_resume
 from transforms.sinks import WriteCheckpoints
 from transforms.declarations import RequirementPolicy
 from transforms.lines import ReadLines
@@ -389,6 +390,7 @@ def build(pipeline, config: ReplayConfig) -> None:
                                           "mechanism": config.mechanism} if config.plot else None))
 
 
+@cli.stops_cleanly("replay")
 def run(argv=None) -> int:
     """Entry point: returns the process exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -407,12 +409,27 @@ def run(argv=None) -> int:
     if config.release_range is None:
         _LOGGER.warning("warning: %s", RANGE_FROM_DATA_WARNING)
     _LOGGER.info("replaying %s with %s into %s", ", ".join(config.inputs), config.mechanism, config.output)
+    # stopped before its sinks published: nothing of this run is output (its checkpoints carry its releases)
+    cli.on_interrupt(lambda: remove_previous_outputs(config.output), lambda: resume_hint(config))
     with logs.Progress("replay") as progress, logs.quiet_workers(quiet):
         result = pipeline.run()
         result.wait_until_finish()
-    report = write_report(config, result, progress.seconds)
+    with cli.signals_deferred():  # the sinks have published every file: the checkpoints need not carry them
+        if config.checkpoint_dir and not config.per_user_clients:
+            acknowledge(config.checkpoint_dir, load_for_resume(config.resume_from) if config.resume_from else None)
+        cli.on_interrupt(None)
+        report = write_report(config, result, progress.seconds)
     report_html.write_after_job(config.output, report_html.public_config(cli.strict_parse(parser(), argv)[0]))
     return cli.finish_replay(config, report)
+
+
+def resume_hint(config: ReplayConfig) -> str | None:
+    """What the line of a stopped replay tells the operator: how to continue it."""
+    if not config.checkpoint_dir:
+        return None
+    if not checkpoint_files(config.checkpoint_dir):
+        return f"no checkpoint in {config.checkpoint_dir} yet: run it again as it was"
+    return f"continue with --resume-from {config.checkpoint_dir} (same --output, with --overwrite after a kill -9)"
 
 
 OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "ledger-*", "report.json",
@@ -421,7 +438,9 @@ OUTPUT_PATTERNS = ("releases-*", "usage-*", "dead_letters-*", "violations-*", "l
 
 
 def remove_previous_outputs(directory: str) -> None:
-    """With --overwrite: delete what an earlier replay wrote there, and nothing else."""
+    """With --overwrite, or after an interruption: delete what a replay wrote there (temporary files too), and
+    nothing else."""
+    cli.remove_temporary_files(directory)
     for pattern in OUTPUT_PATTERNS:
         for path in glob.glob(os.path.join(directory, pattern)):
             os.remove(path)

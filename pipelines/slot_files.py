@@ -7,13 +7,18 @@ was *emitted* in, which is the slot after the one released (a slot is
 released once its end plus the allowed lateness has passed); naming by the
 release's own ``slot_start`` avoids that.  Each file is written whole under a
 temporary name and renamed, so a reader never sees half a release; a retried
-bundle rewrites the same file with the same record.
+bundle rewrites the same file with the same record.  The checkpoint writer
+publishes the same files (:class:`SlotFileWriter`) before it saves a
+checkpoint, so both may write one slot's file: each writes under its own
+temporary name and the rename replaces the file with the same content.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import uuid
 from datetime import datetime, timezone
 
 import apache_beam as beam
@@ -33,19 +38,43 @@ def slot_file_name(prefix: str, release: dict, suffix: str = ".jsonl") -> str:
     return f"{prefix}-{stamp}{tail}{suffix}"
 
 
+def write_slot_file(prefix: str, release: dict) -> str:
+    """Write one release's file (under a temporary name of its own, then renamed); returns its path."""
+    path = slot_file_name(prefix, release)
+    temporary = f"{path}.{uuid.uuid4().hex}.part"
+    line = (json.dumps(_checked(release, "release"), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    if "://" in path:  # an object store publishes the object whole when it is closed
+        with FileSystems.create(temporary) as f:
+            f.write(line)
+        FileSystems.rename([temporary], [path])
+        return path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(temporary, "wb") as f:  # local: on disk before the rename, so a checkpoint after it can count on it
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    return path
+
+
+class SlotFileWriter:
+    """``WriteCheckpoints(publish=...)``: a release record as the release stage made it, written as its slot file
+    (in the interval's units for a numeric stream, as ``PrivateStreamHistogram`` outputs it)."""
+
+    def __init__(self, prefix: str, numeric=None):
+        self.prefix, self.numeric = prefix, numeric
+
+    def __call__(self, release: dict) -> str:
+        return write_slot_file(self.prefix, release if self.numeric is None else self.numeric.in_domain_units(release))
+
+
 class _WriteSlotFile(beam.DoFn):
     def __init__(self, prefix: str):
         super().__init__()
         self.prefix = prefix
 
     def process(self, release: dict):
-        path = slot_file_name(self.prefix, release)
-        temporary = f"{path}.part"
-        record = _checked(release, "release")
-        with FileSystems.create(temporary) as f:
-            f.write((json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
-        FileSystems.rename([temporary], [path])
-        yield path
+        yield write_slot_file(self.prefix, release)
 
 
 class WriteSlotFiles(beam.PTransform):

@@ -63,7 +63,7 @@ from pipelines.collector import read_users
 
 from pipelines.job_report import ACCOUNTING_PREFIX
 from pipelines.report import CountRead, WriteAccounting
-from pipelines.slot_files import WriteSlotFiles
+from pipelines.slot_files import SlotFileWriter, WriteSlotFiles
 from transforms.binning import binner_from_spec
 from transforms.client_rounds import ClientRounds, ClientRoundsConfig
 from transforms.sinks import WriteCheckpoints
@@ -462,7 +462,11 @@ def build(pipeline, args) -> None:
     ((outputs["accounting"], read_counts) | "AllCounts" >> beam.Flatten()
      | "WriteAccounting" >> WriteAccounting(out(ACCOUNTING_PREFIX), every))
     if args.checkpoint_dir and "checkpoints" in outputs:
-        outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir))
+        # each checkpoint's releases are written into their slot files first (not with --sma: a smoothed release
+        # is made downstream, later), so a checkpoint never counts a slot as released that no file holds
+        publish = SlotFileWriter(out("releases"), numeric) if args.sma is None else None
+        outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(args.checkpoint_dir,
+                                                                                   publish=publish))
 
 
 def run_watch(args) -> int:
@@ -496,6 +500,7 @@ def run_watch(args) -> int:
     return code
 
 
+@cli.stops_cleanly("stream")
 def run(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logs.configure("--quiet" in argv)
@@ -524,13 +529,11 @@ def run(argv=None) -> int:
     if not args.clients:  # client rounds release every ticked slot
         warn_without_range(args)
     _LOGGER.info("streaming into %s (Ctrl-C stops)", args.output)
+    cli.on_interrupt(lambda: cli.remove_temporary_files(args.output),
+                     f"resume with --resume-from {args.checkpoint_dir}" if args.checkpoint_dir else None)
     with logs.Progress("stream") as progress, logs.quiet_workers(args.quiet):
-        try:
-            result = pipeline.run()
-            result.wait_until_finish()
-        except KeyboardInterrupt:
-            _LOGGER.info("stopped by signal after %.1f s", progress.seconds)
-            return 0
+        result = pipeline.run()
+        result.wait_until_finish()
     code = cli.finish_stream(args, result, progress.seconds)
     report_html.write_after_job(args.output, report_html.public_config(args))
     return code

@@ -10,6 +10,16 @@ saved).  The watch loop (``pipelines.live``) adds its own state: the input
 files consumed, events of slots still open, per-user slot state, the ledger's
 windows, the counts, and the outputs of the round being published.
 
+Version 2 adds, per stream, what the stream released but no output is known
+to hold yet (``unpublished`` releases and, from a bounded run, the ``pending
+charges`` of those slots for the ledger).  A Beam batch sink publishes its
+files only when the pipeline ends, so a replay's checkpoint carries every
+release of the job; a job resumed from it writes them first and the driver
+clears them (:func:`acknowledge`) once its pipeline has finished.  A
+checkpoint therefore never records a slot as released whose release is in no
+output and in no checkpoint (docs/operations.md).  Version 1 files are still
+read (nothing carried).
+
 A file is ``MAGIC``, the SHA-256 of the rest, then an ``.npz`` archive
 (loaded without pickle) whose ``header`` is JSON.  Loading checks the magic,
 the version and the checksum, and :meth:`Checkpoint.check` compares the
@@ -30,12 +40,13 @@ import os
 import pickle
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 MAGIC = b"WEVENT-CHECKPOINT "
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SUFFIX = ".wevent"
 
 
@@ -53,6 +64,13 @@ class StreamState:
     next_slot: int | None            # the next slot to release (None: nothing released yet)
     randomness: bytes | None = None  # pickled seeded generator; only with an insecure seed
     requirements: bytes | None = None  # DeclaredRequirements.to_bytes(): what users declared, for the ledger
+    unpublished: list = field(default_factory=list)  # release records no output is known to hold yet (v2)
+    pending_charges: list = field(default_factory=list)  # (users, table) per slot not yet sent to the ledger (v2)
+    charge_parts: tuple | None = None  # the named parts of the pending charges' columns (v2)
+
+    def acknowledged(self) -> "StreamState":
+        """This state once its unpublished releases (and their charges) are known to be in the output."""
+        return replace(self, unpublished=[], pending_charges=[], charge_parts=None)
 
 
 @dataclass
@@ -98,6 +116,19 @@ def _json_blob(value) -> np.ndarray:
     return _blob(json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii"))
 
 
+def _records_blob(records: list) -> np.ndarray:
+    """Release records as JSON (NaN kept: a resumed job writes exactly the record the old one made)."""
+    return _blob(json.dumps(records, ensure_ascii=True, default=_plain_number).encode("ascii"))
+
+
+def _plain_number(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"a release record holds {type(value).__name__}, which a checkpoint cannot keep")
+
+
 def _declaration(value):
     return None if value is None else tuple(value)
 
@@ -108,7 +139,15 @@ def encode(checkpoint: Checkpoint) -> bytes:
     for i, (name, state) in enumerate(sorted(checkpoint.streams.items())):
         streams.append({"stream": name, "next_slot": state.next_slot, "users": list(state.user_ids),
                         "declared": sorted([user, list(d)] for user, d in state.declared.items()),
-                        "randomness": state.randomness is not None, "requirements": state.requirements is not None})
+                        "randomness": state.randomness is not None, "requirements": state.requirements is not None,
+                        "unpublished": len(state.unpublished), "charge_slots": len(state.pending_charges),
+                        "charge_parts": None if state.charge_parts is None else list(state.charge_parts)})
+        if state.unpublished:
+            arrays[f"stream{i}.unpublished"] = _records_blob(list(state.unpublished))
+        if state.pending_charges:
+            arrays[f"stream{i}.charge_rows"] = np.array([users.size for users, _ in state.pending_charges], np.int64)
+            arrays[f"stream{i}.charge_users"] = np.concatenate([users for users, _ in state.pending_charges])
+            arrays[f"stream{i}.charge_table"] = np.concatenate([table for _, table in state.pending_charges])
         arrays[f"stream{i}.mechanism"] = _blob(state.mechanism)
         if state.requirements is not None:
             arrays[f"stream{i}.requirements"] = _blob(state.requirements)
@@ -130,9 +169,9 @@ def decode(payload: bytes, source: str) -> Checkpoint:
     if not payload.startswith(MAGIC):
         raise CheckpointError(f"{source} is not a wevent checkpoint")
     line, _, rest = payload[len(MAGIC):].partition(b"\n")
-    if line != str(VERSION).encode():
+    if line not in [str(v).encode() for v in READABLE_VERSIONS]:
         raise CheckpointError(f"checkpoint {source} has format version {line[:20].decode('ascii', 'replace')!r}; "
-                              f"this version reads {VERSION}")
+                              f"this version reads {', '.join(map(str, READABLE_VERSIONS))}")
     digest, body = rest[:32], rest[32:]
     if hashlib.sha256(body).digest() != digest:
         raise CheckpointError(f"checkpoint {source} is damaged (checksum mismatch); use an earlier copy")
@@ -146,12 +185,23 @@ def decode(payload: bytes, source: str) -> Checkpoint:
                 arrays.pop(f"stream{i}.mechanism").tobytes(), list(s["users"]),
                 {user: _declaration(d) for user, d in s["declared"]}, s["next_slot"],
                 arrays.pop(f"stream{i}.randomness").tobytes() if s["randomness"] else None,
-                arrays.pop(f"stream{i}.requirements").tobytes() if s.get("requirements") else None)
+                arrays.pop(f"stream{i}.requirements").tobytes() if s.get("requirements") else None,
+                json.loads(arrays.pop(f"stream{i}.unpublished").tobytes()) if s.get("unpublished") else [],
+                _charges(arrays, i) if s.get("charge_slots") else [],
+                None if s.get("charge_parts") is None else tuple(s["charge_parts"]))
         return Checkpoint(header["mechanism"], header["params"], header["slot_seconds"], header["origin"],
                           header["insecure_seed"], streams, header["live"],
                           {k[5:]: v for k, v in arrays.items() if k.startswith("live.")})
     except (KeyError, TypeError, ValueError, zipfile.BadZipFile) as error:  # checksum fine: written by other code
         raise CheckpointError(f"checkpoint {source} cannot be read: {error}") from None
+
+
+def _charges(arrays: dict, i: int) -> list:
+    """The pending charges of stream ``i``: ``(users, table)`` per slot, as the stream engine keeps them."""
+    rows = arrays.pop(f"stream{i}.charge_rows")
+    users, table = arrays.pop(f"stream{i}.charge_users"), arrays.pop(f"stream{i}.charge_table")
+    ends = np.cumsum(rows)
+    return [(users[end - n:end].copy(), table[end - n:end].copy()) for n, end in zip(rows.tolist(), ends.tolist())]
 
 
 def is_local(path: str) -> bool:
@@ -223,6 +273,38 @@ def checkpoint_files(directory: str) -> list[str]:
     return sorted(m.path for m in found)
 
 
+def latest_files(directory: str) -> dict[str, str]:
+    """Each stream's latest checkpoint file in ``directory`` (a Beam job's), by the stream's file-name prefix."""
+    latest: dict[str, str] = {}
+    for name in checkpoint_files(directory):  # names sort by stream digest, then slot: the last one is the latest
+        latest[os.path.basename(name).rsplit("-", 1)[0]] = name
+    return latest
+
+
+def acknowledge(directory: str, resumed: Checkpoint | None = None) -> int:
+    """After a batch job's pipeline has finished, so that its sinks have published every file: rewrite each
+    stream's latest checkpoint in ``directory`` without its unpublished releases and charges (the output now holds
+    them).  A stream of ``resumed`` (the checkpoint the job continued) that has no file there gets its state,
+    acknowledged, so that a job resuming from ``directory`` continues every stream.  Returns the files written."""
+    written = 0
+    latest = latest_files(directory)
+    for name in latest.values():
+        saved = load(name)
+        if any(s.unpublished or s.pending_charges for s in saved.streams.values()):
+            saved.streams = {stream: state.acknowledged() for stream, state in saved.streams.items()}
+            save(name, saved)
+            written += 1
+    if resumed is None:
+        return written
+    for stream, state in resumed.streams.items():
+        name = file_name(stream, state.next_slot or 0)
+        if name.rsplit("-", 1)[0] not in latest:
+            path = os.path.join(directory, name) if is_local(directory) else directory.rstrip("/") + "/" + name
+            save(path, replace(resumed, streams={stream: state.acknowledged()}, live=None, arrays={}))
+            written += 1
+    return written
+
+
 def load_for_resume(path: str) -> Checkpoint:
     """A file, or a directory a Beam job wrote into: then each stream's latest checkpoint."""
     files = checkpoint_files(path)
@@ -232,9 +314,7 @@ def load_for_resume(path: str) -> Checkpoint:
         if is_local(path) and not os.path.exists(path):
             raise CheckpointError(f"checkpoint {path} does not exist")
         return load(path)
-    latest: dict[str, str] = {}
-    for name in files:  # names sort by stream digest, then slot: the last one per stream is the latest
-        latest[os.path.basename(name).rsplit("-", 1)[0]] = name
+    latest = latest_files(path)
     merged = None
     for name in latest.values():
         checkpoint = load(name)

@@ -110,9 +110,14 @@ class EvaluationRowCoder(_NamedTupleCoder):
 
 
 class CheckpointSavedCoder(_NamedTupleCoder):
-    """``transforms.engine.CheckpointSaved``: stream, next slot, checkpoint file bytes."""
+    """``transforms.engine.CheckpointSaved``: stream, next slot, checkpoint file bytes, the releases made since the
+    previous one (an element written before that field existed decodes with none)."""
 
     named = CheckpointSaved
+
+    def decode(self, encoded: bytes):
+        fields = decode_value(encoded, self.what)
+        return self.named._make(tuple(fields) + ((),) if len(fields) == 3 else fields)
 
 
 class ChargeChunkCoder(_NamedTupleCoder):

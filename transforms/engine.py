@@ -192,11 +192,14 @@ class EvaluationRow(NamedTuple):
 
 
 class CheckpointSaved(NamedTuple):
-    """The stream's state after ``next_slot - 1``, encoded as a checkpoint file's bytes."""
+    """The stream's state after ``next_slot - 1``, encoded as a checkpoint file's bytes, and the releases made
+    since the previous one: a writer that can publish them (one file per slot) does so before it saves
+    ``payload``; a bounded run's ``payload`` carries them itself (its sinks publish only at the end)."""
 
     stream: str
     next_slot: int
     payload: bytes
+    releases: tuple = ()
 
     def deliver(self, outputs: StreamOutputs) -> None:
         outputs.checkpoint(self)
@@ -257,6 +260,8 @@ class StreamEngine:
         self.charge_parts: tuple[str, ...] | None = None  # the named parts of the pending charges' columns
         self.first_flush = next_slot is None  # a bounded run flushes everything at once
         self._firing: _Firing | None = None  # while release_until runs: its rows and lookups
+        self.carry = False  # checkpoints carry the releases and charges not yet known to be in the output (load)
+        self.unpublished: list = []  # releases since the last checkpoint (carry: since the job started), carried too
 
     @property
     def mechanism(self) -> Mechanism:
@@ -267,12 +272,19 @@ class StreamEngine:
         return self.engine.randomness
 
     @classmethod
-    def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None) -> "StreamEngine":
-        """A fresh run, or one continuing ``state`` (from the stage's state cells or a checkpoint)."""
+    def load(cls, config: ReleaseConfig, stream: str, state: StreamState | None,
+             carry: bool = False) -> "StreamEngine":
+        """A fresh run, or one continuing ``state`` (from the stage's state cells or a checkpoint).
+
+        ``carry``: its checkpoints carry the releases (and charges) made since the job started, for a writer that
+        cannot publish them first (a batch sink publishes only when the pipeline ends); otherwise each
+        ``CheckpointSaved`` hands the releases since the previous one to the writer, to publish before it."""
         if state is None:
-            return cls(config, stream, config.build(), [], None,
-                       secure_randomness() if config.insecure_seed is None
-                       else insecure_seeded_randomness(config.insecure_seed))
+            run = cls(config, stream, config.build(), [], None,
+                      secure_randomness() if config.insecure_seed is None
+                      else insecure_seeded_randomness(config.insecure_seed))
+            run.carry = carry
+            return run
         mechanism = mechanism_class(config.mechanism).from_bytes(config.build().params, state.mechanism)
         if config.insecure_seed is None:
             randomness = secure_randomness()  # whatever was saved: a resumed job draws secure noise
@@ -281,16 +293,23 @@ class StreamEngine:
         else:
             randomness = insecure_seeded_randomness(config.insecure_seed)
         requirements = None if state.requirements is None else DeclaredRequirements.from_bytes(state.requirements)
-        return cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared,
-                   requirements)
+        run = cls(config, stream, mechanism, list(state.user_ids), state.next_slot, randomness, state.declared,
+                  requirements)
+        # what the old job released but no output is known to hold: the next checkpoint carries (or writes) it again
+        run.unpublished = list(state.unpublished)
+        run.pending_charges = list(state.pending_charges)
+        run.charge_parts = state.charge_parts
+        run.carry = carry
+        return run
 
     def state(self) -> StreamState:
         """Everything needed to continue this stream exactly (the seeded generator only with an insecure seed)."""
         if self._firing is not None:
             self._firing.save_declared()
+        carried = (list(self.unpublished), list(self.pending_charges), self.charge_parts) if self.carry else ()
         return StreamState(self.mechanism.to_bytes(), list(self.user_ids), dict(self.declared), self.next_slot,
                            None if self.config.insecure_seed is None else dump_randomness(self.randomness),
-                           self.requirements.to_bytes())
+                           self.requirements.to_bytes(), *carried)
 
     def _rebuild_requirements(self, slot: int) -> None:
         """Every known user's last declaration (or the default) in force, as an older checkpoint allows."""
@@ -307,9 +326,14 @@ class StreamEngine:
         return found
 
     def _checkpoint(self):
+        """The state after ``next_slot - 1`` with the releases since the last checkpoint (see ``carry``)."""
         self._saved_at = self.next_slot
         payload = encode(self.config.new_checkpoint({self.stream: self.state()}))
-        yield CheckpointSaved(self.stream, self.next_slot, payload)
+        if self.carry:  # the payload holds them
+            yield CheckpointSaved(self.stream, self.next_slot, payload)
+            return
+        releases, self.unpublished = tuple(self.unpublished), []  # the writer publishes them before the payload
+        yield CheckpointSaved(self.stream, self.next_slot, payload, releases)
 
     def release_until(self, last_slot: int, contributions: list, final: bool):
         """Release every slot from ``next_slot`` to ``last_slot``; yields tagged outputs.
@@ -406,7 +430,10 @@ class StreamEngine:
             elapsed = max(time.monotonic() - self.started, 1e-9)
             _LOGGER.info("stream %s: %d slots released (up to slot %d), %d records used, %.0f slots/s",
                          self.stream, self.released, slot, self.records_used, self.released / elapsed)
-        yield Released(ReleaseRecord.of(release, self.stream, slot, self.config.clock, self.config.mechanism))
+        record = ReleaseRecord.of(release, self.stream, slot, self.config.clock, self.config.mechanism)
+        if self.config.checkpoint_every:  # in no output yet: the next checkpoint carries or writes it
+            self.unpublished.append(record)
+        yield Released(record)
         if self.config.evaluate:
             yield EvaluationRow(self.stream, slot, [int(x) for x in release.histogram],
                                 [int(x) for x in self.engine.exact_histogram_for_evaluation()])

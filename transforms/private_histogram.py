@@ -31,6 +31,7 @@ from __future__ import annotations
 import typing
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import TimestampedValue
 
@@ -44,7 +45,7 @@ from transforms.records import Event, ReleaseRecord
 from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, release_stage
 from transforms.release_range import ReleaseRange
 from transforms.slotting import SlotClock
-from transforms.user_state import (ACCOUNTING, LATE, CloseUserSlots, GroupUserEvents, Packed, UserSlotState,
+from transforms.user_state import (ACCOUNTING, LATE, NAMESPACE, CloseUserSlots, GroupUserEvents, Packed, UserSlotState,
                                    closing_stage)
 
 ACCOUNTING_COUNTERS = ("records_used", "duplicates", "late", "dead_letters")
@@ -72,6 +73,13 @@ class AccountingTotals(beam.CombineFn):
 
     def get_accumulator_coder(self):
         return ValueCoder()  # {counter: n}: no pickle
+
+
+def _count_carried(record: ReleaseRecord) -> ReleaseRecord:
+    """A release carried from the checkpoint is published by this job: counted with its kind (and as carried)."""
+    Metrics.counter(NAMESPACE, f"slots_{record['kind']}").inc()
+    Metrics.counter(NAMESPACE, "slots_carried").inc()
+    return record
 
 
 class PrivateStreamHistogram(beam.PTransform):
@@ -135,6 +143,12 @@ class PrivateStreamHistogram(beam.PTransform):
                   | "PrivacyLedger" >> beam.ParDo(ledger(self.ledger_max_window, self.ledger_detail))
                   .with_outputs(VIOLATIONS, ENTRIES, main="usage"))
         releases = released.releases
+        carried = [ReleaseRecord(record) for state in self.config.resume_state().values()
+                   for record in state.unpublished]
+        if carried:  # the old job released them, but no output is known to hold them: they are published here
+            carried_releases = (events.pipeline | "CarriedReleases" >> beam.Create(carried).with_output_types(
+                ReleaseRecord) | "CountCarried" >> beam.Map(_count_carried).with_output_types(ReleaseRecord))
+            releases = (releases, carried_releases) | "WithCarriedReleases" >> beam.Flatten()
         if self.numeric is not None:
             releases = releases | "InDomainUnits" >> beam.Map(
                 lambda record, domain: ReleaseRecord(domain.in_domain_units(record)), self.numeric

@@ -24,7 +24,11 @@ firing that released a slot (so the latest state is always saved); with
 ``resume_from`` a new job starts each stream from a saved state.  A resumed
 stream never releases a slot before its saved next slot again (records for
 those are late dead letters), and its mechanism carries the budget every user
-already spent, so no window is overspent across the restart.
+already spent, so no window is overspent across the restart.  A bounded run's
+checkpoints also carry every release it made and their charges (a batch sink
+publishes only when the pipeline ends); an unbounded run's hand the releases
+made since the previous checkpoint to the writer, which publishes them first
+(``CheckpointSaved.releases``; docs/operations.md).
 """
 
 from __future__ import annotations
@@ -158,7 +162,7 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = _USERS.decode(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
                                 requirements_state.read())  # None only in a job started before the cell existed
-        run = StreamEngine.load(self.config, key, state)
+        run = StreamEngine.load(self.config, key, state, carry=self.bounded)  # a batch sink publishes at the end
         if release_range is None:
             last = max(due_slots)
         else:  # every slot of the range that has closed, with data or not

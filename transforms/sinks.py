@@ -149,16 +149,24 @@ def read_records(path_pattern: str, file_format: str) -> list[dict]:
 
 
 class WriteCheckpoints(beam.DoFn):
-    """Writes each ``(stream, next_slot, bytes)`` the release stage emits to ``directory``; keeps the latest
-    ``keep`` files per stream.  Yields the path written."""
+    """Writes each ``CheckpointSaved`` the release stage emits to ``directory``; keeps the latest ``keep`` files
+    per stream.  Yields the path written.
 
-    def __init__(self, directory: str, keep: int = 3):
+    ``publish`` (streaming): a callable that writes one release durably into the output (one file per slot,
+    ``pipelines.slot_files.SlotFileWriter``); each checkpoint's releases are published before the checkpoint is
+    saved, so a checkpoint never records a slot as released that no output holds.  Without it (a batch sink, which
+    publishes only when the pipeline ends) the checkpoint carries its releases itself."""
+
+    def __init__(self, directory: str, keep: int = 3, publish=None):
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
-        self.directory, self.keep = directory, keep
+        self.directory, self.keep, self.publish = directory, keep, publish
 
     def process(self, element):
-        stream, next_slot, payload = element
+        stream, next_slot, payload, releases = element
+        if self.publish is not None:
+            for release in releases:
+                self.publish(release)
         name = checkpoint.file_name(stream, next_slot)
         path = os.path.join(self.directory, name) if checkpoint.is_local(self.directory) else \
             self.directory.rstrip("/") + "/" + name

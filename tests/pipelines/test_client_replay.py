@@ -80,7 +80,7 @@ def test_reports_replay_on_absolute_slots_whatever_the_first_slot_with_data(tmp_
                              + (["--param", "grouping=public"] if method == "lpu" else []))
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert code == 0 and report["reconciles"] and report["ledger_violations"] == 0
-    assert report["dead_letters"] == 0 and report["reports_used"] == len(lines) > 0
+    assert report["dead_letters"] == 0 and report["records_used"] == len(lines) > 0
     assert report["slots"] == slots[-1] - slots[0] + 1
     releases = [json.loads(line) for path in (tmp_path / "out").glob("releases*") for line in path.read_text().splitlines()]
     assert sorted(r["slot"] for r in releases) == list(range(slots[0], slots[-1] + 1))

@@ -50,7 +50,7 @@ def test_devices_and_collector_round_trip(tmp_path, method):
     # each user at most once a slot; LBD asks every holder in both of its rounds)
     assert {r["registered_users"] for r in releases} == {len(users.read_text().split())}
     reporters = sum(r["reporters"] for r in releases)
-    assert reporters == report["reports_used"] if method == "lpd" else 0 < reporters <= report["reports_used"]
+    assert reporters == report["records_used"] if method == "lpd" else 0 < reporters <= report["records_used"]
 
 
 def test_a_report_that_does_not_match_its_request_is_a_dead_letter(tmp_path):

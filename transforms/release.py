@@ -209,7 +209,8 @@ class BoundedRelease(beam.DoFn):
         release_range = self.config.release_range
         if not held and release_range is None:
             return
-        run = StreamEngine.load(self.config, key, self._resume.get(key))
+        # its checkpoints carry every release made: a batch sink publishes only when the pipeline ends
+        run = StreamEngine.load(self.config, key, self._resume.get(key), carry=True)
         last = release_range.last_slot if release_range is not None else max(c[0] for c in held)
         outputs = _StageOutputs(self)
         for output in run.release_until(last, held, final=True):

@@ -122,7 +122,8 @@ def _import_named_runner(beam_args: list[str]) -> None:
         try:
             create_runner(runner)
         except (ValueError, ImportError):
-            pass
+            return
+        _beam_parser.cache_clear()  # the runner's module may have defined options since the parser was built
 
 
 def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:

@@ -2,6 +2,8 @@
 # Sets itself up on a fresh machine (Python 3.11 only), then:
 #   ./run_local.sh            runs the main job on the project's own default data
 #   ./run_local.sh test       runs the whole test suite
+#   ./run_local.sh flink      sets up Flink, Prism and their jars, starts a Flink cluster on 127.0.0.1 and compares
+#                             the replay on other runners with the in-process run (integration/run.sh; needs Java)
 #   ./run_local.sh <args...>  passes the arguments to the main job
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,6 +25,10 @@ if [ ! -f "$STAMP" ]; then
   echo "==> installed; for the wevent command (every command of the README and docs/): . $VENV/bin/activate"
 fi
 
+if [ "${1:-}" = "flink" ]; then
+  shift
+  PROJECT_PYTHON="$PWD/$VENV/bin/python" exec integration/run.sh "$@"
+fi
 if [ "${1:-}" = "test" ]; then
   shift
   exec "$VENV/bin/python" -m pytest "$@"

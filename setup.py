@@ -23,6 +23,7 @@ setup(
     entry_points={"console_scripts": ["wevent = pipelines.main:main"]},
     install_requires=[
         "apache-beam>=2.68,<3",
+        "scipy>=1.11",  # transforms.mechanisms.metrics, imported by the replay's report
         "numpy>=2.0,<2.5",
         "pyarrow>=14,<26",
         "fastavro>=1.9",

@@ -62,6 +62,11 @@ def _hashes(directory: str) -> dict[str, str]:
     return {os.path.relpath(p, directory): _file_hash(p) for p in paths}
 
 
+def output_file_hashes(directory: str) -> dict[str, str]:
+    """Every output file under ``directory`` (relative name) with its hash, as the fingerprints hash them."""
+    return _hashes(directory)
+
+
 def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", *args], check=True, stdout=subprocess.DEVNULL)
 

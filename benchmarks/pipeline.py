@@ -14,6 +14,8 @@ It prints ``{"records": N, "private_seconds": ..., "baseline_seconds": ..., "rat
 workers): on a shared machine the CPU time moves less than the wall time.  With ``--repeats K`` both
 pipelines run K times, alternating, and each one's fastest run is reported.  ``--workers 2`` runs
 FnApiRunner with two worker processes (measured here: slower, the data crosses processes by gRPC).
+Any other argument is a Beam option, e.g. ``--runner PrismRunner --prism_location PATH --environment_type
+EXTERNAL --environment_config 127.0.0.1:PORT`` to run both pipelines on another runner (integration/bench_runners.sh).
 """
 
 from __future__ import annotations
@@ -80,8 +82,11 @@ class ExactHistograms(beam.PTransform):
                 | "Record" >> beam.Map(histogram_record, self.bins, slot_seconds))
 
 
-def pipeline(workers: int = 1) -> beam.Pipeline:
-    """FnApiRunner in this process, or with ``workers`` worker processes (which import this checkout)."""
+def pipeline(workers: int = 1, beam_args: tuple[str, ...] = ()) -> beam.Pipeline:
+    """FnApiRunner in this process, or with ``workers`` worker processes (which import this checkout), or the
+    runner that ``beam_args`` name."""
+    if beam_args:
+        return beam.Pipeline(options=PipelineOptions(list(beam_args)))
     if workers == 1:
         return beam.Pipeline(runner=FnApiRunner())
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,9 +95,9 @@ def pipeline(workers: int = 1) -> beam.Pipeline:
         direct_num_workers=workers, direct_running_mode="multi_processing"))
 
 
-def run_private(source: str, output: str, bins: int, workers: int = 1) -> float:
+def run_private(source: str, output: str, bins: int, workers: int = 1, beam_args: tuple[str, ...] = ()) -> float:
     start = time.perf_counter()
-    with pipeline(workers) as p:
+    with pipeline(workers, beam_args) as p:
         events = p | ReadLines(source) | ParseEvents(ParseConfig(bins=bins))
         outputs = events.events | PrivateStreamHistogram(
             "pbd", SLOT_SECONDS, bins, policy=RequirementPolicy(default=FixedRequirement(window=120, epsilon=1.0)))
@@ -100,9 +105,9 @@ def run_private(source: str, output: str, bins: int, workers: int = 1) -> float:
     return time.perf_counter() - start
 
 
-def run_baseline(source: str, output: str, bins: int, workers: int = 1) -> float:
+def run_baseline(source: str, output: str, bins: int, workers: int = 1, beam_args: tuple[str, ...] = ()) -> float:
     start = time.perf_counter()
-    with pipeline(workers) as p:
+    with pipeline(workers, beam_args) as p:
         events = p | ReadLines(source) | ParseEvents(ParseConfig(bins=bins))
         events.events | ExactHistograms(SLOT_SECONDS, bins) | WriteRecords(os.path.join(output, "baseline"), "release")
     return time.perf_counter() - start
@@ -124,7 +129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="run both pipelines this many times, alternating, "
                         "and report each one's fastest run (other processes on the machine slow single runs)")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    args = parser.parse_args(argv)
+    args, beam_args = parser.parse_known_args(argv)
     times: dict = {"baseline": [], "private": []}
     with tempfile.TemporaryDirectory() as work:
         source = os.path.join(work, "events.jsonl")
@@ -132,11 +137,11 @@ def main(argv=None) -> int:
         for _ in range(args.repeats):  # alternating, so both see the same load from other processes
             for name, run in (("baseline", run_baseline), ("private", run_private)):
                 cpu = cpu_seconds()
-                wall = run(source, work, args.bins, args.workers)
+                wall = run(source, work, args.bins, args.workers, tuple(beam_args))
                 times[name].append((wall, cpu_seconds() - cpu))
     (baseline, baseline_cpu), (private, private_cpu) = min(times["baseline"]), min(times["private"])
     result = {"records": args.records, "users": args.users, "bins": args.bins, "slots": args.slots,
-              "workers": args.workers, "repeats": args.repeats, "private_seconds": private,
+              "workers": args.workers, "beam_args": beam_args, "repeats": args.repeats, "private_seconds": private,
               "baseline_seconds": baseline, "ratio": private / baseline, "records_per_second": args.records / private,
               "private_cpu_seconds": private_cpu, "baseline_cpu_seconds": baseline_cpu}
     print(json.dumps(result))

@@ -103,10 +103,28 @@ def _beam_parser() -> argparse.ArgumentParser:
 def strict_parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """The job's arguments and the Beam arguments; an argument that is neither is a ``ConfigError``."""
     args, rest = parser.parse_known_args(list(argv))
+    _import_named_runner(rest)
     _, unknown = _beam_parser().parse_known_args(rest)
     if unknown:
         raise ConfigError(unknown_flag_message(parser, unknown[0]))
     return args, rest
+
+
+def _import_named_runner(beam_args: list[str]) -> None:
+    """Imports the runner that ``--runner`` names, so that the options its own module defines (a
+    ``PipelineOptions`` subclass there, e.g. the Dask runner's) are known before the flags are checked. A runner
+    that cannot be loaded is left to :func:`pipeline_options`, which says so in one line."""
+    runner_flag = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    runner_flag.add_argument("--runner")
+    runner = runner_flag.parse_known_args(beam_args)[0].runner
+    if runner:
+        from apache_beam.runners.runner import create_runner
+
+        try:
+            create_runner(runner)
+        except (ValueError, ImportError):
+            return
+        _beam_parser.cache_clear()  # the runner's module may have defined options since the parser was built
 
 
 def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:

@@ -59,12 +59,28 @@ OUTPUT_TYPES = {"releases": ReleaseRecord, CHARGES: ChargeChunk, DEAD_LETTERS: D
 _USERS = UsersCoder()
 
 
-def release_stage(config: ReleaseConfig, bounded: bool) -> beam.ParDo:
-    """The release stage as a ParDo with its tagged outputs and their types (see :data:`OUTPUT_TYPES`)."""
+def release_stage(config: ReleaseConfig, bounded: bool) -> beam.PTransform:
+    """The release stage with its tagged outputs and their types (see :data:`OUTPUT_TYPES`): on an unbounded
+    input a stateful ParDo whose timers follow the watermark; on a bounded one each stream's contributions grouped
+    and released at once, with no timer (a runner need not hold its watermark for a timer's outputs: Beam's
+    BundleBasedDirectRunner does not, and its GroupByKeys after this stage would complete before them)."""
     types = dict(OUTPUT_TYPES)
-    return (beam.ParDo(ReleaseController(config, bounded))
-            .with_output_types(types.pop("releases"), **types)
-            .with_outputs(CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+    release = BoundedRelease(config) if bounded else ReleaseController(config, bounded)
+    stage = (beam.ParDo(release)
+             .with_output_types(types.pop("releases"), **types)
+             .with_outputs(CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
+    return GroupedRelease(stage) if bounded else stage
+
+
+class GroupedRelease(beam.PTransform):
+    """Each stream's packed contributions grouped, then released by :class:`BoundedRelease`."""
+
+    def __init__(self, stage: beam.ParDo):
+        super().__init__()
+        self.stage = stage
+
+    def expand(self, packed):
+        return packed | "GroupByStream" >> beam.GroupByKey() | "Release" >> self.stage
 
 
 class ReleaseController(beam.DoFn):
@@ -171,11 +187,41 @@ class ReleaseController(beam.DoFn):
 
 
 
+class BoundedRelease(beam.DoFn):
+    """A bounded run's release of one stream: every contribution at once, every slot closed (as the
+    :class:`ReleaseController`'s single end-of-input firing does)."""
+
+    def __init__(self, config: ReleaseConfig):
+        self.config = config
+        self._resume: dict = {}
+        self.used = Metrics.counter(NAMESPACE, "records_used")
+        self.late = Metrics.counter(NAMESPACE, "late")
+        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
+        self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+
+    def setup(self):
+        self._resume = self.config.resume_state() if self.config.resume_from else {}
+
+    def process(self, element):
+        key, packed = element
+        held = [c for blob in packed for c in unpack_contributions(blob)]
+        release_range = self.config.release_range
+        if not held and release_range is None:
+            return
+        # its checkpoints carry every release made: a batch sink publishes only when the pipeline ends
+        run = StreamEngine.load(self.config, key, self._resume.get(key), carry=True)
+        last = release_range.last_slot if release_range is not None else max(c[0] for c in held)
+        outputs = _StageOutputs(self)
+        for output in run.release_until(last, held, final=True):
+            output.deliver(outputs)
+            yield from outputs.take()
+
 
 class _StageOutputs(StreamOutputs):
     """The stream engine's outputs as this stage's main and tagged outputs, counted in Beam metrics."""
 
-    def __init__(self, stage: ReleaseController):
+    def __init__(self, stage: ReleaseController | BoundedRelease):
         self.stage = stage
         self.pending: list = []
 

@@ -281,7 +281,9 @@ COUNTED = TupleCoder([StrUtf8Coder(), VarIntCoder()])
 def test_beam_picks_the_registered_coders_at_every_boundary_of_the_release_stage(streaming):
     found = _graph_coders(streaming)
     closing = "UserSlotState/ParDo(UserSlotState)" if streaming else "UserSlotState/ParDo(CloseUserSlots)"
-    stage = "ReleaseController/ParDo(ReleaseController)"
+    # a bounded input's streams are grouped and released without timers (transforms.release.release_stage)
+    stage = ("ReleaseController/ParDo(ReleaseController)" if streaming
+             else "ReleaseController/Release/ParDo(BoundedRelease)")
     expected = {f"{closing}.None": KEYED, f"{closing}.late": coders.DeadLetterCoder(), f"{closing}.accounting": COUNTED,
                 "KeyByStream.None": KEYED, f"{stage}.None": coders.ReleaseRecordCoder(),
                 f"{stage}.charges": coders.ChargeChunkCoder(), f"{stage}.dead_letters": coders.DeadLetterCoder(),

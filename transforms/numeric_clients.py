@@ -485,7 +485,6 @@ class PrivateNumericClients(beam.PTransform):
             raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
         mechanism_built = self.config.build()
         self.method = self.config.method()
-        self.variance = self.method.variance()
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
         if carry and bounded is not True:
@@ -552,7 +551,7 @@ class PrivateNumericClients(beam.PTransform):
         closed = (grouped
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
                   .with_outputs(*tags, main="reports"))
-        releaser = SlotReleases(self.config, self.method, self.variance)
+        releaser = SlotReleases(self.config, self.method)
         reports = closed.reports
         if bounded:
             reports = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)

@@ -72,22 +72,22 @@ def crowd_record(stream: str, slot: int, n: int, units: int, counts: tuple, conf
         "estimate": (np.array(counts, np.int64) / users).tolist(), "trust": "local_simulated", "figures": {}})
 
 
-def release_record(element, config, method: UserMethod, variance: float, trust: str = "local_simulated"
-                   ) -> ReleaseRecord:
-    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units (ToPL's
-    average de-biased: ``method.unit_estimate``).  ``config`` has the mechanism's name, the domain and the slot
-    clock (:class:`ClientStageConfig`, or the device reports' ``DeviceStreamConfig``)."""
+def release_record(element, config, method: UserMethod, trust: str = "local_simulated") -> ReleaseRecord:
+    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units: the
+    estimate, statistic and predicted error of the method's estimator (``method.estimator``, the registered
+    mechanism's).  ``config`` has the mechanism's name, the domain and the slot clock
+    (:class:`ClientStageConfig`, or the device reports' ``DeviceStreamConfig``)."""
     (stream, slot), (n, total, units) = element
     Metrics.counter(NAMESPACE, "slots_fresh").inc()
-    domain, clock = config.domain, config.clock
-    unit = method.unit_estimate(total / (n * REPORT_SCALE))  # int / int: correctly rounded
+    domain, clock, estimator = config.domain, config.clock, method.estimator
+    unit = estimator.unit_estimate(total / (n * REPORT_SCALE))  # int / int: correctly rounded
     estimate = float(domain.low) + domain.width * unit
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
-        "predicted_error": variance * domain.width ** 2 / n, "registered_users": None, "reporters": n,
-        "statistic": "mean",
+        "predicted_error": estimator.predicted_error(n, domain.width), "registered_users": None, "reporters": n,
+        "statistic": estimator.statistic,
         "estimate": [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
@@ -116,8 +116,8 @@ class SlotReleases:
 
     MAX_EMPTY = ReleaseConfig.max_empty_slots
 
-    def __init__(self, config: ClientStageConfig, method: UserMethod, variance: float):
-        self.config, self.method, self.variance = config, method, variance
+    def __init__(self, config: ClientStageConfig, method: UserMethod):
+        self.config, self.method = config, method
         self.range = config.release_range
 
     def in_range(self, sums: dict) -> dict:
@@ -136,7 +136,7 @@ class SlotReleases:
         """Slots ``next_slot .. last`` of ``stream`` from ``sums`` (slot -> SlotSum, all in that span): the
         records, the next slot and the last estimate (with ``crowd``, slot -> bin counts: the crowd
         distribution's releases, the estimate a list of fractions)."""
-        statistic = "mean" if crowd is None else "distribution"
+        statistic = self.method.estimator.statistic if crowd is None else "distribution"
         if any(slot < next_slot or slot > last for slot in sums):
             raise ValueError(f"stream {stream}: reports outside slots {next_slot}..{last} (already released)")
         records, slot = [], next_slot
@@ -154,8 +154,7 @@ class SlotReleases:
                     records.append(crowd_record(stream, upcoming, n, units, crowd.get(upcoming, ()), self.config))
                     estimate = records[-1]["estimate"]
                 elif sums[upcoming][0]:
-                    records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method,
-                                                  self.variance))
+                    records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method))
                     estimate = records[-1]["estimate"][0]
                 else:
                     records.append(skipped_record(stream, upcoming, estimate, self.config, self.method,

@@ -37,7 +37,7 @@ from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
 from pipelines.job_report import job_report, output_counts, run_warnings, write_job_report
 from pipelines.job_report import ACCOUNTING_PREFIX
-from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
+from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, NumericUtility, Utility, WriteAccounting,
                               evaluation_dir, write_evaluation)
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import acknowledge, checkpoint_files, load_for_resume
@@ -196,8 +196,9 @@ def numeric_domain(args) -> NumericDomain | None:
                           f"not {args.mechanism}")
     if args.binning is not None:
         raise ConfigError("give --binning (histogram mechanisms) or --domain (numeric ones), not both")
-    if args.evaluate:
-        raise ConfigError("--evaluate measures histograms against the true counts; it does not apply to --domain")
+    if args.evaluate and args.per_user_clients:
+        raise ConfigError("--evaluate measures the simulated clients' releases against the true slot means: run it "
+                          "without --per-user-clients (the same estimator and fields)")
     if any(item.partition("=")[0].strip() in ("low", "high", "grid_bits", "out_of_range") for item in args.param):
         raise ConfigError("the numeric interval comes from --domain and --out-of-range, not --param")
     try:
@@ -384,7 +385,8 @@ def build(pipeline, config: ReplayConfig) -> None:
     elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
-        (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility())
+        (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility() if config.numeric is None
+                                                                 else NumericUtility(config.numeric))
          | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output),
                                          {"slot_seconds": config.slot_seconds, "origin": config.origin,
                                           "mechanism": config.mechanism} if config.plot else None))

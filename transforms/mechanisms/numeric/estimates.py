@@ -112,8 +112,12 @@ def estimator_for(method: str, wave: SquareWave, bounds: tuple = (0.0, 1.0, 0.0,
     BA-SW: :func:`absorption_estimator`."""
     if method == "ba-sw":
         raise ValueError("BA-SW's estimator is absorption_estimator (its reports come from several waves)")
-    statistic = {"sw-direct": "mean", "topl": "mean", "sampling": "segment_mean"}.get(method, "report_mean")
-    return wave_estimator(statistic, wave, bounds)
+    return wave_estimator(statistic_of(method), wave, bounds)
+
+
+def statistic_of(method: str) -> str:
+    """The ``statistic`` a registered numeric method's mean releases carry (module doc)."""
+    return {"sw-direct": "mean", "topl": "mean", "sampling": "segment_mean"}.get(method.lower(), "report_mean")
 
 
 def absorption_estimator(largest: SquareWave, smallest: SquareWave) -> MeanEstimator:

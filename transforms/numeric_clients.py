@@ -578,7 +578,8 @@ class PrivateNumericClients(beam.PTransform):
         if self.checkpoint_every is not None:
             crowd = self.config.crowd is not None
             stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
-                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0])))) \
+                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0],
+                 r["mechanism_slot"])))) \
                 .with_output_types(typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
                            | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
@@ -602,7 +603,8 @@ class PrivateNumericClients(beam.PTransform):
             outputs["carry"] = closed[CARRY]
             crowd = self.config.crowd is not None
             outputs["estimates"] = (releases | "StreamEstimates" >> beam.Map(
-                lambda r: (r["stream"], (r["slot"], r["estimate"] if crowd else r["estimate"][0])))
+                lambda r: (r["stream"], (r["slot"], r["estimate"] if crowd else r["estimate"][0],
+                                         r["mechanism_slot"])))
                 | "LastEstimates" >> beam.CombinePerKey(max))
         if checkpoints is not None:
             outputs["checkpoints"] = checkpoints

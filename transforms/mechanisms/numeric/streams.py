@@ -186,10 +186,19 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
             counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
         else:  # the estimate times the reporters, as the per-user stage writes it (0 when none reported)
             counts = np.rint(self.last_estimate * reporters.size).astype(np.int64)
-        units = max((wave.realised_units for _, wave, _ in reports), default=0)  # what the reports were charged
+        units = self.most_charged(reports, reporters.size)
         error = self.estimator.predicted_error(reporters.size, width) if reporters.size else math.inf
         return Release(self.slot, counts, kind, units if reporters.size else 0,
                        math.nan if crowd else error, charges, self.estimates, self.trust, self.last_estimate.copy())
+
+    @staticmethod
+    def most_charged(reports: list, reporters: int) -> int:
+        """The most one reporter was charged at the slot (realised units): the sum of the realised epsilons of the
+        reports they sent (BA-SW: a dissimilarity and a publication), as the per-user stage's ``epsilon``."""
+        spent = np.zeros(reporters, np.int64)
+        for _, wave, mask in reports:
+            spent += np.where(np.asarray(mask, bool), wave.realised_units, 0)
+        return int(spent.max(initial=0))
 
     @cached_property
     def estimator(self) -> MeanEstimator:

@@ -28,12 +28,12 @@ keys of a bundle are stepped together (the k-th reports of all of them in one ve
 their reports summed per slot within the bundle.
 
 **Release.**  The exact sum of a slot's reports (each a dyadic rational, summed as integers, so the order does
-not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release is
-the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
-``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
-the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
-to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
-publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
+not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release's
+estimate, ``statistic`` and ``predicted_error`` are the registered mechanism's estimator's
+(``transforms.mechanisms.numeric.estimates``: SW-direct's and ToPL's average de-biased, Sampling's segment mean,
+the memory methods' raw ``report_mean`` with a worst-case bound), in the domain's units: the simulated path's
+fields, ``mechanism_slot`` the release's place in its stream's series (carried by checkpoints).  BA-SW's value
+for a slot is what the user releases (a new publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
 (``transforms.release``) releases it (:class:`SlotReleases`, ``schemas/release.avsc``): a slot without reports
 is ``skipped`` (epsilon "0", no reporter, the stream's last estimate repeated; 0.0 before the first, as the
 registered mechanisms).  Without a release range the series runs from the stream's first slot in which a record

@@ -10,8 +10,8 @@ per-user ledger summary (usage), violations, dead letters (``--format``
 jsonl/avro/parquet), with ``--ledger-detail`` every charge, and
 ``report.json`` with where every record went, the slots by kind and the
 ledger's verdict (``pipelines.report``); with ``--evaluate``, and only then,
-the utility against the true histograms goes to ``OUTPUT/evaluation/`` (NOT
-private).  ``--start``/``--end`` fix the released slots
+the utility against the true histograms (numeric: the true slot means) goes to
+``OUTPUT/evaluation/`` (NOT private).  ``--start``/``--end`` fix the released slots
 (``transforms.release_range``); without them they follow the data, and the
 job warns.  ``--checkpoint-dir`` keeps the release state at the end (and
 every ``--checkpoint-every`` slots); a later replay continues it with
@@ -291,7 +291,8 @@ def parser() -> argparse.ArgumentParser:
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--evaluate", action="store_true", help="also measure utility against the TRUE histograms "
-                   f"into OUTPUT/{EVALUATION_DIR}/ (NOT private: never publish it)")
+                   f"(with --domain: the true slot means) into OUTPUT/{EVALUATION_DIR}/ (NOT private: never publish "
+                   "it)")
     p.add_argument("--plot", action="store_true", help="with --evaluate: PNG of released vs true counts "
                    "(needs the plot extra)")
     p.add_argument("--resume-from", help="continue the release state of a checkpoint file or directory")
@@ -480,7 +481,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     if config.per_user_clients and config.accounting[1]:  # an opt-in that is not private says so in its numbers
         optional["not_w_event_private"] = opted_in_report(config, counts["max_window_usage_ratio"])
     if config.evaluate:
-        optional["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
+        optional["evaluation"] = (f"{EVALUATION_DIR}/ (NOT private: utility against the true "
+                                  f"{'histograms' if config.numeric is None else 'slot means'})")
     accounting = counts["accounting"]
     report = job_report("replay", config.mechanism, counts, accounting.get("records_read", 0),
                         accounting.get("records_used", 0), accounting.get("duplicates", 0), seconds,

@@ -38,7 +38,7 @@ from pipelines.cli import ConfigError
 from pipelines.job_report import job_report, output_counts, run_warnings, write_job_report
 from pipelines.job_report import ACCOUNTING_PREFIX
 from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, NumericUtility, Utility, WriteAccounting,
-                              evaluation_dir, write_evaluation)
+                              evaluation_dir, per_user_evaluation_rows, write_evaluation)
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import acknowledge, checkpoint_files, load_for_resume
 from transforms.sinks import WriteCheckpoints
@@ -196,9 +196,6 @@ def numeric_domain(args) -> NumericDomain | None:
                           f"not {args.mechanism}")
     if args.binning is not None:
         raise ConfigError("give --binning (histogram mechanisms) or --domain (numeric ones), not both")
-    if args.evaluate and args.per_user_clients:
-        raise ConfigError("--evaluate measures the simulated clients' releases against the true slot means: run it "
-                          "without --per-user-clients (the same estimator and fields)")
     if any(item.partition("=")[0].strip() in ("low", "high", "grid_bits", "out_of_range") for item in args.param):
         raise ConfigError("the numeric interval comes from --domain and --out-of-range, not --param")
     try:
@@ -315,7 +312,7 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericCl
                                      ledger_detail=config.ledger_detail, bounded=True,
                                      resume_from=config.resume_from, carry=config.checkpoint_dir is not None,
                                      accounting=config.accounting[0], not_w_event_private=config.accounting[1],
-                                     release_range=config.release_range)
+                                     release_range=config.release_range, evaluate=config.evaluate)
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
@@ -385,6 +382,11 @@ def build(pipeline, config: ReplayConfig) -> None:
                                                 transform.resume, beam.pvalue.AsDict(outputs["estimates"])))
     elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
+    if config.evaluate and config.per_user_clients:  # the fresh releases beside their slots' true values
+        fresh = (outputs["releases"] | "FreshReleases" >> beam.Filter(lambda r: r["kind"] == "fresh")
+                 | "BySlot" >> beam.Map(lambda r: ((r["stream"], r["slot"]), r)))
+        outputs["evaluation"] = ({"release": fresh, "truth": outputs["truth"]} | "WithTruth" >> beam.CoGroupByKey()
+                                 | "EvaluationRows" >> beam.FlatMap(per_user_evaluation_rows, config.numeric))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
         (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility() if config.numeric is None
                                                                  else NumericUtility(config.numeric))

@@ -93,6 +93,19 @@ class NumericUtility(Utility):
         return {"metrics": metrics, "released": released, "true": true, "slots": [r[1] for r in rows]}
 
 
+def per_user_evaluation_rows(element, domain) -> list:
+    """The per-user stage's fresh release of a slot joined with its holders' true values (``((stream, slot),
+    {"release": [record], "truth": [(holders, sum of grid indices)]})``) as a numeric evaluation row in grid
+    units, as the simulated path's (``transforms.engine.evaluation_row``); NOT private."""
+    (stream, slot), joined = element
+    if not joined["release"] or not joined["truth"]:
+        return []
+    record, (holders, total) = joined["release"][0], joined["truth"][0]
+    scale = domain.width / domain.steps
+    estimate = (record["estimate"][0] - float(domain.low)) / scale
+    return [(stream, slot, [estimate, record["predicted_error"] / scale ** 2], [total / holders])]
+
+
 def write_evaluation(utility: dict, directory: str, plot: dict | None) -> None:
     """Write ``README.txt``, ``utility.json`` (the metrics) and with ``plot`` (the keyword arguments of
     ``pipelines.plots.plot_released_vs_true``: slot_seconds, origin, mechanism) the PNG into ``directory``."""

@@ -119,7 +119,7 @@ from transforms.numeric_slot_releases import (ReleaseStreamSlots, SlotReleases, 
                                               release_record, skipped_record)
 from transforms.numeric_smoothing import SmoothReleases, sma_reach
 from transforms.numeric_stage_config import CLIENT_METHODS, ClientStageConfig
-from transforms.numeric_user_clients import (CHARGES, CROWD, DEAD_LETTERS, PARTS, ReportDraws, UserClients,
+from transforms.numeric_user_clients import (CHARGES, CROWD, DEAD_LETTERS, PARTS, TRUTH, ReportDraws, UserClients,
                                              report_randomness)
 from transforms.private_histogram import AccountingTotals
 from transforms.release_range import ReleaseRange
@@ -469,7 +469,7 @@ class PrivateNumericClients(beam.PTransform):
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
                  resume_from: str | None = None, carry: bool = False, accounting: str = "strict",
                  not_w_event_private: bool = False, release_range: tuple[float, float] | None = None,
-                 checkpoint_every: int | None = None):
+                 checkpoint_every: int | None = None, evaluate: bool = False):
         super().__init__()
         if sma is not None:
             sma_reach(sma, sma_mode)  # refuses a bad size or mode now
@@ -480,7 +480,10 @@ class PrivateNumericClients(beam.PTransform):
         clock = SlotClock(slot_seconds, origin, allowed_lateness)
         self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}), clock, policy,
                                         insecure_seed, accounting, not_w_event_private,
-                                        None if release_range is None else ReleaseRange.of(clock, *release_range))
+                                        None if release_range is None else ReleaseRange.of(clock, *release_range),
+                                        evaluate)
+        if evaluate and bounded is not True:
+            raise ValueError("evaluate is for bounded input (the true slot means of a replay)")
         if self.config.crowd is not None and sma is not None:
             raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
         mechanism_built = self.config.build()
@@ -527,6 +530,8 @@ class PrivateNumericClients(beam.PTransform):
                 types[CROWD], tags = Crowd, tags + (CROWD,)
             if self.carry:
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
+            if self.config.evaluate:
+                types[TRUTH], tags = typing.Tuple[typing.Tuple[str, int], typing.Tuple[int, int]], tags + (TRUTH,)
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
             stage = beam.ParDo(state_fn(self.config, carry=self.checkpoint_every is not None,
@@ -599,6 +604,9 @@ class PrivateNumericClients(beam.PTransform):
         accounting = closed[ACCOUNTING]
         outputs = {"releases": releases, "dead_letters": dead_letters, "usage": ledger.usage,
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
+        if self.config.evaluate:  # NOT private: each slot's holders' count and sum of grid values
+            outputs["truth"] = closed[TRUTH] | "TrueSums" >> beam.CombinePerKey(
+                lambda pairs: tuple(map(sum, zip(*pairs))))
         if self.carry:
             outputs["carry"] = closed[CARRY]
             crowd = self.config.crowd is not None

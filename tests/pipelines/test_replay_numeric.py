@@ -111,8 +111,6 @@ def test_out_of_range_values_are_dead_letters_by_default(tmp_path):
     (["--mechanism", "pbd", "--domain", "0,1", "--binning", "int:4"], "--domain is for the numeric mechanisms"),
     (["--mechanism", "capp", "--domain", "0,1", "--binning", "int:4"], "not both"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "high=3"], "not --param"),
-    (["--mechanism", "capp", "--domain", "0,1", "--evaluate", "--per-user-clients"],
-     "run it without --per-user-clients"),
     (["--mechanism", "capp", "--domain", "0,1", "--epsilon", "0.000000000003"], "too small"),
 ])
 def test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message):
@@ -457,12 +455,13 @@ def test_the_paper_sampling_accounting_reports_its_true_memory_aware_usage(tmp_p
     assert strict["not_w_event_private"] is None and "not w-event private" not in cli.summary("replay", strict, "o")
 
 
-def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_path):
-    """--evaluate with --domain (refused before): evaluation/utility.json, NOT private, holds the errors of the
-    fresh releases against the true means of each slot's (clipped, grid-rounded) values, from the same run's
-    own releases; the releases themselves are the run without --evaluate's."""
+@pytest.mark.parametrize("stage", [[], ["--per-user-clients"]])
+def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_path, stage):
+    """--evaluate with --domain (refused before), on both paths: evaluation/utility.json, NOT private, holds the
+    errors of the fresh releases against the true means of each slot's (clipped, grid-rounded) values, from the
+    same run's own releases; the releases themselves are the run without --evaluate's."""
     write_events(tmp_path / "events.jsonl")
-    code, _, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", "--evaluate")
+    code, _, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", "--evaluate", *stage)
     assert code == 0
     utility = json.loads((tmp_path / "out" / "evaluation" / "utility.json").read_text())
     assert utility["not_private"] is True and utility["slots"] == SLOTS
@@ -474,7 +473,7 @@ def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_
     assert utility["mean_predicted_error"] == pytest.approx(np.mean([r["predicted_error"] for r in releases]))
     assert "NOT PRIVATE" in (tmp_path / "out" / "evaluation" / "README.txt").read_text()
     (tmp_path / "out").rename(tmp_path / "evaluated")
-    assert run_replay(tmp_path, "sw-direct", "--out-of-range", "clip")[2] == releases
+    assert run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", *stage)[2] == releases
 
 
 @pytest.mark.parametrize("mechanism", ["sw-direct", "capp", "ba-sw", "topl"])

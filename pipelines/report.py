@@ -90,7 +90,8 @@ class NumericUtility(Utility):
         metrics = {"mse": mse, "rmse": float(np.sqrt(mse)), "mae": float(np.mean(np.abs(error))),
                    "mean_error": float(np.mean(error)), "mean_predicted_error": float(np.mean(predicted)),
                    "mse_over_predicted": mse / float(np.mean(predicted)) if np.mean(predicted) > 0 else None}
-        return {"metrics": metrics, "released": released, "true": true, "slots": [r[1] for r in rows]}
+        return {"metrics": metrics, "released": released, "true": true, "slots": [r[1] for r in rows],
+                "predicted": predicted}
 
 
 def per_user_evaluation_rows(element, domain) -> list:

@@ -461,7 +461,7 @@ def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_
     errors of the fresh releases against the true means of each slot's (clipped, grid-rounded) values, from the
     same run's own releases; the releases themselves are the run without --evaluate's."""
     write_events(tmp_path / "events.jsonl")
-    code, _, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", "--evaluate", *stage)
+    code, _, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", "--evaluate", "--plot", *stage)
     assert code == 0
     utility = json.loads((tmp_path / "out" / "evaluation" / "utility.json").read_text())
     assert utility["not_private"] is True and utility["slots"] == SLOTS
@@ -472,6 +472,7 @@ def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_
     assert utility["mean_error"] == pytest.approx(float(np.mean(errors)), rel=1e-9, abs=1e-12)
     assert utility["mean_predicted_error"] == pytest.approx(np.mean([r["predicted_error"] for r in releases]))
     assert "NOT PRIVATE" in (tmp_path / "out" / "evaluation" / "README.txt").read_text()
+    assert (tmp_path / "out" / "evaluation" / "released_vs_true.png").read_bytes()[:4] == b"\x89PNG"  # with its band
     (tmp_path / "out").rename(tmp_path / "evaluated")
     assert run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", *stage)[2] == releases
 

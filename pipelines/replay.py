@@ -10,8 +10,8 @@ per-user ledger summary (usage), violations, dead letters (``--format``
 jsonl/avro/parquet), with ``--ledger-detail`` every charge, and
 ``report.json`` with where every record went, the slots by kind and the
 ledger's verdict (``pipelines.report``); with ``--evaluate``, and only then,
-the utility against the true histograms goes to ``OUTPUT/evaluation/`` (NOT
-private).  ``--start``/``--end`` fix the released slots
+the utility against the true histograms (numeric: the true slot means) goes to
+``OUTPUT/evaluation/`` (NOT private).  ``--start``/``--end`` fix the released slots
 (``transforms.release_range``); without them they follow the data, and the
 job warns.  ``--checkpoint-dir`` keeps the release state at the end (and
 every ``--checkpoint-every`` slots); a later replay continues it with
@@ -37,8 +37,8 @@ from pipelines import cli, logs, report_html
 from pipelines.cli import ConfigError
 from pipelines.job_report import job_report, output_counts, run_warnings, write_job_report
 from pipelines.job_report import ACCOUNTING_PREFIX
-from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, Utility, WriteAccounting,
-                              evaluation_dir, write_evaluation)
+from pipelines.report import (EVALUATION_DIR, EVALUATION_FILES, CountRead, NumericUtility, Utility, WriteAccounting,
+                              evaluation_dir, per_user_evaluation_rows, write_evaluation)
 from transforms.binning import binner_from_spec
 from transforms.checkpoint import acknowledge, checkpoint_files, load_for_resume
 from transforms.sinks import WriteCheckpoints
@@ -197,8 +197,6 @@ def numeric_domain(args) -> NumericDomain | None:
                           f"not {args.mechanism}")
     if args.binning is not None:
         raise ConfigError("give --binning (histogram mechanisms) or --domain (numeric ones), not both")
-    if args.evaluate:
-        raise ConfigError("--evaluate measures histograms against the true counts; it does not apply to --domain")
     if any(item.partition("=")[0].strip() in ("low", "high", "grid_bits", "out_of_range") for item in args.param):
         raise ConfigError("the numeric interval comes from --domain and --out-of-range, not --param")
     try:
@@ -291,7 +289,8 @@ def parser() -> argparse.ArgumentParser:
                    "naive is UTC): every slot meeting [--start, --end) is released, and no other")
     p.add_argument("--end", help="end of the public release range (exclusive; epoch seconds or ISO 8601)")
     p.add_argument("--evaluate", action="store_true", help="also measure utility against the TRUE histograms "
-                   f"into OUTPUT/{EVALUATION_DIR}/ (NOT private: never publish it)")
+                   f"(with --domain: the true slot means) into OUTPUT/{EVALUATION_DIR}/ (NOT private: never publish "
+                   "it)")
     p.add_argument("--plot", action="store_true", help="with --evaluate: PNG of released vs true counts "
                    "(needs the plot extra)")
     p.add_argument("--resume-from", help="continue the release state of a checkpoint file or directory")
@@ -314,7 +313,7 @@ def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericCl
                                      ledger_detail=config.ledger_detail, bounded=True,
                                      resume_from=config.resume_from, carry=config.checkpoint_dir is not None,
                                      accounting=config.accounting[0], not_w_event_private=config.accounting[1],
-                                     release_range=config.release_range)
+                                     release_range=config.release_range, evaluate=config.evaluate)
     return PrivateStreamHistogram(config.mechanism, config.slot_seconds, 1 if config.numeric else config.parse.bins,
                                   mechanism_params={k: v for k, v in config.mechanism_params.items() if k != "bins"},
                                   origin=config.origin, allowed_lateness=config.allowed_lateness,
@@ -384,8 +383,14 @@ def build(pipeline, config: ReplayConfig) -> None:
                                                 transform.resume, beam.pvalue.AsDict(outputs["estimates"])))
     elif config.checkpoint_dir:
         outputs["checkpoints"] | "WriteCheckpoints" >> beam.ParDo(WriteCheckpoints(config.checkpoint_dir))
+    if config.evaluate and config.per_user_clients:  # the fresh releases beside their slots' true values
+        fresh = (outputs["releases"] | "FreshReleases" >> beam.Filter(lambda r: r["kind"] == "fresh")
+                 | "BySlot" >> beam.Map(lambda r: ((r["stream"], r["slot"]), r)))
+        outputs["evaluation"] = ({"release": fresh, "truth": outputs["truth"]} | "WithTruth" >> beam.CoGroupByKey()
+                                 | "EvaluationRows" >> beam.FlatMap(per_user_evaluation_rows, config.numeric))
     if config.evaluate:  # NOT private: written by the pipeline into OUTPUT/evaluation/, nowhere else
-        (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility())
+        (outputs["evaluation"] | "Utility" >> beam.CombineGlobally(Utility() if config.numeric is None
+                                                                 else NumericUtility(config.numeric))
          | "WriteEvaluation" >> beam.Map(write_evaluation, evaluation_dir(config.output),
                                          {"slot_seconds": config.slot_seconds, "origin": config.origin,
                                           "mechanism": config.mechanism} if config.plot else None))
@@ -479,7 +484,8 @@ def write_report(config: ReplayConfig, result, seconds: float) -> dict:
     if config.per_user_clients and config.accounting[1]:  # an opt-in that is not private says so in its numbers
         optional["not_w_event_private"] = opted_in_report(config, counts["max_window_usage_ratio"])
     if config.evaluate:
-        optional["evaluation"] = f"{EVALUATION_DIR}/ (NOT private: utility against the true histograms)"
+        optional["evaluation"] = (f"{EVALUATION_DIR}/ (NOT private: utility against the true "
+                                  f"{'histograms' if config.numeric is None else 'slot means'})")
     accounting = counts["accounting"]
     report = job_report("replay", config.mechanism, counts, accounting.get("records_read", 0),
                         accounting.get("records_used", 0), accounting.get("duplicates", 0), seconds,

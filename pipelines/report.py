@@ -10,8 +10,9 @@ ledger's verdict, the configuration's release range and warnings.  Nothing in
 it is computed from the true histograms (its record counts are exact, so it
 stays with the operator like the metrics counters: docs/attack_model.md).
 
-Utility against the true histograms (AMRE, MAE, MRE, AJSD) and the plot of
-true counts are functions of the true data: with the releases and everyone
+Utility against the true histograms (AMRE, MAE, MRE, AJSD; for a numeric
+stream the errors against the true slot means, :class:`NumericUtility`) and the
+plot of true counts are functions of the true data: with the releases and everyone
 else's data they give a user's bin away.  They are computed only with
 ``--evaluate`` and written, by the pipeline itself, into
 ``OUTPUT/evaluation/`` beside a README saying so; they never pass through a
@@ -29,7 +30,8 @@ from transforms.mechanisms.metrics import utility_report
 
 EVALUATION_DIR = "evaluation"
 EVALUATION_README = (
-    "NOT PRIVATE. The files in this folder are computed from the TRUE histograms (utility of the releases "
+    "NOT PRIVATE. The files in this folder are computed from the TRUE histograms or slot means (utility of the "
+    "releases "
     "against them, and with --plot a picture of true counts). Together with the releases and other users' data "
     "they can reveal a user's reports. Keep them with the raw data; never publish them beside the releases.\n")
 EVALUATION_FILES = ("README.txt", "utility.json", "released_vs_true.png")
@@ -64,6 +66,45 @@ class Utility(beam.CombineFn):
         report = utility_report(released, true)
         return {"metrics": {"amre": report.amre, "ajsd": report.ajsd, "mre": report.mre, "mae": report.mae},
                 "released": released, "true": true, "slots": [r[1] for r in rows]}
+
+
+class NumericUtility(Utility):
+    """A numeric stream's fresh releases vs the true means of their slots' holders -> the errors (domain units):
+    ``mse``, ``rmse``, ``mae``, ``mean_error`` (the bias: estimate minus truth, averaged), the mean stated
+    ``predicted_error`` and the ratio ``mse_over_predicted`` (at most about 1 when the stated errors are
+    honest), over the slots with reports (a skipped slot repeats an estimate and states no error)."""
+
+    def __init__(self, domain):
+        self.domain = domain  # transforms.numeric_events.NumericDomain: the rows come in grid units
+
+    def extract_output(self, rows):
+        rows = sorted(self.domain.evaluation_in_domain_units(row) for row in rows
+                      if np.isfinite(row[2][1]) and np.isfinite(row[3][0]))
+        if not rows:
+            return {}
+        released = np.array([[r[2][0]] for r in rows], float)
+        true = np.array([[r[3][0]] for r in rows], float)
+        predicted = np.array([r[2][1] for r in rows], float)
+        error = (released - true)[:, 0]
+        mse = float(np.mean(error ** 2))
+        metrics = {"mse": mse, "rmse": float(np.sqrt(mse)), "mae": float(np.mean(np.abs(error))),
+                   "mean_error": float(np.mean(error)), "mean_predicted_error": float(np.mean(predicted)),
+                   "mse_over_predicted": mse / float(np.mean(predicted)) if np.mean(predicted) > 0 else None}
+        return {"metrics": metrics, "released": released, "true": true, "slots": [r[1] for r in rows],
+                "predicted": predicted}
+
+
+def per_user_evaluation_rows(element, domain) -> list:
+    """The per-user stage's fresh release of a slot joined with its holders' true values (``((stream, slot),
+    {"release": [record], "truth": [(holders, sum of grid indices)]})``) as a numeric evaluation row in grid
+    units, as the simulated path's (``transforms.engine.evaluation_row``); NOT private."""
+    (stream, slot), joined = element
+    if not joined["release"] or not joined["truth"]:
+        return []
+    record, (holders, total) = joined["release"][0], joined["truth"][0]
+    scale = domain.width / domain.steps
+    estimate = (record["estimate"][0] - float(domain.low)) / scale
+    return [(stream, slot, [estimate, record["predicted_error"] / scale ** 2], [total / holders])]
 
 
 def write_evaluation(utility: dict, directory: str, plot: dict | None) -> None:

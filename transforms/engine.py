@@ -40,6 +40,7 @@ from transforms.mechanisms.evidence import least_charges_of_registered
 from transforms.mechanisms.public_schedule import packed_least, registered_verdict
 from transforms.mechanisms.public_schedule.registry import has_schedule, schedule_for
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness
+from transforms.mechanisms.numeric.streams import NumericStream
 from transforms.records import KEY_SEPARATOR, NO_VALUE, Contribution, ReleaseRecord, dead_letter
 from transforms.release_range import ReleaseRange
 from transforms.slot_columns import SlotColumns
@@ -179,8 +180,19 @@ class Duplicates(NamedTuple):
         outputs.duplicates(self)
 
 
+def evaluation_row(mechanism, release, stream: str, slot: int) -> "EvaluationRow":
+    """The release beside the truth the mechanism kept of its slot (NOT private): the counts, or for a numeric
+    stream the estimate and its predicted error beside the true mean of the slot's holders."""
+    if isinstance(mechanism, NumericStream):
+        return EvaluationRow(stream, slot, [float(release.estimate[0]), float(release.predicted_error)],
+                             [float(mechanism.exact_mean_for_evaluation())])
+    return EvaluationRow(stream, slot, [int(x) for x in release.histogram],
+                         [int(x) for x in mechanism.exact_histogram_for_evaluation()])
+
+
 class EvaluationRow(NamedTuple):
-    """A slot's release beside its TRUE histogram: NOT private (``--evaluate`` only)."""
+    """A slot's release beside its TRUE histogram: NOT private (``--evaluate`` only).  A numeric stream's row
+    holds ``[estimate, predicted_error]`` and ``[true mean]`` (floats, domain units; NaN where none is defined)."""
 
     stream: str
     slot: int
@@ -435,8 +447,7 @@ class StreamEngine:
             self.unpublished.append(record)
         yield Released(record)
         if self.config.evaluate:
-            yield EvaluationRow(self.stream, slot, [int(x) for x in release.histogram],
-                                [int(x) for x in self.engine.exact_histogram_for_evaluation()])
+            yield evaluation_row(self.engine.mechanism, release, self.stream, slot)
         charges = release.charges
         # The ledger checks what users declared, kept here from the input, never the mechanism's view: the rows
         # that carry a declaration of their own this slot, and users seen for the first time (their default).

@@ -49,7 +49,8 @@ CLIENTS_STREAM = "\x00per-user-clients"
 
 class CarriedClients(dict):
     """``(stream, user) -> Carried`` as read from a checkpoint, with ``estimates``: each stream's last released
-    estimate (``stream -> (slot, estimate)``), which its skipped slots repeat in the resumed run."""
+    estimate (``stream -> (slot, estimate, released)``), which its skipped slots repeat in the resumed run, and how
+    many slots it released (its releases' ``mechanism_slot`` continues from there; absent in older files)."""
 
     def __init__(self, carried=(), estimates: dict | None = None):
         super().__init__(carried)
@@ -106,8 +107,8 @@ def read_clients_checkpoint(path: str, config: ClientStageConfig) -> dict:
                 config.insecure_seed, path)
     carried, row_type = CarriedClients(), config.method().row_type
     if "estimates" in saved.arrays:
-        carried.estimates = {stream: (slot, estimate)
-                             for stream, slot, estimate in decode_value(saved.arrays["estimates"].tobytes())}
+        rows = decode_value(saved.arrays["estimates"].tobytes())
+        carried.estimates = {stream: tuple(at) for stream, *at in rows}  # (slot, estimate[, released count])
     for stream, user, row, next_slot, declared, tail, *recent in decode_value(saved.arrays["clients"].tobytes()):
         if row is not None and row_type is not None and len(row) == len(row_type._fields):
             row = row_type(*row)
@@ -124,7 +125,7 @@ def resumed_first_open(resume: dict) -> dict:
     first_open: dict = {}
     for (stream, _), before in resume.items():
         first_open[stream] = max(first_open.get(stream, 0), before.next_slot)
-    for stream, (slot, _) in getattr(resume, "estimates", {}).items():
+    for stream, (slot, *_) in getattr(resume, "estimates", {}).items():
         first_open[stream] = max(first_open.get(stream, 0), slot + 1)
     return first_open
 
@@ -198,7 +199,7 @@ class WriteClientCheckpoints(beam.DoFn):
             users, estimates = dict(self.before), dict(self.before.estimates)
         else:
             users = {(stream, user): Carried(row, *rest) for stream, user, row, *rest in saved[0]}
-            estimates = {stream: (slot, estimate) for stream, slot, estimate in saved[1]}
+            estimates = {stream: tuple(at) for stream, *at in saved[1]}
         for _, payload in items:
             kind, stream, *state = decode_value(payload)
             if kind == USER_STATE:

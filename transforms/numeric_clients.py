@@ -28,12 +28,12 @@ keys of a bundle are stepped together (the k-th reports of all of them in one ve
 their reports summed per slot within the bundle.
 
 **Release.**  The exact sum of a slot's reports (each a dyadic rational, summed as integers, so the order does
-not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release is
-the paper's raw average in the domain's units (§4; SW-direct's is biased toward the middle,
-``server.debiased`` has the unbiased one).  The one central step is ToPL's de-biasing, ``(1 + (2m - 1)/g)/2`` of
-the slot's average PM cell ``m`` (affine, so equal to the registered mechanism's average of de-biased reports up
-to float rounding): the stage sends the PM cells.  BA-SW's value for a slot is what the user releases (a new
-publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
+not matter; bounded input: a combine per ``(stream, slot)``, :class:`SlotSums`) and their count; the release's
+estimate, ``statistic`` and ``predicted_error`` are the registered mechanism's estimator's
+(``transforms.mechanisms.numeric.estimates``: SW-direct's and ToPL's average de-biased, Sampling's segment mean,
+the memory methods' raw ``report_mean`` with a worst-case bound), in the domain's units: the simulated path's
+fields, ``mechanism_slot`` the release's place in its stream's series (carried by checkpoints).  BA-SW's value
+for a slot is what the user releases (a new publication or the last one repeated).  Every slot of a stream is released, in order, as the central path
 (``transforms.release``) releases it (:class:`SlotReleases`, ``schemas/release.avsc``): a slot without reports
 is ``skipped`` (epsilon "0", no reporter, the stream's last estimate repeated; 0.0 before the first, as the
 registered mechanisms).  Without a release range the series runs from the stream's first slot in which a record
@@ -119,7 +119,7 @@ from transforms.numeric_slot_releases import (ReleaseStreamSlots, SlotReleases, 
                                               release_record, skipped_record)
 from transforms.numeric_smoothing import SmoothReleases, sma_reach
 from transforms.numeric_stage_config import CLIENT_METHODS, ClientStageConfig
-from transforms.numeric_user_clients import (CHARGES, CROWD, DEAD_LETTERS, PARTS, ReportDraws, UserClients,
+from transforms.numeric_user_clients import (CHARGES, CROWD, DEAD_LETTERS, PARTS, TRUTH, ReportDraws, UserClients,
                                              report_randomness)
 from transforms.private_histogram import AccountingTotals
 from transforms.release_range import ReleaseRange
@@ -469,7 +469,7 @@ class PrivateNumericClients(beam.PTransform):
                  sma: int | None = None, sma_mode: str = "centered", resume: dict | None = None,
                  resume_from: str | None = None, carry: bool = False, accounting: str = "strict",
                  not_w_event_private: bool = False, release_range: tuple[float, float] | None = None,
-                 checkpoint_every: int | None = None):
+                 checkpoint_every: int | None = None, evaluate: bool = False):
         super().__init__()
         if sma is not None:
             sma_reach(sma, sma_mode)  # refuses a bad size or mode now
@@ -480,12 +480,14 @@ class PrivateNumericClients(beam.PTransform):
         clock = SlotClock(slot_seconds, origin, allowed_lateness)
         self.config = ClientStageConfig(mechanism.lower(), domain, dict(mechanism_params or {}), clock, policy,
                                         insecure_seed, accounting, not_w_event_private,
-                                        None if release_range is None else ReleaseRange.of(clock, *release_range))
+                                        None if release_range is None else ReleaseRange.of(clock, *release_range),
+                                        evaluate)
+        if evaluate and bounded is not True:
+            raise ValueError("evaluate is for bounded input (the true slot means of a replay)")
         if self.config.crowd is not None and sma is not None:
             raise ValueError("sma: the crowd distribution is a list of fractions per slot; its SMA is not defined")
         mechanism_built = self.config.build()
         self.method = self.config.method()
-        self.variance = self.method.variance()
         self.ledger_max_window = max(ledger_max_window, mechanism_built.params.window)
         self.ledger_detail, self.bounded = ledger_detail, bounded
         if carry and bounded is not True:
@@ -528,6 +530,8 @@ class PrivateNumericClients(beam.PTransform):
                 types[CROWD], tags = Crowd, tags + (CROWD,)
             if self.carry:
                 types[CARRY], tags = typing.Any, tags + (CARRY,)
+            if self.config.evaluate:
+                types[TRUTH], tags = typing.Tuple[typing.Tuple[str, int], typing.Tuple[int, int]], tags + (TRUTH,)
         else:
             events = events | "AtEventTime" >> beam.Map(lambda e: TimestampedValue(e, e.time)).with_output_types(Event)
             stage = beam.ParDo(state_fn(self.config, carry=self.checkpoint_every is not None,
@@ -552,7 +556,7 @@ class PrivateNumericClients(beam.PTransform):
         closed = (grouped
                   | "UserClients" >> stage.with_output_types(types.pop("reports"), **types)
                   .with_outputs(*tags, main="reports"))
-        releaser = SlotReleases(self.config, self.method, self.variance)
+        releaser = SlotReleases(self.config, self.method)
         reports = closed.reports
         if bounded:
             reports = reports | "SlotSums" >> beam.CombinePerKey(SlotSums()).with_output_types(Summed)
@@ -579,7 +583,8 @@ class PrivateNumericClients(beam.PTransform):
         if self.checkpoint_every is not None:
             crowd = self.config.crowd is not None
             stamped = releases | "StampedEstimates" >> beam.Map(lambda r: (CLIENTS_STREAM, encode_value(
-                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0])))) \
+                (STREAM_ESTIMATE, r["stream"], r["slot"], r["estimate"] if crowd else r["estimate"][0],
+                 r["mechanism_slot"])))) \
                 .with_output_types(typing.Tuple[str, bytes])
             checkpoints = ((closed[CARRY], stamped) | "CheckpointInput" >> beam.Flatten()
                            | "Checkpoints" >> beam.ParDo(self.writer).with_output_types(CheckpointSaved))
@@ -599,11 +604,15 @@ class PrivateNumericClients(beam.PTransform):
         accounting = closed[ACCOUNTING]
         outputs = {"releases": releases, "dead_letters": dead_letters, "usage": ledger.usage,
                    "violations": ledger[VIOLATIONS], "ledger_entries": ledger[ENTRIES], "accounting": accounting}
+        if self.config.evaluate:  # NOT private: each slot's holders' count and sum of grid values
+            outputs["truth"] = closed[TRUTH] | "TrueSums" >> beam.CombinePerKey(
+                lambda pairs: tuple(map(sum, zip(*pairs))))
         if self.carry:
             outputs["carry"] = closed[CARRY]
             crowd = self.config.crowd is not None
             outputs["estimates"] = (releases | "StreamEstimates" >> beam.Map(
-                lambda r: (r["stream"], (r["slot"], r["estimate"] if crowd else r["estimate"][0])))
+                lambda r: (r["stream"], (r["slot"], r["estimate"] if crowd else r["estimate"][0],
+                                         r["mechanism_slot"])))
                 | "LastEstimates" >> beam.CombinePerKey(max))
         if checkpoints is not None:
             outputs["checkpoints"] = checkpoints

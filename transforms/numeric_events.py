@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from apache_beam.metrics import Metrics
 
+from transforms.mechanisms.numeric.estimates import statistic_of
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS
 from transforms.user_state import NAMESPACE
 
@@ -99,17 +100,27 @@ class NumericDomain:
         return {"low": 0.0, "high": float(self.steps), "grid_bits": self.grid_bits, "out_of_range": "refuse"}
 
     def in_domain_units(self, record: dict) -> dict:
-        """A release record of a mechanism run in grid units, in the interval's units (a new dict); a crowd
-        distribution's fractions are unit-free (its bins are the same equal parts of the grid and the interval)."""
+        """A release record of a mechanism run in grid units, in the interval's units (a new dict), with the
+        fields the per-user stage writes: the method's ``statistic`` (``estimates.statistic_of``) and the
+        estimate times the reporters as ``histogram``; a crowd distribution's fractions are unit-free (its bins
+        are the same equal parts of the grid and the interval)."""
         if record.get("statistic") == "distribution":
             return dict(record)
         scale = self.width / self.steps
         estimate = [float(self.low) + scale * value for value in record["estimate"]]
         error = record.get("predicted_error")
-        registered = record["registered_users"]
-        return {**record, "estimate": estimate,
-                "histogram": [round(value * registered) for value in estimate],
+        reporters = record["reporters"] or 0
+        return {**record, "estimate": estimate, "statistic": statistic_of(record["mechanism"]),
+                "histogram": [round(value * reporters) for value in estimate],
                 "predicted_error": None if error is None else error * scale * scale}
+
+    def evaluation_in_domain_units(self, row) -> tuple:
+        """An evaluation row of a numeric stream (``transforms.engine.evaluation_row``: the estimate and predicted
+        error, the true mean, in grid units) in the interval's units (NOT private: ``--evaluate`` only)."""
+        scale = self.width / self.steps
+        (estimate, error), (truth,) = row[2], row[3]
+        return (row[0], row[1], [float(self.low) + scale * estimate, error * scale * scale],
+                [float(self.low) + scale * truth])
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ nothing is charged or counted for it.  No numeric method's schedule depends on c
 none is refused before the job.
 
 Each slot with accepted reports releases a ``schemas/release.avsc`` record (the streaming job's, dated by the
-slot clock): the paper's average of the reports at face value (``estimate``, in the domain's units, as the
-central and per-user paths do; ToPL's average de-biased), the reporters as ``reporters``, the most a
-report of the slot was charged as ``epsilon``, and for SW-direct the de-biased mean in ``figures``
-(``debiased``, ``server.debiased``: unbiased, post-processing).  Dead letters and duplicates are
+slot clock): the method's estimate and predicted error (``transforms.mechanisms.numeric.estimates``, as the
+central and per-user paths: de-biased for SW-direct and ToPL, the raw ``report_mean`` with a worst-case bound
+for the methods with memory), the reporters as ``reporters``, the most a report of the slot was charged as
+``epsilon``.  Dead letters and duplicates are
 ``schemas/dead_letter.avsc`` records (stage ``numeric_reports``).  The sum is exact (every report
 value is a dyadic rational, summed as an integer times ``2**64``), so the order the reports arrive in cannot
 change a bit.  A slot between the first and last report of a stream without any accepted report repeats the
@@ -61,7 +61,6 @@ from transforms.coders import ValueCoder
 from transforms.ledger import ENTRIES, VIOLATIONS, empty_tail
 from transforms.mechanisms import make_mechanism
 from transforms.mechanisms.budget import units_to_decimal_string
-from transforms.mechanisms.domain import Interval
 from transforms.mechanisms.ldp.client import (
     DUPLICATE_REPORT,
     REPORT_FIELDS,
@@ -69,7 +68,6 @@ from transforms.mechanisms.ldp.client import (
     _units,
     report_record,
 )
-from transforms.mechanisms.numeric import server
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
 from transforms.numeric_clients import (
     CHARGES,
@@ -94,7 +92,6 @@ NUMERIC_ORACLE = "sw"
 """The oracle a numeric device report names: the Square Wave (ToPL's PM is a square wave with PM's half-band)."""
 
 _STREAM, _USER, _SLOT = (REPORT_FIELDS.index(name) for name in ("stream", "user", "slot"))
-_SCALE = 1 << 64
 
 
 @dataclass(frozen=True)
@@ -260,15 +257,12 @@ def release_numeric_stream(config: NumericReportConfig, stream: str, reports: It
     if not sums:
         return
     dated = DeviceStreamConfig(config, clock or SlotClock(1.0))
-    method, wave = schedule.user_method, schedule.wave
-    variance, interval = method.variance(), Interval(config.domain.low, config.domain.high)
+    method = schedule.user_method
     estimate = None  # the first slot always has reports
     for slot in range(min(sums), max(sums) + 1):
         n, total, units = sums.get(slot, (0, 0, 0))
         if n:  # epsilon: the most a report of the slot was charged (realised), as the streaming job releases
-            record = release_record(((stream, slot), (n, total, units)), dated, method, variance, "local_client")
-            if config.mechanism == "sw-direct":  # unbiased, post-processing (server.debiased)
-                record["figures"]["debiased"] = float(server.debiased(total / (n * _SCALE), wave, interval))
+            record = release_record(((stream, slot), (n, total, units)), dated, method, "local_client")
             estimate = record["estimate"][0]
             yield "release", record
         else:
@@ -424,7 +418,7 @@ class StreamNumericReports(beam.PTransform):
                     clock.slot_seconds, offset=(clock.origin + clock.allowed_lateness) % clock.slot_seconds))
                 | "SlotSums" >> beam.CombinePerKey(SlotSums())
                 | "Global" >> beam.WindowInto(GlobalWindows()))
-        releases = sums | "Release" >> beam.Map(release_record, self.config, self.method, self.method.variance(),
+        releases = sums | "Release" >> beam.Map(release_record, self.config, self.method,
                                                  "local_client").with_output_types(ReleaseRecord)
         ledger = (closed[CHARGES] | "PrivacyLedger" >> beam.ParDo(NumericLedgerFn(self.config.reports.ledger_rules(
             self.ledger_max_window)))

@@ -72,22 +72,22 @@ def crowd_record(stream: str, slot: int, n: int, units: int, counts: tuple, conf
         "estimate": (np.array(counts, np.int64) / users).tolist(), "trust": "local_simulated", "figures": {}})
 
 
-def release_record(element, config, method: UserMethod, variance: float, trust: str = "local_simulated"
-                   ) -> ReleaseRecord:
-    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units (ToPL's
-    average de-biased: ``method.unit_estimate``).  ``config`` has the mechanism's name, the domain and the slot
-    clock (:class:`ClientStageConfig`, or the device reports' ``DeviceStreamConfig``)."""
+def release_record(element, config, method: UserMethod, trust: str = "local_simulated") -> ReleaseRecord:
+    """A slot's release (``schemas/release.avsc``) from its reports' exact sum, in the domain's units: the
+    estimate, statistic and predicted error of the method's estimator (``method.estimator``, the registered
+    mechanism's).  ``config`` has the mechanism's name, the domain and the slot clock
+    (:class:`ClientStageConfig`, or the device reports' ``DeviceStreamConfig``)."""
     (stream, slot), (n, total, units) = element
     Metrics.counter(NAMESPACE, "slots_fresh").inc()
-    domain, clock = config.domain, config.clock
-    unit = method.unit_estimate(total / (n * REPORT_SCALE))  # int / int: correctly rounded
+    domain, clock, estimator = config.domain, config.clock, method.estimator
+    unit = estimator.unit_estimate(total / (n * REPORT_SCALE))  # int / int: correctly rounded
     estimate = float(domain.low) + domain.width * unit
     return ReleaseRecord({
         "stream": stream, "slot": slot, "slot_start": clock.start(slot), "slot_end": clock.end(slot),
         "mechanism": config.mechanism, "mechanism_slot": slot, "histogram": [round(estimate * n)],
         "kind": "fresh", "epsilon": units_to_decimal_string(units),
-        "predicted_error": variance * domain.width ** 2 / n, "registered_users": None, "reporters": n,
-        "statistic": "mean",
+        "predicted_error": estimator.predicted_error(n, domain.width), "registered_users": None, "reporters": n,
+        "statistic": estimator.statistic,
         "estimate": [estimate], "trust": trust,
         "figures": {} if method.w_event_private else {"w_event_private": 0.0}})
 
@@ -116,8 +116,8 @@ class SlotReleases:
 
     MAX_EMPTY = ReleaseConfig.max_empty_slots
 
-    def __init__(self, config: ClientStageConfig, method: UserMethod, variance: float):
-        self.config, self.method, self.variance = config, method, variance
+    def __init__(self, config: ClientStageConfig, method: UserMethod):
+        self.config, self.method = config, method
         self.range = config.release_range
 
     def in_range(self, sums: dict) -> dict:
@@ -131,12 +131,14 @@ class SlotReleases:
         """The stream's first slot to release (never one a resumed checkpoint closed)."""
         return max(self.range.first_slot if self.range is not None else min(slots), first_open)
 
-    def release(self, stream: str, sums: dict, next_slot: int, estimate, last: int, crowd: dict | None = None
-                ) -> tuple[list, int, float]:
+    def release(self, stream: str, sums: dict, next_slot: int, estimate, last: int, crowd: dict | None = None,
+                counted: int = 0) -> tuple[list, int, float, int]:
         """Slots ``next_slot .. last`` of ``stream`` from ``sums`` (slot -> SlotSum, all in that span): the
-        records, the next slot and the last estimate (with ``crowd``, slot -> bin counts: the crowd
-        distribution's releases, the estimate a list of fractions)."""
-        statistic = "mean" if crowd is None else "distribution"
+        records, the next slot, the last estimate and the slots released so far (with ``crowd``, slot -> bin
+        counts: the crowd distribution's releases, the estimate a list of fractions).  ``counted``: the stream's
+        slots released before (a resumed run's carried count); each record's ``mechanism_slot`` is its 1-based
+        place in the stream's series, as the simulated mechanisms number their steps."""
+        statistic = self.method.estimator.statistic if crowd is None else "distribution"
         if any(slot < next_slot or slot > last for slot in sums):
             raise ValueError(f"stream {stream}: reports outside slots {next_slot}..{last} (already released)")
         records, slot = [], next_slot
@@ -154,14 +156,15 @@ class SlotReleases:
                     records.append(crowd_record(stream, upcoming, n, units, crowd.get(upcoming, ()), self.config))
                     estimate = records[-1]["estimate"]
                 elif sums[upcoming][0]:
-                    records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method,
-                                                  self.variance))
+                    records.append(release_record(((stream, upcoming), sums[upcoming]), self.config, self.method))
                     estimate = records[-1]["estimate"][0]
                 else:
                     records.append(skipped_record(stream, upcoming, estimate, self.config, self.method,
                                                   statistic=statistic))
             slot = upcoming + 1
-        return records, max(next_slot, last + 1), estimate
+        for place, record in enumerate(records, counted + 1):
+            record["mechanism_slot"] = place
+        return records, max(next_slot, last + 1), estimate, counted + len(records)
 
     def bounded(self, element, first_open: dict, estimates: dict) -> list:
         """Bounded input: ``(stream, all its (slot, SlotSum))``, released up to its last present slot (or the
@@ -170,7 +173,8 @@ class SlotReleases:
         sums = self.in_range(dict(slot_sums))
         start = self.first(sums, first_open.get(stream, 0))
         last = self.range.last_slot if self.range is not None else max(sums)
-        return self.release(stream, sums, start, estimates.get(stream, (0, 0.0))[1], last)[0]
+        carried = estimates.get(stream, (0, 0.0))
+        return self.release(stream, sums, start, carried[1], last, counted=carried_count(carried))[0]
 
     def bounded_crowd(self, element, first_open: dict, estimates: dict) -> list:
         """:meth:`bounded` for the crowd distribution: ``(stream, {"sums": (slot, SlotSum)s, "crowd": (slot,
@@ -179,8 +183,15 @@ class SlotReleases:
         sums = self.in_range(dict(joined["sums"]))
         start = self.first(sums, first_open.get(stream, 0))
         last = self.range.last_slot if self.range is not None else max(sums)
-        estimate = estimates.get(stream, (0, [0.0] * self.config.crowd[1]))[1]
-        return self.release(stream, sums, start, list(estimate), last, dict(joined["crowd"]))[0]
+        carried = estimates.get(stream, (0, [0.0] * self.config.crowd[1]))
+        return self.release(stream, sums, start, list(carried[1]), last, dict(joined["crowd"]),
+                            carried_count(carried))[0]
+
+
+def carried_count(carried: tuple) -> int:
+    """The slots a checkpoint says its stream released, from its carried ``(slot, estimate, released)`` (0 for a
+    checkpoint written before the count was carried: numbering restarts)."""
+    return int(carried[2]) if len(carried) > 2 else 0
 
 
 class ReleaseStreamSlots(beam.DoFn):
@@ -202,6 +213,7 @@ class ReleaseStreamSlots(beam.DoFn):
     ESTIMATE = ReadModifyWriteStateSpec("estimate", FloatCoder())
     DISTRIBUTION = ReadModifyWriteStateSpec("distribution", ValueCoder())  # the crowd's last estimate (a list)
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())  # the µs the ``release`` timer is set for
+    COUNTED = ReadModifyWriteStateSpec("counted", VarIntCoder())  # the stream's slots released so far
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
     def __init__(self, releases: SlotReleases, first_open: dict | None = None, estimates: dict | None = None):
@@ -224,7 +236,7 @@ class ReleaseStreamSlots(beam.DoFn):
                    pending=beam.DoFn.StateParam(PENDING), crowd_state=beam.DoFn.StateParam(CROWD),
                    next_slot_state=beam.DoFn.StateParam(NEXT_SLOT), estimate_state=beam.DoFn.StateParam(ESTIMATE),
                    distribution_state=beam.DoFn.StateParam(DISTRIBUTION), armed=beam.DoFn.StateParam(ARMED),
-                   release=beam.DoFn.TimerParam(RELEASE)):
+                   counted_state=beam.DoFn.StateParam(COUNTED), release=beam.DoFn.TimerParam(RELEASE)):
         held = list(pending.read())
         pending.clear()
         armed.clear()
@@ -251,8 +263,10 @@ class ReleaseStreamSlots(beam.DoFn):
         release_range, records = self.releases.range, []
         next_slot = next_slot_state.read()
         estimate = estimate_state.read()
+        counted = counted_state.read() or 0
         if next_slot is None and key in self.first_open:  # a resumed stream continues where its checkpoint ended
-            next_slot, estimate = self.first_open[key], self.estimates.get(key, (0, None))[1]
+            carried = self.estimates.get(key, (0, None))
+            next_slot, estimate, counted = self.first_open[key], carried[1], carried_count(carried)
         due = self.releases.in_range(due)
         stale = [slot for slot in due if next_slot is not None and slot < next_slot]
         made = sum(due.pop(slot)[0] for slot in stale)
@@ -266,12 +280,14 @@ class ReleaseStreamSlots(beam.DoFn):
             release_range.last_due(self.clock, fired.micros - 1000)
         if next_slot is not None and last is not None and last >= next_slot:
             if crowd is None:
-                records, next_slot, estimate = self.releases.release(key, due, next_slot, estimate or 0.0, last)
+                records, next_slot, estimate, counted = self.releases.release(key, due, next_slot, estimate or 0.0,
+                                                                              last, counted=counted)
             else:
-                records, next_slot, estimate = self.releases.release(
-                    key, due, next_slot, list(estimate or [0.0] * crowd[1]), last, crowd_due)
+                records, next_slot, estimate, counted = self.releases.release(
+                    key, due, next_slot, list(estimate or [0.0] * crowd[1]), last, crowd_due, counted)
             next_slot_state.write(next_slot)
             estimate_state.write(estimate)
+            counted_state.write(counted)
         if later:
             arm_timer(armed, release, self.clock.release_micros(min(slot for slot, _ in later)))
         elif release_range is not None and next_slot <= release_range.last_slot:

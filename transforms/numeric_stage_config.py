@@ -36,6 +36,7 @@ class ClientStageConfig:
     accounting: str = "strict"
     not_w_event_private: bool = False
     release_range: ReleaseRange | None = None  # the public slots released and charged; None: the data's
+    evaluate: bool = False  # also emit each slot's holders' true grid values (NOT private: --evaluate only)
 
     def __post_init__(self):
         if self.mechanism not in CLIENT_METHODS:

@@ -27,6 +27,8 @@ from transforms.numeric_stage_config import ClientStageConfig
 CHARGES = "charges"
 DEAD_LETTERS = "dead_letters"
 CROWD = "crowd"
+TRUTH = "truth"
+"""``((stream, slot), (1, grid index))`` of every admitted value (NOT private: only with ``evaluate``)."""
 PARTS = (DISSIMILARITY, PUBLICATION)  # the parts the central numeric streams charge (publication only, here)
 
 
@@ -101,6 +103,8 @@ class UserClients:
                 continue
             used += len(raws)
             if value != NO_VALUE:  # a declaration only reports nothing
+                if self.config.evaluate:  # the truth the evaluation compares with (NOT private)
+                    outputs.append(beam.pvalue.TaggedOutput(TRUTH, ((stream, slot), (1, int(value)))))
                 reporting.slots.append(slot)
                 reporting.x.append(value / steps)
                 reporting.requirements.append(requirement)

@@ -23,7 +23,7 @@ so the release stage sums it exactly.
   ``AbsorptionRow``): a dissimilarity report and perhaps a publication; the value that leaves is what the user
   releases for the slot (a new publication or the last one repeated).
 * :class:`ToplMethod`: ToPL(PM): the PM cell of every admitted slot, no state.  De-biasing (``(1 + (2w - 1)/g)/2``,
-  affine) is applied to the slot's average by the release stage (:meth:`ToplMethod.unit_estimate`), which is the
+  affine) is applied to the slot's average by the release stage (the estimator's ``unit_estimate``), which is the
   registered mechanism's average of de-biased reports up to float rounding.
 
 Randomness: ``draws(keys, words)`` gives the generator of one vectorised call: ``keys()`` lists the reports'
@@ -47,7 +47,7 @@ from transforms.mechanisms.numeric.sampling import (
     samples_per_window,
 )
 from transforms.mechanisms.numeric.server import crowd_distribution
-from transforms.mechanisms.numeric.square_wave import moments_at_one
+from transforms.mechanisms.numeric.estimates import MeanEstimator, estimator_for
 from transforms.numeric_records import AbsorptionRow, ClientRow, SampledRow
 
 Draws = Callable[[Callable[[], list], int], object]
@@ -77,14 +77,11 @@ class UserMethod:
     def w_event_private(self) -> bool:
         return True
 
-    def variance(self) -> float:
-        """The worst-case variance of one report (``SW(1)``'s), in [0, 1] units squared."""
-        wave = self.wave
-        return float(moments_at_one(wave.b, wave.p, wave.q)[1])
-
-    def unit_estimate(self, mean: float) -> float:
-        """The release's estimate in [0, 1] units from the average of the slot's reports (the paper's raw one)."""
-        return mean
+    @property
+    def estimator(self) -> MeanEstimator:
+        """What the release's estimate is and its predicted error: the registered mechanism's own
+        (:mod:`transforms.mechanisms.numeric.estimates`), for this method's client."""
+        return self.mechanism.estimator
 
     def run(self, users: list, rows: list, horizons: list, draws: Draws) -> tuple[list, list]:
         """Per user, the reports ``(slot, value, dc, publication, requirement)`` and the new row (module doc)."""
@@ -167,6 +164,11 @@ class SampledMethod(UserMethod):
             self.client = build_client(units, p.grid_bits, self.memory, False, p.reset, mechanism.base == "capp",
                                        p.bound_mode, p.delta)
         self.wave = self.client.sw
+
+    @property
+    def estimator(self) -> MeanEstimator:
+        """The registered mechanism's estimator for this client (the paper's accounting has its own budget)."""
+        return estimator_for(self.mechanism.name, self.client.sw, self.client.bounds)
 
     @property
     def w_event_private(self) -> bool:
@@ -259,12 +261,6 @@ class ToplMethod(UserMethod):
     def __init__(self, mechanism):
         super().__init__(mechanism)
         self.wave = mechanism.topl.piecewise
-
-    def variance(self) -> float:
-        return super().variance() / float(self.wave.gain) ** 2
-
-    def unit_estimate(self, mean: float) -> float:
-        return (1 + (2 * mean - 1) / float(self.wave.gain)) / 2
 
     def run(self, users, rows, horizons, draws):
         keys = [(u.stream, u.user, slot) for u in users for slot in u.slots]

@@ -13,6 +13,7 @@ import schemas
 import wevent_client
 from pipelines import client_replay
 from transforms.mechanisms import make_mechanism
+from transforms.numeric_user_methods import user_method
 
 LOW, HIGH, WINDOW, BUDGET = -5.0, 15.0, 4, "2"
 
@@ -40,6 +41,12 @@ def _run(tmp_path, method, lines, *extra):
                               "--requirement", f"fixed:{WINDOW},{BUDGET}", "--mechanism", method, "--epsilon",
                               BUDGET, "--window", str(WINDOW), f"--domain={LOW},{HIGH}", "--output",
                               str(tmp_path / "out"), *extra])
+
+
+def schedule_estimator(method: str, **params):
+    """The registered mechanism's estimator (its statistic and de-biasing) at the jobs' budget and domain."""
+    return user_method(make_mechanism(method, bins=1, epsilon=float(BUDGET), window=WINDOW, low=LOW, high=HIGH,
+                                      **params)).estimator
 
 
 def _lines(tmp_path, prefix):
@@ -86,10 +93,11 @@ def test_device_reports_release_their_exact_averages_and_bad_ones_are_dead_lette
         schemas.validate("release", record)  # the same records as every other job's, dated by the clock
         assert (record["slot_start"], record["slot_end"]) == (1000 + 60 * slot, 1060 + 60 * slot)
         mean = float(sum(reported) / len(reported))
-        assert record["estimate"] == [LOW + (HIGH - LOW) * mean] and record["statistic"] == "mean"
+        estimator = schedule_estimator(method)
+        assert record["estimate"] == [LOW + (HIGH - LOW) * estimator.unit_estimate(mean)]
+        assert record["statistic"] == estimator.statistic
         assert record["reporters"] == len(reported) and record["trust"] == "local_client"
         assert record["registered_users"] is None  # the reporters' own field, registrations not written here
-        assert ("debiased" in record["figures"]) == (method == "sw-direct")
     per_report = wevent_client.epsilon_units_from_string(BUDGET) // (WINDOW + {"sw-direct": 0, "ipp": 1}.get(method,
                                                                                                            WINDOW))
     assert {json.loads(line)["epsilon"] for line in lines} == {wevent_client.units_to_decimal_string(per_report)}
@@ -165,12 +173,9 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
     assert sorted(fresh) == sorted(values)
     if segment is not None:
         assert all((slot + 1) % segment == 0 for slot in fresh)
-    gain = None
-    if method == "topl":
-        gain = float(make_mechanism("topl", bins=1, epsilon=float(BUDGET), window=WINDOW, low=LOW,
-                                    high=HIGH).topl.piecewise.gain)
+    estimator = schedule_estimator(method, **({} if segment is None else {"segment": segment}))
     for slot, reported in values.items():
         mean = float(sum(reported) / len(reported))
-        unit = mean if gain is None else (1 + (2 * mean - 1) / gain) / 2
-        assert fresh[slot]["estimate"] == [LOW + (HIGH - LOW) * unit]
+        assert fresh[slot]["estimate"] == [LOW + (HIGH - LOW) * estimator.unit_estimate(mean)]
+        assert fresh[slot]["statistic"] == estimator.statistic
         assert fresh[slot]["reporters"] == len(reported)

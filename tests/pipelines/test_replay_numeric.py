@@ -82,10 +82,12 @@ def test_clipped_numeric_replay_releases_the_cores_means(tmp_path, mechanism):
     assert report["dead_letters"] == 0 and dead == []
     assert report["ledger_violations"] == 0 and 0 < report["max_window_usage_ratio"] <= 1
     assert [r["slot"] for r in releases] == list(range(SLOTS))
-    assert {r["trust"] for r in releases} == {"local_simulated"} and {r["statistic"] for r in releases} == {"mean"}
+    statistic = "mean" if mechanism == "sw-direct" else "report_mean"  # only SW-direct's is de-biased
+    assert {r["trust"] for r in releases} == {"local_simulated"} and {r["statistic"] for r in releases} == {statistic}
     got = [r["estimate"][0] for r in releases]
     assert got == core_estimates(mechanism, clip=True)  # the same numbers, not just close
-    assert all(LOW <= g <= HIGH for g in got) or mechanism == "capp"  # CAPP's bounds may leave the interval
+    # CAPP's bounds may leave the interval; SW-direct's de-biased mean is not clipped to it
+    assert all(LOW <= g <= HIGH for g in got) or mechanism in ("capp", "sw-direct")
 
 
 def test_out_of_range_values_are_dead_letters_by_default(tmp_path):
@@ -110,7 +112,6 @@ def test_out_of_range_values_are_dead_letters_by_default(tmp_path):
     (["--mechanism", "pbd", "--domain", "0,1", "--binning", "int:4"], "--domain is for the numeric mechanisms"),
     (["--mechanism", "capp", "--domain", "0,1", "--binning", "int:4"], "not both"),
     (["--mechanism", "capp", "--domain", "0,1", "--param", "high=3"], "not --param"),
-    (["--mechanism", "capp", "--domain", "0,1", "--evaluate"], "does not apply to --domain"),
     (["--mechanism", "capp", "--domain", "0,1", "--epsilon", "0.000000000003"], "too small"),
 ])
 def test_bad_numeric_configuration_fails_before_running_with_one_line(tmp_path, capsys, args, message):
@@ -429,3 +430,47 @@ def test_the_paper_sampling_accounting_reports_its_true_memory_aware_usage(tmp_p
     code, strict, _, _ = run_replay(tmp_path, "pp-s", *flags, ranged=False)
     assert code == 0 and strict["ledger_violations"] == 0 and strict["max_window_usage_ratio"] <= 1.0
     assert strict["not_w_event_private"] is None and "not w-event private" not in cli.summary("replay", strict, "o")
+
+
+@pytest.mark.parametrize("stage", [[], ["--per-user-clients"]])
+def test_numeric_evaluate_measures_the_releases_against_the_true_slot_means(tmp_path, stage):
+    """--evaluate with --domain (refused before), on both paths: evaluation/utility.json, NOT private, holds the
+    errors of the fresh releases against the true means of each slot's (clipped, grid-rounded) values, from the
+    same run's own releases; the releases themselves are the run without --evaluate's."""
+    write_events(tmp_path / "events.jsonl")
+    code, _, releases, _ = run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", "--evaluate", "--plot", *stage)
+    assert code == 0
+    utility = json.loads((tmp_path / "out" / "evaluation" / "utility.json").read_text())
+    assert utility["not_private"] is True and utility["slots"] == SLOTS
+    truth = [LOW + (HIGH - LOW) * np.mean([round((min(max(values_at(u, s), LOW), HIGH) - LOW) / (HIGH - LOW)
+                                                 * 65536) / 65536 for u in range(USERS)]) for s in range(SLOTS)]
+    errors = np.array([r["estimate"][0] for r in releases]) - np.array(truth)
+    assert utility["mse"] == pytest.approx(float(np.mean(errors ** 2)), rel=1e-9)
+    assert utility["mean_error"] == pytest.approx(float(np.mean(errors)), rel=1e-9, abs=1e-12)
+    assert utility["mean_predicted_error"] == pytest.approx(np.mean([r["predicted_error"] for r in releases]))
+    assert "NOT PRIVATE" in (tmp_path / "out" / "evaluation" / "README.txt").read_text()
+    assert (tmp_path / "out" / "evaluation" / "released_vs_true.png").read_bytes()[:4] == b"\x89PNG"  # with its band
+    (tmp_path / "out").rename(tmp_path / "evaluated")
+    assert run_replay(tmp_path, "sw-direct", "--out-of-range", "clip", *stage)[2] == releases
+
+
+@pytest.mark.parametrize("mechanism", ["sw-direct", "capp", "ba-sw", "topl"])
+def test_both_paths_of_a_mechanism_write_the_same_fields(tmp_path, mechanism):
+    """The simulated release stage and the per-user stage on one stream: every field of every release equal,
+    but the three that cannot be: ``estimate`` and ``histogram`` (the estimate times the reporters), whose draws
+    come from one generator in user order in the simulated stage and from one per (user, slot) in the per-user
+    stage, and ``registered_users`` (the per-user stage keeps no registry); for BA-SW also ``epsilon`` (the most a
+    reporter was charged, in both: which users publish, and at which budget, is drawn).  The estimates are the
+    same function of the reports (:func:`core_estimates` and ``test_numeric_clients``)."""
+    write_events(tmp_path / "events.jsonl")
+    runs = []
+    for stage in ([], ["--per-user-clients"]):
+        runs.append(run_replay(tmp_path, mechanism, "--out-of-range", "clip", *stage)[2])
+        (tmp_path / "out").rename(tmp_path / f"out{len(runs)}")
+    simulated, per_user = runs
+    assert len(simulated) == len(per_user) == SLOTS
+    differ = ("estimate", "histogram", "registered_users") + (("epsilon",) if mechanism == "ba-sw" else ())
+    for a, b in zip(simulated, per_user):
+        assert {k: v for k, v in a.items() if k not in differ} == {k: v for k, v in b.items() if k not in differ}
+        assert a["registered_users"] == USERS and b["registered_users"] is None
+    assert {r["epsilon"] for r in simulated} != {"0"}  # the realised charge, the same decimal in both

@@ -89,7 +89,8 @@ def make_numeric_events(users: int = 7, slots: int = 9, seed: int = 3) -> list[E
 
 def expected(events: list[Event], mechanism: str, params: dict) -> dict:
     """slot -> (reporters, mean in the domain's units): the core's Client.step per user, same generators."""
-    client = make_mechanism(mechanism, bins=1, **params, **DOMAIN.mechanism_params()).client
+    built = make_mechanism(mechanism, bins=1, **params, **DOMAIN.mechanism_params())
+    client, estimator = built.client, built.estimator
     by_user: dict = {}
     for e in sorted(events, key=lambda e: (e.time, e.raw)):
         by_user.setdefault(e.user, {})[int(e.time // SLOT)] = e.value  # the latest event of a slot wins
@@ -102,7 +103,8 @@ def expected(events: list[Event], mechanism: str, params: dict) -> dict:
             report, row = step_user(client, row, slots[slot] / DOMAIN.steps,
                                     report_randomness(SEED, "s", user, slot))
             reports.setdefault(slot, []).append(report)
-    return {slot: (len(r), DOMAIN.low + DOMAIN.width * float(np.mean(r))) for slot, r in reports.items()}
+    return {slot: (len(r), DOMAIN.low + DOMAIN.width * estimator.unit_estimate(float(np.mean(r))))
+            for slot, r in reports.items()}
 
 
 def run(pipeline, source, mechanism: str, params: dict, lateness: float = 0.0) -> dict:
@@ -369,7 +371,9 @@ def expected_method(events: list[Event], mechanism_name: str, params: dict, acco
     for user_reports in reports_of_users(events, mechanism_name, params, accounting).values():
         for slot, report in user_reports:
             reports.setdefault(slot, []).append(report)
-    return {slot: (len(r), DOMAIN.low + DOMAIN.width * float(np.mean(r))) for slot, r in reports.items()}
+    estimator = make_mechanism(mechanism_name, bins=1, **params, **DOMAIN.mechanism_params()).estimator
+    unit = (lambda mean: mean) if mechanism_name == "topl" else estimator.unit_estimate  # ToPL: de-biased per report
+    return {slot: (len(r), DOMAIN.low + DOMAIN.width * unit(float(np.mean(r)))) for slot, r in reports.items()}
 
 
 def reports_of_users(events: list[Event], mechanism_name: str, params: dict, accounting: str = "strict") -> dict:

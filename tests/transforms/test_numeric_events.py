@@ -27,10 +27,13 @@ def test_the_grid_index_is_the_mechanisms_own(low, high):
 
 def test_releases_in_grid_units_map_back_exactly():
     domain = NumericDomain(-5.0, 15.0)
-    record = {"estimate": [0.0, 32768.0, 65536.0, 12345.5], "predicted_error": 65536.0 ** 2, "registered_users": 4}
+    record = {"estimate": [0.0, 32768.0, 65536.0, 12345.5], "predicted_error": 65536.0 ** 2, "registered_users": 9,
+              "reporters": 4, "mechanism": "capp", "statistic": "mean"}
     back = domain.in_domain_units(record)
     assert back["estimate"] == [-5.0, 5.0, 15.0, -5.0 + 20.0 * 12345.5 / 65536]
+    # the estimate times the reporters (not the registered users), the method's statistic: the per-user stage's
     assert back["predicted_error"] == 400.0 and back["histogram"] == [-20, 20, 60, round(back["estimate"][3] * 4)]
+    assert back["statistic"] == "report_mean"
     assert record["estimate"][0] == 0.0  # a new dict: the input is not changed
     assert domain.value_of(domain.grid_index(3.0)) == pytest.approx(3.0, abs=20 / 65536)
 

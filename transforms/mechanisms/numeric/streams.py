@@ -5,9 +5,12 @@
 and ``topl``: one ``(ε, w)`` for every user (``NumericParams``), values in a declared interval
 ``[low, high]`` (refused or clipped outside it, ``out_of_range``), simulated users (trust model
 ``local_simulated``: the collector runs each user's client on the value the user holds, and only the reports
-reach the estimate).  A release's estimate is the average of the slot's reports in the domain's units
-(``Estimate.MEAN``; the paper's raw average, §4: biased toward the middle of the interval for SW-direct,
-whose unbiased version is ``server.debiased``); a slot without reports repeats the last estimate.
+reach the estimate).  A release's estimate and predicted error come from the method's
+:class:`~.estimates.MeanEstimator` (:attr:`NumericStream.estimator`): the de-biased mean for SW-direct and ToPL,
+the de-biased segment mean for Sampling, the raw average of the reports (``report_mean``, with a worst-case
+error bound) for the methods whose reports depend on private state; a slot without reports repeats the last
+estimate.  The release's epsilon is the realised charge of its most expensive report, ``histogram`` the
+estimate times the reporters (0 for a skipped slot), as the per-user stage writes them.
 
 **Crowd distribution** (``crowd_window = q``, ``crowd_bins = B``; spec §3.8.3): each release's estimate is
 instead the distribution over users of each user's mean report over the last ``q`` slots (``Estimate.
@@ -39,7 +42,6 @@ would keep in its state cells.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,12 +57,12 @@ from transforms.mechanisms.evidence import CERTAIN, Evidence, LocalReport
 from transforms.mechanisms.ldp.mean import OUT_OF_RANGE, ClippedInterval, PiecewiseMechanism, TrueMeanForEvaluation
 from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism, LocalParams, SlotRounds
 from transforms.mechanisms.noise import Randomness
-from transforms.mechanisms.numeric.baselines import (AbsorptionParams, AbsorptionState, ToplParams, absorption_step,
-                                                     topl_step)
+from transforms.mechanisms.numeric.baselines import AbsorptionParams, AbsorptionState, ToplParams, absorption_step
 from transforms.mechanisms.numeric.perturbation import Client, ClientState, PerturbationParams, build_client
 from transforms.mechanisms.numeric.sampling import choose_samples, samples_per_window
+from transforms.mechanisms.numeric.estimates import MeanEstimator, absorption_estimator, estimator_for
 from transforms.mechanisms.numeric.server import crowd_distribution
-from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave, moments_at_one
+from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS
 from transforms.mechanisms.population import UNREGISTERED
 from transforms.mechanisms.public_schedule import PublicRecord, ReportRecord
 
@@ -115,12 +117,6 @@ class NumericParams(LocalParams):
     @cached_property
     def domain(self) -> Interval:
         return (ClippedInterval if self.out_of_range == "clip" else Interval)(self.low, self.high)
-
-
-@functools.lru_cache(maxsize=256)
-def _worst_variance(wave: SquareWave) -> float:
-    """The variance of ``wave``'s report of 1 (the largest over inputs), as a float."""
-    return float(moments_at_one(wave.b, wave.p, wave.q)[1])
 
 
 METHOD_OPTIONS = {"memory": None, "reset": None, "bound_mode": "ref", "delta": None, "segment": None}
@@ -178,18 +174,40 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
         if crowd:
             ring = self.user_state[CROWD_REPORTS]
             ring[:, self.slot % ring.shape[1]] = np.nan
-            ring[reporters, self.slot % ring.shape[1]] = released
+            ring[reporters, self.slot % ring.shape[1]] = self.crowd_values(released)
         kind = ReleaseKind.SKIPPED
+        width = self.params.domain.width
         if reporters.size:
             kind = ReleaseKind.FRESH
             self.last_estimate = self._crowd_estimate() if crowd else \
-                np.array([float(self.params.low) + self.params.domain.width * released.mean()])
+                np.array([float(self.params.low) + width * self.estimator.unit_estimate(float(released.mean()))])
         charges = self._charges(batch, data.groups, reporters, reports)
-        counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
-        units = max((wave.epsilon_units for _, wave, _ in reports), default=0)
+        if crowd:
+            counts = np.rint(self.last_estimate * holders.registered).astype(np.int64)
+        else:  # the estimate times the reporters, as the per-user stage writes it (0 when none reported)
+            counts = np.rint(self.last_estimate * reporters.size).astype(np.int64)
+        units = self.most_charged(reports, reporters.size)
+        error = self.estimator.predicted_error(reporters.size, width) if reporters.size else math.inf
         return Release(self.slot, counts, kind, units if reporters.size else 0,
-                       math.nan if crowd else self.predicted(reports, reporters.size), charges, self.estimates,
-                       self.trust, self.last_estimate.copy())
+                       math.nan if crowd else error, charges, self.estimates, self.trust, self.last_estimate.copy())
+
+    @staticmethod
+    def most_charged(reports: list, reporters: int) -> int:
+        """The most one reporter was charged at the slot (realised units): the sum of the realised epsilons of the
+        reports they sent (BA-SW: a dissimilarity and a publication), as the per-user stage's ``epsilon``."""
+        spent = np.zeros(reporters, np.int64)
+        for _, wave, mask in reports:
+            spent += np.where(np.asarray(mask, bool), wave.realised_units, 0)
+        return int(spent.max(initial=0))
+
+    @cached_property
+    def estimator(self) -> MeanEstimator:
+        """What the release's estimate is and its predicted error (:mod:`.estimates`)."""
+        return estimator_for(self.name, self.client.sw, self.client.bounds)
+
+    def crowd_values(self, released: np.ndarray) -> np.ndarray:
+        """The values the crowd distribution averages per user: the reports as sent."""
+        return released
 
     def _crowd_estimate(self) -> np.ndarray:
         """The fractions of users (those with a report in the last ``q`` slots) whose mean report falls in each
@@ -204,13 +222,6 @@ class NumericStream(TrueMeanForEvaluation, HomogeneousLocalMechanism):
             sent += present
         counted = sent > 0  # at least this slot's reporters
         return crowd_distribution(total[counted] / sent[counted], self.params.crowd_bins)
-
-    def predicted(self, reports: list, reporters: int) -> float:
-        """The worst-case variance of the slot's average in squared domain units (``SW(1)``'s, per report)."""
-        if not reporters:
-            return math.inf
-        worst = max(_worst_variance(wave) for _, wave, _ in reports)
-        return worst * self.params.domain.width ** 2 / reporters
 
     def counted(self, batch: SlotBatch) -> SlotBatch:
         """Each value as its grid index on ``[low, high]`` (NaN: NO_VALUE), after clipping."""
@@ -390,6 +401,10 @@ class AbsorptionStream(NumericStream):
     def initial_rows(self, users: int) -> tuple[np.ndarray, ...]:
         return tuple(self.absorption.initial_state(users))
 
+    @cached_property
+    def estimator(self) -> MeanEstimator:
+        return absorption_estimator(self.absorption.wave(self.params.window), self.absorption.wave(1))
+
     def run_users(self, users, x, rng):
         state = AbsorptionState(*(self.user_state[name][users] for name in self.state_columns))
         released, sent, published, state = absorption_step(self.absorption, state, x, rng)
@@ -412,8 +427,18 @@ class ToplStream(NumericStream):
     def largest_report_units(self) -> int:
         return self.topl.piecewise.epsilon_units
 
+    @cached_property
+    def estimator(self) -> MeanEstimator:
+        return estimator_for(self.name, self.topl.piecewise)
+
+    def crowd_values(self, released: np.ndarray) -> np.ndarray:
+        """ToPL's de-biased reports (``topl_step``'s), as the crowd distribution always averaged them."""
+        return (1 + (2 * released - 1) / float(self.topl.piecewise.gain)) / 2
+
     def run_users(self, users, x, rng):
-        return users, topl_step(self.topl, x, rng), [(PUBLICATION, self.topl.piecewise, np.ones(users.size, bool))]
+        """The PM cells (``topl_step`` before its affine de-biasing, which the estimator applies to the average)."""
+        cells = self.topl.piecewise.perturb(x, rng, clip=True)
+        return users, cells, [(PUBLICATION, self.topl.piecewise, np.ones(users.size, bool))]
 
 
 def _stream(parent: type, class_name: str, name: str, **attributes) -> type:

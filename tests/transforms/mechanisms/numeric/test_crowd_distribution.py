@@ -28,13 +28,13 @@ def batches_of(x: np.ndarray, window: int, epsilon: float) -> list[SlotBatch]:
 
 
 def recording(mechanism):
-    """``mechanism`` with every slot's reports recorded: a list of ``{user: report}`` (the [0, 1] units the mean
-    release averages), one per step."""
+    """``mechanism`` with every slot's reports recorded: a list of ``{user: report}`` (the [0, 1] units the crowd
+    averages: ``crowd_values``, ToPL's de-biased), one per step."""
     sent, run_users = [], mechanism.run_users
 
     def run(users, x, rng):
         reporters, released, reports = run_users(users, x, rng)
-        sent.append(dict(zip(reporters.tolist(), released.tolist())))
+        sent.append(dict(zip(reporters.tolist(), mechanism.crowd_values(released).tolist())))
         return reporters, released, reports
 
     mechanism.run_users = run

@@ -175,3 +175,13 @@ def test_only_benchmarks_and_tests_import_benchmarks() -> None:
     wrong = [edge for edge in import_edges()
              if edge.target.split(".")[0] == "benchmarks" and edge.source.split(".")[0] not in ("benchmarks", "tests")]
     assert wrong == []
+
+
+def test_no_private_name_is_imported_from_another_project_module() -> None:
+    modules = module_files()
+    private = [(edge.source, edge.target, name) for edge in import_edges() if edge.target in modules
+               for name in edge.names if name.startswith("_")]
+    private += [(edge.source, edge.target, "") for edge in import_edges()
+                if edge.target not in modules and edge.target.rpartition(".")[0] in modules
+                and edge.target.rpartition(".")[2].startswith("_")]
+    assert private == []

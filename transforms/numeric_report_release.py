@@ -66,7 +66,7 @@ from transforms.mechanisms.ldp.client import (
     DUPLICATE_REPORT,
     REPORT_FIELDS,
     ReportRejected,
-    _units,
+    exact_units,
     report_record,
 )
 from transforms.mechanisms.numeric import server
@@ -206,10 +206,10 @@ class _Schedule:
 
 def _expect(epsilon, realised, units: int, realised_units: int) -> None:
     """Refuse a report whose budget or realised epsilon is not the schedule's."""
-    if epsilon != units_to_decimal_string(units) and (not isinstance(epsilon, str) or _units(epsilon) != units):
+    if epsilon != units_to_decimal_string(units) and (not isinstance(epsilon, str) or exact_units(epsilon) != units):
         raise ReportRejected(f"report at epsilon {epsilon!r}, not the schedule's {units_to_decimal_string(units)}")
     if realised != units_to_decimal_string(realised_units) and (not isinstance(realised, str)
-                                                                 or _units(realised) != realised_units):
+                                                                 or exact_units(realised) != realised_units):
         raise ReportRejected(f"realised epsilon {realised!r} is not the square wave's "
                              f"{units_to_decimal_string(realised_units)}")
 

@@ -108,7 +108,7 @@ def test_a_users_declaration_the_schedule_does_not_honour_is_refused_before_the_
     assert "give --domain" in capsys.readouterr().err
 
 
-def _method_devices(tmp_path, method: str, users: int, slots: int, segment: int | None, seed: int = 11):
+def method_devices(tmp_path, method: str, users: int, slots: int, segment: int | None, seed: int = 11):
     """Every device's reports (sampling methods: closing a segment whose last slot they missed), and per slot the
     exact values the collector must average: the report values, BA-SW's released value (the new publication or
     the last one), ToPL's cells."""
@@ -139,7 +139,7 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
     """The sampling methods report at their segments' last slots (a report elsewhere is a dead letter), BA-SW's
     reports are replayed through its public absorption rule (a report with a part the rule does not allow is a
     dead letter), ToPL's PM cells are de-biased after averaging; 0 window violations."""
-    lines, values = _method_devices(tmp_path, method, users=20, slots=9, segment=segment)
+    lines, values = method_devices(tmp_path, method, users=20, slots=9, segment=segment)
     good = json.loads(lines[1])
     forged = [json.dumps({**good, "epsilon": BUDGET})]
     if segment is not None:

@@ -153,9 +153,9 @@ def test_streamed_numeric_device_reports_release_what_the_client_replay_releases
     from apache_beam.transforms.window import TimestampedValue
 
     from pipelines import client_replay
-    from tests.pipelines.test_client_replay_numeric import BUDGET, HIGH, LOW, WINDOW, _method_devices
+    from tests.pipelines.test_client_replay_numeric import BUDGET, HIGH, LOW, WINDOW, method_devices
 
-    lines, values = _method_devices(tmp_path, method, users=12, slots=9, segment=segment)
+    lines, values = method_devices(tmp_path, method, users=12, slots=9, segment=segment)
     forged = json.dumps({**json.loads(lines[0]), "epsilon": BUDGET, "slot": 8})  # not the schedule's budget
     late = json.dumps({**json.loads(lines[0]), "slot": 0})  # sent after slot 0 closed
 

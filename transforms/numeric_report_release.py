@@ -2,7 +2,7 @@
 ``pipelines.client_replay --domain``, and :class:`StreamNumericReports`, the same checks on unbounded input
 (``pipelines.streaming --clients --domain``: each device's reports held in state cells until their slot closes).
 
-The devices (``wevent_client.NumericClient``) run every numeric method of seed 003 themselves and send
+The devices (``device.numeric_client.NumericClient``) run every numeric method of seed 003 themselves and send
 reports (``schemas/report.avsc``, oracle ``"sw"``, payload: square wave output cells).  Every method's schedule
 is public, so the collector checks each report against it without asking:
 

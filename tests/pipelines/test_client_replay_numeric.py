@@ -1,4 +1,4 @@
-"""Numeric device reports (``wevent_client.NumericClient``) replayed through Beam: checked against the public
+"""Numeric device reports (``device.numeric_client.NumericClient``) replayed through Beam: checked against the public
 schedule, averaged per slot exactly, every report used, a duplicate or a dead letter with its reason."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 import schemas
-import wevent_client
+from device import numeric_client, wevent_client
 from pipelines import client_replay
 from transforms.mechanisms import make_mechanism
 
@@ -24,7 +24,7 @@ def _devices(tmp_path, method: str, users: int, slots: int, seed: int = 7):
     draws = random.Random(seed)
     lines, values = [], {}
     for u, user in enumerate(ids):
-        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, randbits=draws.getrandbits)
+        device = numeric_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, randbits=draws.getrandbits)
         for slot in range(slots):
             if (u + slot) % 7 == 3:  # a device without a value this slot sends nothing
                 continue
@@ -117,7 +117,7 @@ def method_devices(tmp_path, method: str, users: int, slots: int, segment: int |
     draws = random.Random(seed)
     lines, values = [], {}
     for u, user in enumerate(ids):
-        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, segment=segment,
+        device = numeric_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, segment=segment,
                                              randbits=draws.getrandbits)
         for slot in range(slots):
             if (u + slot) % 7 == 3:

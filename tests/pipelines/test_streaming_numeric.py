@@ -146,7 +146,7 @@ def test_a_watched_directory_of_numeric_events_releases_what_the_replay_releases
 @pytest.mark.parametrize("method, segment", [("capp", None), ("pp-s", 3), ("ba-sw", None)])
 def test_streamed_numeric_device_reports_release_what_the_client_replay_releases(tmp_path, monkeypatch, capsys,
                                                                                   method, segment):
-    """--clients --domain: the devices' reports (wevent_client.NumericClient) through a TestStream, each slot
+    """--clients --domain: the devices' reports (device.numeric_client.NumericClient) through a TestStream, each slot
     released once the watermark passes its close: the same estimates as pipelines.client_replay on the same
     reports; a report for a closed slot is late, a forged one a dead letter; nothing is asked of the devices."""
     from apache_beam.testing.test_stream import TestStream

@@ -4,7 +4,7 @@ With client devices (trust model ``local_client``) the collector never sees
 a value.  Each round of a slot (:class:`~transforms.mechanisms.ldp.stream.SlotRounds`)
 becomes a :class:`RoundRequest`: one request record per asked user
 (``schemas/request.avsc``), answered by the device module
-``wevent_client.py`` with a report record (``schemas/report.avsc``).  What
+``device/wevent_client.py`` with a report record (``schemas/report.avsc``).  What
 comes back before the round's deadline is checked against the request, one
 report per asked user, and the accepted reports' payloads are summed into the
 counts ``C'`` the estimator reads; users who do not answer count as not

@@ -12,6 +12,7 @@ are not edges.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class ImportEdge:
     lazy: bool
 
 
+@functools.cache
 def module_files() -> dict[str, Path]:
     """Every project module by dotted name (a package by its ``__init__``)."""
     modules: dict[str, Path] = {}
@@ -71,7 +73,8 @@ def _sibling(name: str, target: str, modules: dict[str, str] | dict[str, Path]) 
         sibling in modules or any(m.startswith(sibling + ".") for m in modules)) else target
 
 
-def import_edges() -> list[ImportEdge]:
+@functools.cache
+def import_edges() -> tuple[ImportEdge, ...]:
     """Every import of every project module, resolved to the module it loads."""
     modules = module_files()
     edges: list[ImportEdge] = []
@@ -96,7 +99,7 @@ def import_edges() -> list[ImportEdge]:
             for alias in node.names:
                 if f"{base}.{alias.name}" in modules:
                     edges.append(ImportEdge(name, f"{base}.{alias.name}", (), node.lineno, lazy))
-    return edges
+    return tuple(edges)
 
 
 def project_graph(include_lazy: bool = True) -> dict[str, set[str]]:
@@ -185,3 +188,12 @@ def test_no_private_name_is_imported_from_another_project_module() -> None:
                 if edge.target not in modules and edge.target.rpartition(".")[0] in modules
                 and edge.target.rpartition(".")[2].startswith("_")]
     assert private == []
+
+
+MAX_LINES = 700
+
+
+def test_no_python_file_is_longer_than_700_lines() -> None:
+    too_long = {name: lines for name, path in module_files().items()
+                if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert too_long == {}

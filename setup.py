@@ -17,8 +17,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["transforms", "transforms.*", "pipelines", "pipelines.*", "schemas",
-                                    "schemas.*", "benchmarks", "benchmarks.*"]),
-    py_modules=["wevent_client"],  # the device module: one file, standard library only
+                                    "schemas.*", "benchmarks", "benchmarks.*", "device", "device.*"]),
     package_data={"schemas": ["*.avsc"], "transforms": ["py.typed"], "pipelines": ["py.typed"]},
     entry_points={"console_scripts": ["wevent = pipelines.main:main"]},
     install_requires=[

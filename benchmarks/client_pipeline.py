@@ -4,7 +4,7 @@
 
 Writes ``users × slots`` LBU report records (the devices' GRR reports at
 ε/w, made with the core's randomizer so that generating a million is quick;
-the records are what ``wevent_client.py`` sends), then times, in alternating
+the records are what ``device/wevent_client.py`` sends), then times, in alternating
 rounds, ``pipelines.client_replay`` (private: every report checked against its
 round, the estimate, the ledger) and ``pipelines.client_replay --baseline``
 (parse and count per slot and payload), each in a fresh process, on the same

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-import wevent_client
+from device import wevent_client
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp import aggregate_counts, oracle_for, perturb_values
 from transforms.mechanisms.noise import secure_randomness

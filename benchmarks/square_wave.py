@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-import wevent_client
+from device import wevent_client
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.noise import secure_randomness
 from transforms.mechanisms.numeric import SquareWave

@@ -489,16 +489,6 @@ def report_input_warnings(report: dict) -> list[str]:
     return [w for w in report["warnings"] if w == EMPTY_INPUT_WARNING or "excluded" in w]
 
 
-def finish_replay(config, report: dict) -> int:
-    from pipelines.replay import histogram
-
-    ext = config.output_format
-    needs = fresh_threshold(histogram(config).config.build(), config.policy,
-                            [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
-    return finish("replay", report, config.output, config.max_rejected_fraction,
-                  os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs, strict=config.strict)
-
-
 def finish_stream(args: argparse.Namespace, result, seconds: float) -> int:
     """A Beam streaming job that ended (the demo, or a drained job): report.json from its output files, the
     summary line, the checks."""

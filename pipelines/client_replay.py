@@ -12,7 +12,7 @@ adaptive ones decide whom to ask from the reports and run live
 (``pipelines.collector``).  The graph reads and parses the lines (a bad line
 is a dead letter), groups each stream's reports and releases its slots in
 order (``transforms.client_release``), checking every report against its
-round.  With ``--domain LOW,HIGH`` the reports are numeric devices' (``wevent_client.NumericClient``:
+round.  With ``--domain LOW,HIGH`` the reports are numeric devices' (``device.numeric_client.NumericClient``:
 every numeric method: sw-direct, ipp, app, capp, pp-s, app-s, capp-s, sampling, ba-sw, topl, whose
 schedules are public; a sampling method's segment length is ``--param segment=L``) and are checked and averaged
 per slot by

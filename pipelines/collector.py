@@ -12,7 +12,7 @@ sees half a file), and the reports the devices write to
 round's deadline are checked and counted; the round closes early once every
 asked user has answered.  Users who do not answer count as not reporting.
 ``pipelines.devices`` simulates the devices with the device module
-``wevent_client.py``.
+``device/wevent_client.py``.
 
 ``--users`` lists the devices, one per line: ``ID`` (with ``--requirement``
 for everyone) or ``ID<TAB>fixed:W,E``.  Outputs in ``--output``:

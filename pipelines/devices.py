@@ -3,7 +3,7 @@
     python -m pipelines.devices --users users.txt --requirement fixed:20,1 --requests requests/ \\
         --reports reports/ --values sine --bins 2 --idle-seconds 10
 
-Each device is the device module ``wevent_client.py`` as a phone embeds it:
+Each device is the device module ``device/wevent_client.py`` as a phone embeds it:
 it holds its own value, keeps its own w-event budget and answers a request
 with a randomized report, or refuses one its budget cannot pay.  The fleet
 watches ``--requests`` for request files (``*.jsonl``, written whole by
@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-import wevent_client
+from device import wevent_client
 from pipelines import cli, logs
 from pipelines.job_report import job_report, output_counts, summary_line, write_job_report
 from pipelines.collector import read_users

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transforms.binning import GridBins, binner_from_spec
-from transforms.loaders import _text_lines, iter_checkins, iter_tdrive
+from transforms.loaders import text_lines, iter_checkins, iter_tdrive
 from transforms.parse import FieldMapping, ParseConfig, parse_record
 from transforms.records import NO_VALUE, Event
 from transforms.sinks import read_records
@@ -172,7 +172,7 @@ def raw_records(source: EventSource) -> Iterator:
             yield from read_records(pattern, source.input_format)
         else:
             for path in _paths(pattern):
-                yield from (line for line in _text_lines(path) if line.strip())
+                yield from (line for line in text_lines(path) if line.strip())
 
 
 def _capped_by_user(records: Iterable, max_users: int | None, user_field: str) -> Iterator:

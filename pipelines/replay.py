@@ -303,6 +303,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def finish_replay(config: ReplayConfig, report: dict) -> int:
+    """The replay's summary line and checks (ledger violations, rejections, freshness) as its exit code."""
+    ext = config.output_format
+    needs = cli.fresh_threshold(histogram(config).config.build(), config.policy,
+                                [name for name, _ in config.policy.level_shares] if config.policy.level_shares else None)
+    return cli.finish("replay", report, config.output, config.max_rejected_fraction,
+                      os.path.join(config.output, f"dead_letters-*.{ext}"), ext, needs, strict=config.strict)
+
+
 def histogram(config: ReplayConfig) -> PrivateStreamHistogram | PrivateNumericClients:
     if config.per_user_clients:
         return PrivateNumericClients(config.mechanism, config.slot_seconds, config.numeric,
@@ -426,7 +435,7 @@ def run(argv=None) -> int:
         cli.on_interrupt(None)
         report = write_report(config, result, progress.seconds)
     report_html.write_after_job(config.output, report_html.public_config(cli.strict_parse(parser(), argv)[0]))
-    return cli.finish_replay(config, report)
+    return finish_replay(config, report)
 
 
 def resume_hint(config: ReplayConfig) -> str | None:

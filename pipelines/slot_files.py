@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.sinks import _checked  # the same schema check and plain values as every other sink
+from transforms.sinks import schema_checked  # the same schema check and plain values as every other sink
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -42,7 +42,7 @@ def write_slot_file(prefix: str, release: dict) -> str:
     """Write one release's file (under a temporary name of its own, then renamed); returns its path."""
     path = slot_file_name(prefix, release)
     temporary = f"{path}.{uuid.uuid4().hex}.part"
-    line = (json.dumps(_checked(release, "release"), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    line = (json.dumps(schema_checked(release, "release"), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
     if "://" in path:  # an object store publishes the object whole when it is closed
         with FileSystems.create(temporary) as f:
             f.write(line)

@@ -496,7 +496,7 @@ class StreamEngine:
         pending, self.pending_charges = self.pending_charges, []
         if not any(users.size for users, _ in pending):  # nobody registered yet
             return
-        table, first, counts = _group_by_user(pending)
+        table, first, counts = group_by_user(pending)
         self.first_flush, complete = False, self.first_flush
         kind, parts = kind_name(self.requirements.kind), self.charge_parts or ()  # parts: set with the first row
         for user in np.flatnonzero(counts).tolist():
@@ -505,7 +505,7 @@ class StreamEngine:
                               kind, parts, final, final and complete)
 
 
-def _group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_by_user(pending: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of the slots' charge tables ``(users, table)`` grouped by user (slot order kept within a user),
     and where each user's rows start and how many there are.
 

@@ -212,7 +212,8 @@ def _open_text(path: str) -> IO[str]:
     return io.TextIOWrapper(binary, encoding="utf-8", errors="backslashreplace", newline="")
 
 
-def _text_lines(path: str) -> Iterator[str]:
+def text_lines(path: str) -> Iterator[str]:
+    """The lines of a text file (compressed or not), without their line ends."""
     with _open_text(path) as file:
         for line in file:
             yield line.rstrip("\r\n")
@@ -225,7 +226,7 @@ def load_pois(poi_path: str) -> dict[str, tuple[float, float]]:
     ValueError naming the line rather than check-ins silently losing coordinates.
     """
     pois: dict[str, tuple[float, float]] = {}
-    for number, line in enumerate(_text_lines(poi_path), start=1):
+    for number, line in enumerate(text_lines(poi_path), start=1):
         if not line.strip():
             continue
         parts = line.split("\t")
@@ -263,7 +264,7 @@ def checkin_record(line: str, pois: dict[str, tuple[float, float]] | None) -> di
 
 
 def read_checkin_file(path: str, pois: dict[str, tuple[float, float]] | None) -> Iterator[dict]:
-    for line in _text_lines(path):
+    for line in text_lines(path):
         yield checkin_record(line, pois)
 
 

@@ -2,7 +2,7 @@
 ``pipelines.client_replay --domain``, and :class:`StreamNumericReports`, the same checks on unbounded input
 (``pipelines.streaming --clients --domain``: each device's reports held in state cells until their slot closes).
 
-The devices (``wevent_client.NumericClient``) run every numeric method of seed 003 themselves and send
+The devices (``device.numeric_client.NumericClient``) run every numeric method of seed 003 themselves and send
 reports (``schemas/report.avsc``, oracle ``"sw"``, payload: square wave output cells).  Every method's schedule
 is public, so the collector checks each report against it without asking:
 
@@ -65,7 +65,7 @@ from transforms.mechanisms.ldp.client import (
     DUPLICATE_REPORT,
     REPORT_FIELDS,
     ReportRejected,
-    _units,
+    exact_units,
     report_record,
 )
 from transforms.mechanisms.numeric.streams import NUMERIC_STREAMS
@@ -203,10 +203,10 @@ class _Schedule:
 
 def _expect(epsilon, realised, units: int, realised_units: int) -> None:
     """Refuse a report whose budget or realised epsilon is not the schedule's."""
-    if epsilon != units_to_decimal_string(units) and (not isinstance(epsilon, str) or _units(epsilon) != units):
+    if epsilon != units_to_decimal_string(units) and (not isinstance(epsilon, str) or exact_units(epsilon) != units):
         raise ReportRejected(f"report at epsilon {epsilon!r}, not the schedule's {units_to_decimal_string(units)}")
     if realised != units_to_decimal_string(realised_units) and (not isinstance(realised, str)
-                                                                 or _units(realised) != realised_units):
+                                                                 or exact_units(realised) != realised_units):
         raise ReportRejected(f"realised epsilon {realised!r} is not the square wave's "
                              f"{units_to_decimal_string(realised_units)}")
 

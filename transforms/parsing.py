@@ -165,7 +165,7 @@ class _Rejected(Exception):
 def parse_record(raw: Any, config: ParseConfig) -> Event | dict:
     """One raw record to an ``Event``, or to a dead-letter dict naming why not. Never raises."""
     if config.plain_json and type(raw) is str:
-        event = _plain_json_event(raw, config)
+        event = plain_json_event(raw, config)
         if event is not None:
             return event
     return _validated(raw, config)
@@ -181,7 +181,7 @@ def fast_path(config: ParseConfig) -> Callable[[str, ParseConfig], Event | None]
     ``fast_path(config)(line, config) or validated_record(line, config)`` is :func:`parse_record` for a text
     line, without a call per line more than it needs (the per-line loop of a parse stage).
     """
-    return _plain_json_event if config.plain_json else _none
+    return plain_json_event if config.plain_json else _none
 
 
 def validated_record(raw: Any, config: ParseConfig) -> Event | dict:
@@ -189,7 +189,7 @@ def validated_record(raw: Any, config: ParseConfig) -> Event | dict:
     return _validated(raw, config)
 
 
-def _plain_json_event(raw: str, config: ParseConfig) -> Event | None:
+def plain_json_event(raw: str, config: ParseConfig) -> Event | None:
     """Fast path: the ``Event`` of a plain, valid JSON line, or ``None`` for anything else.
 
     Accepts only what the validating path would accept and turn into the same

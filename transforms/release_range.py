@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from transforms.parse import time_seconds
+from transforms.parsing import time_seconds
 from transforms.slotting import SlotClock
 
 

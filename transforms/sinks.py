@@ -41,21 +41,22 @@ def _check_streamable(file_format: str) -> None:
                          f"spans several windows); stream to one of {', '.join(STREAMING_FORMATS)}")
 
 
-def _plain(value):
+def plain_values(value):
     """``value`` with numpy values as Python ones and non-finite floats as None, through lists and dicts."""
     if isinstance(value, (np.ndarray, np.generic)):
         value = value.tolist()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [plain_values(item) for item in value]
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain_values(item) for key, item in value.items()}
     return value
 
 
-def _checked(record: dict, schema_name: str) -> dict:
-    record = _plain(record)
+def schema_checked(record: dict, schema_name: str) -> dict:
+    """``record`` as plain values, validated against the schema ``schema_name`` (ValueError if it does not fit)."""
+    record = plain_values(record)
     validate(schema_name, record)
     return record
 
@@ -109,7 +110,7 @@ class WriteRecords(beam.PTransform):
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         if not records.is_bounded:
             _check_streamable(self.file_format)
-        checked = records | "Check" >> beam.Map(_checked, self.schema_name)
+        checked = records | "Check" >> beam.Map(schema_checked, self.schema_name)
         common = {"file_name_suffix": f".{self.file_format}", "num_shards": self.num_shards,
                   "triggering_frequency": self.triggering_frequency}
         if self.file_format == "jsonl":

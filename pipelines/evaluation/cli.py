@@ -16,7 +16,9 @@ import sys
 import time
 
 from pipelines import evaluation
-from pipelines.cli import ConfigError, job_parser, parse_flags
+from pipelines.cli import ConfigError, parse_flags
+from pipelines.evaluation.arguments import (PARTIAL_CSV, RUN_JSON, ArgumentError, checked_names,
+                                           evaluation_parser)
 from pipelines.evaluation.stopping import run_stopping_cleanly
 from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
                                             write_csv)
@@ -34,10 +36,6 @@ from transforms.parse import FieldMapping
 
 SUITES = ("pwsm", "ldp-ids")
 """``--suite``: the central papers' experiments (default) or the LDP-IDS ones (:mod:`pipelines.evaluation.ldp_cli`)."""
-RUN_JSON = "run.json"
-"""The run's command, commit, date, workers and wall time, kept beside its results.csv for re-rendering."""
-PARTIAL_CSV = "results.partial.csv"
-"""Rows written as runs finish (``--from-csv`` renders it if a long run is cut short)."""
 REGIME_PLOT = "useful_regimes.png"
 REGIME_COLUMNS = ["regime", "mechanism", "users", "bins", "slots", "mean_present", "fresh", "amre", "zero_amre",
                   "ajsd", "ledger_violations", "predicted_relative_error", "binning", "slot_seconds", "levels"]
@@ -48,25 +46,6 @@ CENTRAL_MECHANISMS = tuple(name for name, cls in MECHANISMS.items()
 """What this evaluation runs (spec pwsm.md): the trusted-collector w-event mechanisms; the local-DP methods have
 their own suite (``--suite ldp-ids``, :mod:`pipelines.evaluation.ldp`), DPI under a lifetime budget its own
 benchmark (``benchmarks.dpi_eval``)."""
-
-
-class ArgumentError(ConfigError):
-    """A bad command line: printed as one ``error:`` line, exit code 2."""
-
-
-def evaluation_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The jobs' strict parser (``pipelines.cli.job_parser``): no abbreviations, one-line errors, defaults shown."""
-    return job_parser(prog, description)
-
-
-def _names(text: str, valid, what: str) -> list[str]:
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ArgumentError(f"no {what} given")
-    for name in names:
-        if name not in valid:
-            raise ArgumentError(f"unknown {what} {name!r}; choose from {', '.join(valid)}")
-    return list(dict.fromkeys(names))
 
 
 def _positive(text: str, what: str) -> int:
@@ -141,13 +120,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "T-Drive under the README's and proposed settings (about 2 CPU minutes)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     args = parse_flags(parser, [] if argv is None else argv)
-    args.datasets = _names(args.datasets, DATASETS, "dataset")
+    args.datasets = checked_names(args.datasets, DATASETS, "dataset")
     if args.input and EVENTS not in args.datasets:
         args.datasets.append(EVENTS)
     args.mechanisms = list(CENTRAL_MECHANISMS) if args.mechanisms.strip().lower() == "all" else \
-        _names(args.mechanisms, list(CENTRAL_MECHANISMS), "mechanism")
-    args.sweeps = _names(args.sweep, list(SWEEPS), "sweep")
-    args.scenarios = _names(args.scenarios, list(SCENARIOS), "scenario")
+        checked_names(args.mechanisms, list(CENTRAL_MECHANISMS), "mechanism")
+    args.sweeps = checked_names(args.sweep, list(SWEEPS), "sweep")
+    args.scenarios = checked_names(args.scenarios, list(SCENARIOS), "scenario")
     if args.drift_every < 1:
         raise ArgumentError(f"--drift-every must be >= 1, got {args.drift_every}")
     args.repeats = _repeats(args.repeats, args.sweeps)

@@ -75,7 +75,7 @@ def install_streams(streams: dict[str, EventStream]) -> None:
     _STREAMS.update(streams)
 
 
-def _seed_sequence(*parts) -> np.random.SeedSequence:
+def seed_sequence(*parts) -> np.random.SeedSequence:
     """A seed sequence from stable hashes of ``parts`` (Python's ``hash`` is salted per process)."""
     return np.random.SeedSequence([zlib.crc32(repr(p).encode()) for p in parts])
 
@@ -84,9 +84,9 @@ def _seeds(task: Task) -> tuple[np.random.Generator, np.random.Generator, int]:
     """(stream rng, requirements rng, noise seed), all shared by every mechanism, scenario and ratio o of a
     repeat at one ``(E, w)``: compared runs see the same data and the same noise seed (paired runs)."""
     point = (task.epsilon, task.window)
-    data = _seed_sequence(task.seed, "data", task.dataset, point, task.repeat, task.users, task.slots)
+    data = seed_sequence(task.seed, "data", task.dataset, point, task.repeat, task.users, task.slots)
     stream, requirements = (np.random.default_rng(child) for child in data.spawn(2))
-    noise = _seed_sequence(task.seed, "noise", task.dataset, point, task.repeat)
+    noise = seed_sequence(task.seed, "noise", task.dataset, point, task.repeat)
     return stream, requirements, int(noise.generate_state(1, np.uint64)[0] >> 1)
 
 

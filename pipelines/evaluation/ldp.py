@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.evaluation.experiment import NOISE_NOTE, _seed_sequence, run_in_pool
+from pipelines.evaluation.experiment import NOISE_NOTE, seed_sequence, run_in_pool
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_metrics import auc, event_labels, mae, mre, mse, reduce
 from transforms.mechanisms import MECHANISMS, Estimate, PrivacyLedger, ReleaseKind, SlotBatch, TrustModel
@@ -160,7 +160,7 @@ def probability_path(task: LdpTask) -> tuple[np.ndarray, int]:
     """The synthetic stream's ``p_t`` (t = 1..T) and how many LNS walks it took (1 for Sin and Log); a -Con
     stream's is its binary stream's at the same (seed, T, fluctuation, repeat)."""
     dataset = base_dataset(task.dataset)
-    rng = np.random.default_rng(_seed_sequence("path", *_data_parts(task, dataset)))
+    rng = np.random.default_rng(seed_sequence("path", *_data_parts(task, dataset)))
     if dataset == "lns":
         path = lns_probabilities(task.slots, rng, sigma=fluctuation_of(task), floor=LNS_FLOOR)
         return path.probabilities, path.attempts
@@ -189,11 +189,11 @@ def _slots(task: LdpTask) -> tuple[int, int, int, Iterator[tuple[np.ndarray, np.
                          f"({', '.join(SYNTHETIC)})")
     if task.dataset in CON:
         probabilities, attempts = probability_path(task)
-        rng = np.random.default_rng(_seed_sequence("values", *_data_parts(task), task.users))
+        rng = np.random.default_rng(seed_sequence("values", *_data_parts(task), task.users))
         return 1, task.users, attempts, con_values(probabilities, task.users, task.con_sigma, task.con_high, rng)
     if task.dataset in SYNTHETIC:
         probabilities, attempts = probability_path(task)
-        rng = np.random.default_rng(_seed_sequence("subsets", *_data_parts(task), task.users))
+        rng = np.random.default_rng(seed_sequence("subsets", *_data_parts(task), task.users))
         n = task.users
 
         def binary():
@@ -243,7 +243,7 @@ class Run:
 def run_stream(task: LdpTask) -> Run:
     """Step the task's method through every slot via the engine, every charge checked by a ledger."""
     bins, n, attempts, slots = _slots(task)
-    noise = _seed_sequence("noise", *_data_parts(task), task.users)
+    noise = seed_sequence("noise", *_data_parts(task), task.users)
     mechanism = build_method(task, bins)
     engine = Engine(mechanism, insecure_seeded_randomness(int(noise.generate_state(1, np.uint64)[0] >> 1)),
                     PrivacyLedger(max_window=task.window), clock=time.process_time)

@@ -19,7 +19,7 @@ import sys
 import time
 
 from pipelines.cli import parse_flags
-from pipelines.evaluation.cli import PARTIAL_CSV, RUN_JSON, ArgumentError, _names, evaluation_parser
+from pipelines.evaluation.arguments import PARTIAL_CSV, RUN_JSON, ArgumentError, checked_names, evaluation_parser
 from pipelines.evaluation.stopping import run_stopping_cleanly
 from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
@@ -74,9 +74,9 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--from-csv", default=None, metavar="RESULTS.csv", help="render from a run's results.csv")
     parser.add_argument("--quiet", action="store_true")
     args = parse_flags(parser, argv)
-    args.experiments = _names(args.experiments, list(EXPERIMENTS), "experiment")
-    args.datasets = _names(args.datasets, ALL_DATASETS, "dataset")
-    args.methods = _names(args.methods, LOCAL_METHODS, "method")
+    args.experiments = checked_names(args.experiments, list(EXPERIMENTS), "experiment")
+    args.datasets = checked_names(args.datasets, ALL_DATASETS, "dataset")
+    args.methods = checked_names(args.methods, LOCAL_METHODS, "method")
     for name in ("users", "slots", "repeats", "table2_users", "table2_slots", "table2_repeats", "workers"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -14,7 +14,7 @@ from pipelines.evaluation.ldp_claims import check_claims
 from pipelines.evaluation.ldp_data import LdpStream
 from pipelines.evaluation.ldp_paper import FIG3_TICKS, TABLE2, TABLE2_DATASETS, TABLE2_SETTINGS, TV12_MRE, \
     predicted_bits
-from pipelines.evaluation.report import _mean_std, _number, _p, _table, provenance
+from pipelines.evaluation.report import mean_std, formatted_number, formatted_p, markdown_table, provenance
 from pipelines.evaluation.stats import ALPHA
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp.oracles import oracle_for
@@ -38,7 +38,7 @@ def _cell(group: list[dict] | None, metric: str) -> str:
     if not group:
         return "–"
     values = [float(r[metric]) for r in group if np.isfinite(float(r[metric]))]
-    return _mean_std(values) if values else "n/a"
+    return mean_std(values) if values else "n/a"
 
 
 def _report_bits(epsilon: float, window: int, bins: int, per_slot: bool) -> int:
@@ -47,7 +47,7 @@ def _report_bits(epsilon: float, window: int, bins: int, per_slot: bool) -> int:
     return oracle_for(units // window if per_slot else units, bins, None).bits
 
 
-def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
+def table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
     """Table 2 reproduced on the synthetic streams, and the acceptance lines."""
     groups = _group(rows, "table2", "epsilon", "window", "method", "dataset")
     body, misses, checked, single = [], [], 0, []
@@ -90,7 +90,7 @@ def _table2_section(rows: list[dict], args) -> tuple[list[str], list[str]]:
              f"the adaptive methods' bits vary with the data and the noise: mean ± standard deviation over "
              f"{args.table2_repeats} repeats (each its own stream and noise seed). 'diff' and the acceptance compare "
              "the mean with the paper's value.", ""]
-    lines += _table(header, body) + [""]
+    lines += markdown_table(header, body) + [""]
     verdict = (f"**Acceptance: all {checked} entries lie within {100 * TOLERANCE:.0f}% of the paper's.**" if not misses
                else f"**Acceptance: {checked - len(misses)} of {checked} entries lie within "
                     f"{100 * TOLERANCE:.0f}% of the paper's; outside:** " + "; ".join(misses) + ".")
@@ -107,7 +107,7 @@ def _paper_table2() -> list[str]:
             body.append([f"{epsilon:g}, {window}" if method == PAPER_METHODS[0] else "", method_name(method)]
                         + [f"{TABLE2[(epsilon, window, method, d)]:.4f}" for d in TABLE2_DATASETS])
     return ["### The paper's Table 2 (verbatim, spec §8.6)", ""] + \
-        _table(["ε, w", "method", "LNS", "Sin", "Log", "Taxi", "Foursquare", "Taobao"], body) + [""]
+        markdown_table(["ε, w", "method", "LNS", "Sin", "Log", "Taxi", "Foursquare", "Taobao"], body) + [""]
 
 
 def _tv12_section(rows: list[dict], args) -> list[str]:
@@ -126,7 +126,7 @@ def _tv12_section(rows: list[dict], args) -> list[str]:
             "re-simulation (TV-12: 3 runs; not the paper's numbers, which were not extracted from its figures). "
             "Its LNS is one path (seed 3, min p > 0.01); ours are other paths with the same floor, so LNS values "
             "differ with the path.", ""] + \
-        _table(["data"] + [method_name(m) for m in ("lbu", "lbd", "lba", "lsp", "lpu", "lpd", "lpa")], body) + [""]
+        markdown_table(["data"] + [method_name(m) for m in ("lbu", "lbd", "lba", "lsp", "lpu", "lpd", "lpa")], body) + [""]
 
 
 def _claims_section(rows: list[dict]) -> list[str]:
@@ -144,9 +144,9 @@ def _claims_section(rows: list[dict]) -> list[str]:
              "AUC claims compare 1 − AUC; bit claims compare bits per user per slot. Comparisons of one claim can "
              "share a run (LSP against each other method, say), so its pooled pairs are not all independent and "
              "its p-value is optimistic; the per-comparison tallies do not have that problem.", ""]
-    lines += _table(["figure", "claim", "verdict", "pairs", "geo-mean A/B", "p (Holm)", "comparisons"],
-                    [[r.figure, r.statement, f"**{r.verdict}**", str(r.pooled.pairs), _number(r.pooled.ratio),
-                      _p(r.p_holm), r.tally] for r in results]) + [""]
+    lines += markdown_table(["figure", "claim", "verdict", "pairs", "geo-mean A/B", "p (Holm)", "comparisons"],
+                    [[r.figure, r.statement, f"**{r.verdict}**", str(r.pooled.pairs), formatted_number(r.pooled.ratio),
+                      formatted_p(r.p_holm), r.tally] for r in results]) + [""]
     failed = [r for r in results if r.verdict != "holds" and r.where_it_fails]
     if failed:
         lines += ["### Where a claim does not hold: what we found", ""]
@@ -155,9 +155,9 @@ def _claims_section(rows: list[dict]) -> list[str]:
     for r in results:
         for c in r.checks:
             body.append([r.figure, c.scope, str(c.test.pairs), f"{c.test.wins}/{c.test.pairs}",
-                         _number(c.test.ratio), _p(c.test.p_value), c.verdict])
+                         formatted_number(c.test.ratio), formatted_p(c.test.p_value), c.verdict])
     return lines + ["### Every comparison", ""] + \
-        _table(["figure", "comparison (A < B)", "pairs", "A below B", "geo-mean A/B", "p", "verdict"], body) + [""]
+        markdown_table(["figure", "comparison (A < B)", "pairs", "A below B", "geo-mean A/B", "p", "verdict"], body) + [""]
 
 
 def _sweep_table(rows: list[dict], experiment: str, metric: str, points, methods, datasets) -> list[str]:
@@ -169,10 +169,10 @@ def _sweep_table(rows: list[dict], experiment: str, metric: str, points, methods
             if any((dataset, method, p) in groups for p in points):
                 body.append([dataset_name(dataset), method_name(method)]
                             + [_cell(groups.get((dataset, method, p)), metric) for p in points])
-    return _table(["data", "method"] + [str(p) for p in points], body) + [""] if body else []
+    return markdown_table(["data", "method"] + [str(p) for p in points], body) + [""] if body else []
 
 
-def _fig10_section(rows: list[dict], args, plots: list[str] | None, figure_prefix: str) -> list[str]:
+def fig10_section(rows: list[dict], args, plots: list[str] | None, figure_prefix: str) -> list[str]:
     """Fig. 10: the mean methods' MRE against the fluctuation and ε on the -Con streams, with the plot."""
     if not any(r["experiment"] in ("mean", "mean-epsilon") for r in rows):
         return []
@@ -250,7 +250,7 @@ def _experiment_sections(rows: list[dict], args, plots: list[str] | None = None,
     section("Fig. 8: MRE vs β (ε = 1, w = 20)", "beta", "mre", BETAS, ADAPTIVE, "")
     section("Publication fraction vs ε (fresh releases / T)", "epsilon", "fresh_fraction", EPSILONS, ADAPTIVE,
             "Table 2 implies LBD ≈ 0.24–0.33 and LBA ≈ 0.16–0.21 on the synthetic streams (TV-12).")
-    lines += _fig10_section(rows, args, plots, figure_prefix)
+    lines += fig10_section(rows, args, plots, figure_prefix)
     if EXTENSIONS:
         section("Fig. 11: the LB-/LP- adaptations (ε = 1, w = 30)", "extensions", "mre", (1.0,),
                 list(EXTENSIONS) + ["lba", "lpa"], "")
@@ -323,7 +323,7 @@ def _setup_section(rows: list[dict], args, streams: dict[str, LdpStream], skippe
              "* LNS paths redrawn until min p_t > 0.01 (trap T14); walks drawn per (fluctuation, repeat): "
              + "; ".join(f"sqrt(Q) = {q if q != '' else '?'}: " + ", ".join(str(a) for _, a in sorted(v))
                          for q, v in sorted(attempts.items(), key=lambda kv: repr(kv[0]))) + ".", ""]
-    lines += _table(["data", "n", "T", "d", "stream"], body) + [""]
+    lines += markdown_table(["data", "n", "T", "d", "stream"], body) + [""]
     for reason in skipped.values():
         lines.append(f"* Skipped {reason}.")
     return lines + ([""] if skipped else [])
@@ -367,7 +367,7 @@ def document(rows: list[dict], args, streams: dict[str, LdpStream], skipped: dic
               "the paper's numbers are quoted beside ours.", ""]
     lines += _setup_section(rows, args, streams, skipped)
     lines += _privacy_section(rows)
-    table2, _ = _table2_section(rows, args)
+    table2, _ = table2_section(rows, args)
     lines += table2 + _paper_table2() + _tv12_section(rows, args)
     lines += _claims_section(rows)
     lines += _experiment_sections(rows, args, plots, figure_prefix)

@@ -36,7 +36,8 @@ LDP_POINTER = ("The central mechanisms (the PWSM papers). The local-DP methods o
 """The lines heading the document that point to the other families' results, beside it in docs/."""
 
 
-def _number(value: float) -> str:
+def formatted_number(value: float) -> str:
+    """``value`` for a results table: thousands separated, at most four significant digits below 100."""
     if not np.isfinite(value):
         return str(value)
     if abs(value) >= 1000:
@@ -44,12 +45,12 @@ def _number(value: float) -> str:
     return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
-def _mean_std(values: list[float]) -> str:
+def mean_std(values: list[float]) -> str:
     """Mean and the sample standard deviation (``12,345 ± 1,234``)."""
     mean = float(np.mean(values))
     if len(values) < 2:
-        return _number(mean)
-    return f"{_number(mean)} ± {_number(float(np.std(values, ddof=1)))}"
+        return formatted_number(mean)
+    return f"{formatted_number(mean)} ± {formatted_number(float(np.std(values, ddof=1)))}"
 
 
 def _repeat_means(rows: list[dict], column: str) -> list[float]:
@@ -66,7 +67,8 @@ def _fraction_mean_std(values: list[float]) -> str:
     return mean if len(values) < 2 else f"{mean} ± {float(np.std(values, ddof=1)):.3f}"
 
 
-def _table(header: list[str], body: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table with ``header`` and the rows of ``body``."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in body]
 
 
@@ -137,7 +139,7 @@ def document(rows: list[dict], args, streams: dict[str, EventStream], skipped: d
     if min(args.repeats.values()) < 3:
         lines[-1:-1] = ["* With fewer than three repeats a cell is one or two runs: a difference within the "
                         "run-to-run spread (the ± where two repeats ran) is not evidence either way."]
-    lines += _table(["dataset", "users N", "slots T", "bins d", "stream"], _dataset_rows(streams, args)) + [""]
+    lines += markdown_table(["dataset", "users N", "slots T", "bins d", "stream"], _dataset_rows(streams, args)) + [""]
     for dataset, reason in skipped.items():
         lines += [f"* **{dataset_name(dataset)} skipped**: {reason}."]
     if skipped:
@@ -210,7 +212,8 @@ def _privacy_section(rows: list[dict]) -> list[str]:
             "a publication as the papers specify (the nullified fractions are in the tables).", ""]
 
 
-def _p(value: float) -> str:
+def formatted_p(value: float) -> str:
+    """A p-value with two significant digits (in exponent form below 0.001)."""
     return f"{value:.2g}" if value >= 1e-3 else f"{value:.0e}"
 
 
@@ -232,9 +235,9 @@ def _claims_section(checks: list[ClaimCheck]) -> list[str]:
         lines += [f"### {claim.statement}: **{claim_verdict(mine)}**", ""]
         body = [[dataset_name(c.dataset), SWEEP_LABELS[c.sweep], label_name(c.better), f"{c.ours:+.1f}%",
                  "–" if c.papers is None else f"{c.papers:+.1f}%", f"{c.test.ratio:.3f}",
-                 f"{c.test.wins} of {c.test.pairs}", f"{c.points_won} of {c.points}", _p(c.test.p_value),
-                 _p(c.p_holm), c.verdict] for c in mine]
-        lines += _table(["dataset", "varies", "A", "1 − A/B, ours", "papers", "A/B (paired)", "wins",
+                 f"{c.test.wins} of {c.test.pairs}", f"{c.points_won} of {c.points}", formatted_p(c.test.p_value),
+                 formatted_p(c.p_holm), c.verdict] for c in mine]
+        lines += markdown_table(["dataset", "varies", "A", "1 − A/B, ours", "papers", "A/B (paired)", "wins",
                          "points", "p", "p (Holm)", "verdict"], body)
         lines += ["", claim.explanation + ("" if claim_verdict(mine) == "holds" else " " + claim.where_it_fails), ""]
     return lines
@@ -271,7 +274,7 @@ def _scenario_section(checks: list[ClaimCheck]) -> list[str]:
             "candidates {E_i, …, 1.0} × {40, …, w_i}, never stricter than PBD's and PBA's (w_i, E_i), from the "
             "same requirement generator (the first draw is shared). Rows: the claim's (dataset, sweep) checks of "
             "the previous section under each scenario; 'A/B' the geometric mean of their paired ratios.", ""] + \
-        _table(["claim", "scenario", "holds on", "reversed on", "A/B"], body) + [""] + conclusions + [
+        markdown_table(["claim", "scenario", "holds on", "reversed on", "A/B"], body) + [""] + conclusions + [
             "", "A claim **needs** a scenario when it holds there and not under the authors' per-slot redraw: "
             "a declaration redrawn every slot stays live for w_F slots, so DPBD's budget is the minimum over up "
             "to w_F different live declarations and DPBA nullifies whenever any of them reached its border; held "
@@ -302,13 +305,13 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
                 for o in RATIOS:
                     at = [r for r in mine if r["ratio"] == o]
                     fresh = np.mean([r["fresh_fraction"] for r in at]) if at else 0.0
-                    cells.append(f"{_mean_std([r['amre'] for r in at])} ({fresh:.3f})" if at else "–")
+                    cells.append(f"{mean_std([r['amre'] for r in at])} ({fresh:.3f})" if at else "–")
                 high = {r["repeat"]: r["amre"] for r in mine if r["ratio"] == RATIOS[-1]}
                 low = {r["repeat"]: r["amre"] for r in mine if r["ratio"] == RATIOS[-2]}
                 keys = sorted(high.keys() & low.keys())
                 test = paired_lower([high[k] for k in keys], [low[k] for k in keys])
                 body.append([dataset_name(dataset), label_name(mechanism)] + cells +
-                            [f"{test.ratio:.3f}", _p(test.p_value), "drops" if test.p_value < ALPHA else
+                            [f"{test.ratio:.3f}", formatted_p(test.p_value), "drops" if test.p_value < ALPHA else
                              ("rises" if paired_lower([low[k] for k in keys], [high[k] for k in keys]).p_value
                               < ALPHA else "no change shown")])
         what = ("a fraction o of the users has E = 1.0, the rest E = 0.6, all w = 120" if sweep == "ratio" else
@@ -320,7 +323,7 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
                   "columns are the requirement mix's alone. Cells: AMRE mean ± standard deviation over repeats "
                   "(fresh fraction). '0.9/0.7' is the paired geometric-mean ratio of AMRE at o = 0.9 to o = 0.7 and "
                   "p the one-sided paired p-value of 'lower at 0.9' (the papers' drop).", ""]
-        lines += _table(["dataset", "mechanism"] + [f"o = {o}" for o in RATIOS] + ["0.9/0.7", "p", "at 0.9"],
+        lines += markdown_table(["dataset", "mechanism"] + [f"o = {o}" for o in RATIOS] + ["0.9/0.7", "p", "at 0.9"],
                         body) + [""]
         lines += ["Where each OBS picks the larger budget (the smallest o on a 0.01 grid; computed with the "
                   "mechanisms' own OBS and error model for N users, pipelines/evaluation/ratio.py): `dc` the "
@@ -329,7 +332,7 @@ def _ratio_section(rows: list[dict], datasets: list[str], users_of: dict[str, in
                   "larger one. The last two columns: how many users the dissimilarity's sample is expected to "
                   "leave out at o = 0.7 and 0.9 (Σ n_k (1 − p_k) at the threshold OBS picks), beside the Laplace "
                   "scale of the dissimilarity's noise; every missed user adds one to the distance from the last "
-                  "release.", ""] + _table(["dataset", "users N", "dc", "pbd", "pba", "missed at o = 0.7 (noise)",
+                  "release.", ""] + markdown_table(["dataset", "users N", "dc", "pbd", "pba", "missed at o = 0.7 (noise)",
                                             "missed at o = 0.9 (noise)"], switch) + [""]
     if lines:
         lines += ["Why AMRE moves at the switch (checked above on one shared stream): once the dissimilarity's OBS "
@@ -363,8 +366,8 @@ def _goal_rows(rows: list[dict], datasets: list[str], candidate: str, rivals: tu
             within += ratio <= 1.1
             beats.setdefault(dataset, []).append(below_both)
             body.append(list(lead) + [dataset_name(dataset), str(epsilon)]
-                        + [_mean_std(values[m]) for m in labels]
-                        + [f"{ratio:.3f}"] + [_p(tests[m].p_value) for m in rivals] + ["yes" if below_both else "no"])
+                        + [mean_std(values[m]) for m in labels]
+                        + [f"{ratio:.3f}"] + [formatted_p(tests[m].p_value) for m in rivals] + ["yes" if below_both else "no"])
     return body, within, [d for d, flags in beats.items() if all(flags)]
 
 
@@ -390,7 +393,7 @@ def _adaptive_section(rows: list[dict], datasets: list[str]) -> list[str]:
             "datasets. Cells: AMRE mean ± standard deviation (epsilon sweep); 'ratio' adaptive's mean over the "
             "better mean; p the one-sided paired p-values of 'adaptive below PBD' and '… below PBA' over the "
             f"point's repeats; 'below both' when both are < {ALPHA}.", ""] + \
-        _table(["dataset", "E", "adaptive", "PBD", "PBA", "ratio", "p vs PBD", "p vs PBA", "below both"], body) + \
+        markdown_table(["dataset", "E", "adaptive", "PBD", "PBA", "ratio", "p vs PBD", "p vs PBA", "below both"], body) + \
         ["", f"**Adaptive: {_goal_verdict(within, len(body), beaten)}.**", ""]
 
 
@@ -410,7 +413,7 @@ def _dynamic_adaptive_section(rows: list[dict], datasets: list[str], scenarios: 
             "`dadaptive` is `adaptive`'s rule under DPBD's caps (docs/adaptive.md), run on the same streams, "
             "requirement draws and noise seeds as DPBD and DPBA under each requirement scenario (Setup). Same goal "
             "and cells as the previous section, against the better of DPBD and DPBA of the same scenario.", ""] + \
-        _table(["scenario", "dataset", "E", "dadaptive", "DPBD", "DPBA", "ratio", "p vs DPBD", "p vs DPBA",
+        markdown_table(["scenario", "dataset", "E", "dadaptive", "DPBD", "DPBA", "ratio", "p vs DPBD", "p vs DPBA",
                 "below both"], lines) + [""] + verdicts + [""]
 
 
@@ -432,11 +435,11 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
             if not mine:
                 continue
             at = {p: [r for r in mine if r[SWEEP_COLUMN[sweep]] == p] for p in points}
-            amre.append([label_name(mechanism)] + [_mean_std([r["amre"] for r in at[p]]) if at[p] else "–"
+            amre.append([label_name(mechanism)] + [mean_std([r["amre"] for r in at[p]]) if at[p] else "–"
                                                    for p in points])
             if paper and mechanism in paper:
                 amre.append(["*papers*"] + [f"*{v:,.2f}*" for v in paper[mechanism]])
-            ajsd.append([label_name(mechanism)] + [_mean_std([r["ajsd"] for r in at[p]]) if at[p] else "–"
+            ajsd.append([label_name(mechanism)] + [mean_std([r["ajsd"] for r in at[p]]) if at[p] else "–"
                                                    for p in points])
             kinds = " / ".join(_fraction_mean_std(_repeat_means(mine, k + "_fraction"))
                                for k in ("fresh", "skipped", "nullified"))
@@ -444,13 +447,13 @@ def _dataset_section(rows: list[dict], args, dataset: str, stream: EventStream |
                               f"{1e3 * np.mean([r['seconds_per_slot'] for r in mine]):.3f}",
                               f"{max(r['max_window_usage_ratio'] for r in mine):.4f}"])
         lines += [f"### {dataset_name(dataset)}: {SWEEP_LABELS[sweep]} varies", "", "AMRE (mean squared error):", ""]
-        lines += _table(header, amre) + [""]
+        lines += markdown_table(header, amre) + [""]
         if paper:
             lines += [PAPER_NOTE, ""]
-        lines += ["AJSD (mean ± standard deviation):", ""] + _table(header, ajsd) + [""]
+        lines += ["AJSD (mean ± standard deviation):", ""] + markdown_table(header, ajsd) + [""]
         lines += ["Slots fresh / skipped / nullified (each repeat's mean over the sweep's points; mean ± standard "
                   "deviation over repeats), time, largest window usage:", ""]
-        lines += _table(["mechanism", "fresh / skipped / nullified", "ms per slot", "max window usage"],
+        lines += markdown_table(["mechanism", "fresh / skipped / nullified", "ms per slot", "max window usage"],
                         behaviour) + [""]
     return lines
 
@@ -474,7 +477,7 @@ def _timing_section(rows: list[dict], args, datasets: list[str]) -> list[str]:
              "runs" + (" of the epsilon sweep" if timed is not rows else "") + f"; {args.workers} runs at a time on a "
              "machine shared with other work, " + ("whose load still shows through caches and memory bandwidth):"
                                                    if by_cpu else "so the times vary with its load):"), ""]
-    lines += _table(["mechanism"] + [dataset_name(d) for d in datasets], body) + [""]
+    lines += markdown_table(["mechanism"] + [dataset_name(d) for d in datasets], body) + [""]
     for dataset in (d for d in datasets if d in SYNTHETIC):
         estimate = full_sweep_estimate(rows, dataset, args.workers)
         if estimate is not None:
@@ -523,15 +526,15 @@ def _regimes_section(regimes: dict, plot_prefix: str) -> list[str]:
     if not rows:
         return lines + [f"The T-Drive checks did not run: {regimes['why']}.", ""]
     body = [[r["regime"], label_name(r["mechanism"]), f"{r['mean_present']:.0f} / {r['bins']}",
-             f"{r['predicted_relative_error']:.2f}", f"{r['fresh']} of {r['slots']}", _number(r["amre"]),
-             _number(r["zero_amre"]), f"{r['zero_amre'] / max(r['amre'], 1e-12):.1f}×", f"{r['ajsd']:.4f}",
+             f"{r['predicted_relative_error']:.2f}", f"{r['fresh']} of {r['slots']}", formatted_number(r["amre"]),
+             formatted_number(r["zero_amre"]), f"{r['zero_amre'] / max(r['amre'], 1e-12):.1f}×", f"{r['ajsd']:.4f}",
              str(r["ledger_violations"])] for r in rows]
     return lines + ["Checked on the T-Drive sample (593 taxis, 2-8 Feb 2008, each taxi's cell carried forward; half "
                     "the taxis at each of the two levels (w, E); one run each, seeded noise). 'predicted' is "
                     "condition (1) at the smaller E with the mean number of taxis present; 'zero' the AMRE of "
                     "releasing the all-zero histogram forever, which is what a mechanism that never publishes "
                     "releases; 'gain' zero / AMRE.", ""] + \
-        _table(["setting", "mechanism", "taxis / bins", "predicted", "fresh", "AMRE", "zero", "gain", "AJSD",
+        markdown_table(["setting", "mechanism", "taxis / bins", "predicted", "fresh", "AMRE", "zero", "gain", "AJSD",
                 "violations"], body) + [""]
 
 

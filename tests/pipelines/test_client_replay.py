@@ -7,7 +7,7 @@ import json
 import pytest
 
 import schemas
-import wevent_client
+from device import wevent_client
 from pipelines import client_replay
 from report_files import assert_matches_files
 

@@ -1,4 +1,4 @@
-"""Numeric device reports (``wevent_client.NumericClient``) replayed through Beam: checked against the public
+"""Numeric device reports (``device.numeric_client.NumericClient``) replayed through Beam: checked against the public
 schedule, averaged per slot exactly, every report used, a duplicate or a dead letter with its reason."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 import schemas
-import wevent_client
+from device import numeric_client, wevent_client
 from pipelines import client_replay
 from transforms.mechanisms import make_mechanism
 from transforms.numeric_user_methods import user_method
@@ -25,7 +25,7 @@ def _devices(tmp_path, method: str, users: int, slots: int, seed: int = 7):
     draws = random.Random(seed)
     lines, values = [], {}
     for u, user in enumerate(ids):
-        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, randbits=draws.getrandbits)
+        device = numeric_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, randbits=draws.getrandbits)
         for slot in range(slots):
             if (u + slot) % 7 == 3:  # a device without a value this slot sends nothing
                 continue
@@ -116,7 +116,7 @@ def test_a_users_declaration_the_schedule_does_not_honour_is_refused_before_the_
     assert "give --domain" in capsys.readouterr().err
 
 
-def _method_devices(tmp_path, method: str, users: int, slots: int, segment: int | None, seed: int = 11):
+def method_devices(tmp_path, method: str, users: int, slots: int, segment: int | None, seed: int = 11):
     """Every device's reports (sampling methods: closing a segment whose last slot they missed), and per slot the
     exact values the collector must average: the report values, BA-SW's released value (the new publication or
     the last one), ToPL's cells."""
@@ -125,7 +125,7 @@ def _method_devices(tmp_path, method: str, users: int, slots: int, segment: int 
     draws = random.Random(seed)
     lines, values = [], {}
     for u, user in enumerate(ids):
-        device = wevent_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, segment=segment,
+        device = numeric_client.NumericClient(user, method, WINDOW, BUDGET, LOW, HIGH, segment=segment,
                                              randbits=draws.getrandbits)
         for slot in range(slots):
             if (u + slot) % 7 == 3:
@@ -147,7 +147,7 @@ def test_device_reports_of_every_other_method_release_their_exact_averages(tmp_p
     """The sampling methods report at their segments' last slots (a report elsewhere is a dead letter), BA-SW's
     reports are replayed through its public absorption rule (a report with a part the rule does not allow is a
     dead letter), ToPL's PM cells are de-biased after averaging; 0 window violations."""
-    lines, values = _method_devices(tmp_path, method, users=20, slots=9, segment=segment)
+    lines, values = method_devices(tmp_path, method, users=20, slots=9, segment=segment)
     good = json.loads(lines[1])
     forged = [json.dumps({**good, "epsilon": BUDGET})]
     if segment is not None:

@@ -20,7 +20,7 @@ import pytest
 from apache_beam.testing import test_stream
 from apache_beam.testing.util import assert_that, equal_to
 
-import wevent_client
+from device import wevent_client
 from pipelines import cli, streaming
 from tests.transforms.beam_helpers import streaming_pipeline
 from transforms.client_rounds import LATE_REPORT, ClientRounds, ClientRoundsConfig

@@ -146,16 +146,16 @@ def test_a_watched_directory_of_numeric_events_releases_what_the_replay_releases
 @pytest.mark.parametrize("method, segment", [("capp", None), ("pp-s", 3), ("ba-sw", None)])
 def test_streamed_numeric_device_reports_release_what_the_client_replay_releases(tmp_path, monkeypatch, capsys,
                                                                                   method, segment):
-    """--clients --domain: the devices' reports (wevent_client.NumericClient) through a TestStream, each slot
+    """--clients --domain: the devices' reports (device.numeric_client.NumericClient) through a TestStream, each slot
     released once the watermark passes its close: the same estimates as pipelines.client_replay on the same
     reports; a report for a closed slot is late, a forged one a dead letter; nothing is asked of the devices."""
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms.window import TimestampedValue
 
     from pipelines import client_replay
-    from tests.pipelines.test_client_replay_numeric import BUDGET, HIGH, LOW, WINDOW, _method_devices
+    from tests.pipelines.test_client_replay_numeric import BUDGET, HIGH, LOW, WINDOW, method_devices
 
-    lines, values = _method_devices(tmp_path, method, users=12, slots=9, segment=segment)
+    lines, values = method_devices(tmp_path, method, users=12, slots=9, segment=segment)
     forged = json.dumps({**json.loads(lines[0]), "epsilon": BUDGET, "slot": 8})  # not the schedule's budget
     late = json.dumps({**json.loads(lines[0]), "slot": 0})  # sent after slot 0 closed
 

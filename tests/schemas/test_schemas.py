@@ -71,8 +71,8 @@ def test_bad_record_raises_value_error_naming_the_schema(name, change):
 
 
 def test_a_numeric_devices_report_validates():
-    import wevent_client
-    device = wevent_client.NumericClient("u1", "capp", 4, "1", 0.0, 10.0, randbits=lambda bits: 12345)
+    from device import numeric_client
+    device = numeric_client.NumericClient("u1", "capp", 4, "1", 0.0, 10.0, randbits=lambda bits: 12345)
     validate("report", {"request_id": None, **device.report("taxi", 0, 3.5)})
 
 

@@ -19,8 +19,7 @@ from transforms.parsing import (
     MAX_TIME,
     FieldMapping,
     ParseConfig,
-    _plain_json_event,
-    _validated,
+    plain_json_event,
     fast_path,
     parse_record,
     validated_record,
@@ -581,8 +580,8 @@ plain_lines = st.builds(
 def test_fast_path_gives_exactly_what_the_validating_path_gives(raw, config_index):
     """Valid or hostile: the fast path yields the full path's event or steps aside, never another outcome."""
     config = FAST_CONFIGS[config_index]
-    fast = _plain_json_event(raw, config) if isinstance(raw, str) else None
-    full = _validated(raw, config)
+    fast = plain_json_event(raw, config) if isinstance(raw, str) else None
+    full = validated_record(raw, config)
     if fast is not None:
         assert fast == full and isinstance(full, Event)
         assert [type(x) for x in fast] == [type(x) for x in full]
@@ -600,8 +599,8 @@ def test_fast_path_gives_exactly_what_the_validating_path_gives(raw, config_inde
     (line(user="\ud800", time=1, value=1), False),                       # escaped lone surrogate: full path
 ])
 def test_the_fast_path_takes_plain_lines_only(raw, taken):
-    assert (_plain_json_event(raw, JSONL) is not None) == taken
-    assert parse_record(raw, JSONL) == _validated(raw, JSONL)
+    assert (plain_json_event(raw, JSONL) is not None) == taken
+    assert parse_record(raw, JSONL) == validated_record(raw, JSONL)
 
 
 def csv_cell(value) -> str:

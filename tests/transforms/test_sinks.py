@@ -84,11 +84,11 @@ def test_event_times_round_trip_as_text_only_in_parquet(written):
 
 
 def test_numpy_values_and_infinities_are_written_as_plain_values():
-    from transforms.sinks import _plain
+    from transforms.sinks import plain_values
 
     release = {**RELEASES[0], "histogram": np.array([1, 2], dtype=np.int64), "slot": np.int64(3),
                "predicted_error": np.float64(np.inf)}
-    plain = _plain(release)
+    plain = plain_values(release)
     assert plain["histogram"] == [1, 2] and type(plain["histogram"][0]) is int
     assert type(plain["slot"]) is int and plain["predicted_error"] is None
 

@@ -17,7 +17,7 @@ from pipelines.evaluation.experiment import Task, run_task_stream
 from pipelines.live import LiveRelease
 from transforms.declarations import RequirementPolicy
 from transforms.engine import (ChargeChunk, DeadLetter, Duplicates, LateRecord, RecordsUsed, Released, ReleaseConfig,
-                               StreamEngine, _group_by_user)
+                               StreamEngine, group_by_user)
 from transforms.mechanisms import FixedRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.engine import Engine
 from transforms.mechanisms.noise import insecure_seeded_randomness
@@ -75,7 +75,7 @@ def test_the_charges_counting_sort_groups_rows_by_user_in_slot_order(runs):
         at += len(run)
     if not users.size:
         return
-    grouped, first, counts = _group_by_user(pending)
+    grouped, first, counts = group_by_user(pending)
     assert grouped.tolist() == rows[np.argsort(users, kind="stable")].tolist()
     assert counts.tolist() == np.bincount(users).tolist() and first.tolist() == (np.cumsum(counts) - counts).tolist()
 

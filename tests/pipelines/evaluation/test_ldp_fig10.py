@@ -22,7 +22,7 @@ from pipelines.evaluation.ldp_claims import check_claims
 from pipelines.evaluation.ldp_cli import parse_args, plan
 from pipelines.evaluation.ldp_metrics import reduce
 from pipelines.evaluation.ldp_plots import FIG10, fig10_panels, write_plots
-from pipelines.evaluation.ldp_report import _fig10_section
+from pipelines.evaluation.ldp_report import fig10_section
 from transforms.mechanisms.ldp.mean import MeanParams
 
 
@@ -163,11 +163,11 @@ def test_the_fig10_section_and_plot_show_mean_and_spread(tmp_path):
 
     class Args:
         con_sigma, con_high, repeats = 0.1, 1.0, 6
-    text = "\n".join(_fig10_section(rows, Args, [FIG10], "results_ldp_ids/"))
+    text = "\n".join(fig10_section(rows, Args, [FIG10], "results_ldp_ids/"))
     assert "![Fig. 10: MRE of the mean methods](results_ldp_ids/fig10_mean.png)" in text
     assert "| Sin-Con | LPA-MEAN | 1.25 ± 0.1871 |" in text and "| LNS-Con | LBU-MEAN | 3 ± 0 |" in text
     assert "no paper value" in text and "σ = 0.1" in text
-    assert _fig10_section([r for r in rows if r["experiment"] == "x"], Args, [], "") == []
+    assert fig10_section([r for r in rows if r["experiment"] == "x"], Args, [], "") == []
     pytest.importorskip("matplotlib", reason="matplotlib is not installed: the PNG is not drawn without it")
     assert write_plots(rows, str(tmp_path)) == [FIG10]
     assert (tmp_path / FIG10).read_bytes()[:4] == b"\x89PNG"

@@ -6,7 +6,7 @@ import numpy as np
 from pipelines.evaluation.ldp import ADAPTIVE, PAPER_METHODS, SYNTHETIC
 from pipelines.evaluation.ldp_cli import parse_args, plan
 from pipelines.evaluation.ldp_paper import TABLE2, TABLE2_SETTINGS
-from pipelines.evaluation.ldp_report import _table2_section
+from pipelines.evaluation.ldp_report import table2_section
 
 SPREAD = (-0.06, -0.02, 0.0, 0.02, 0.06)
 """Relative offsets of the 5 repeats from the paper's value: mean exactly the paper's, two runs 6% off."""
@@ -39,7 +39,7 @@ def test_the_repeats_default_to_five_for_the_adaptive_methods_only():
 def test_the_adaptive_cells_are_mean_and_spread_and_the_check_is_on_the_mean():
     class Args:
         table2_users, table2_slots, table2_repeats = 200_000, 800, 5
-    lines, misses = _table2_section(_rows(), Args)
+    lines, misses = table2_section(_rows(), Args)
     text = "\n".join(lines)
     assert misses == []
     std = np.std([1.5585 * (1 + o) for o in SPREAD], ddof=1)
@@ -49,6 +49,6 @@ def test_the_adaptive_cells_are_mean_and_spread_and_the_check_is_on_the_mean():
     # every mean is the paper's; run by run, the two runs 6% off of each adaptive cell are outside
     assert "**Acceptance: all 63 entries lie within 5% of the paper's.** Run by run, 108 of the 180 adaptive runs" \
            in text
-    lines, misses = _table2_section(_rows(shift=0.07), Args)  # LPA on Sin 7% high on average: a miss, named
+    lines, misses = table2_section(_rows(shift=0.07), Args)  # LPA on Sin 7% high on average: a miss, named
     assert len(misses) == 3 and all(m.startswith("LPA on Sin") and "(+7.0%)" in m for m in misses)
     assert "60 of 63 entries lie within 5%" in "\n".join(lines)

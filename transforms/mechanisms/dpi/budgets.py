@@ -98,7 +98,7 @@ def li2_inverse(v: float) -> float:
             high = middle
 
 
-def _fixed_power_up(base: int, exponent: int) -> int:
+def fixed_power_up(base: int, exponent: int) -> int:
     """An upper bound of ``(base/2**128)**exponent`` as an integer over ``2**128`` (every product rounded up)."""
     result = _ONE
     while exponent:
@@ -164,7 +164,7 @@ class BudgetSeries:
         """Budget units of series index ``i >= 1``: the floor of a lower bound of ``2C(1 - m~^i)/i²``."""
         if isinstance(i, bool) or not isinstance(i, int) or i < 1:
             raise ValueError(f"series index must be an int >= 1, got {i!r}")
-        numerator = 2 * self.c.numerator * (_ONE - _fixed_power_up(self.m_fixed, i)) * UNITS_PER_EPSILON
+        numerator = 2 * self.c.numerator * (_ONE - fixed_power_up(self.m_fixed, i)) * UNITS_PER_EPSILON
         return numerator // (self.c.denominator * _ONE * i * i)
 
     def prefix_units(self, n: int) -> int:

@@ -4,7 +4,7 @@
 probabilities, the Ada choice rule, the estimators and V(eps, n);
 :mod:`.simulate` runs the users' randomizers (user by user or as aggregate
 counts) from the project's generator.  The device side is the standalone
-``wevent_client.py``.  See ``docs/local_dp.md``.
+``device/wevent_client.py``.  See ``docs/local_dp.md``.
 """
 
 from transforms.mechanisms.ldp.oracles import FrequencyOracle, choose_oracle, ldp_variance, oracle_for

@@ -63,7 +63,7 @@ class LSP(HomogeneousLocalMechanism):
         return (yield from self.publication_round(holders.users, p.epsilon_units, True))
 
 
-class _AdaptiveBudget(HomogeneousLocalMechanism):
+class AdaptiveBudget(HomogeneousLocalMechanism):
     """M_{t,1} of LBD and LBA: every holder reports with ``floor(βε/w)``; ``dis`` of Eq. (3)."""
 
     @property
@@ -98,7 +98,7 @@ class _AdaptiveBudget(HomogeneousLocalMechanism):
         return (yield from self.publication_round(holders.users, units, True))
 
 
-class LBD(_AdaptiveBudget):
+class LBD(AdaptiveBudget):
     """LDP Budget Distribution (§5.3): a publication spends half of what the last ``w-1`` left of the pool."""
 
     name = "lbd"
@@ -122,7 +122,7 @@ class LBD(_AdaptiveBudget):
         self._history = deque((int(u) for u in state["publication_history"]), maxlen=self.params.window - 1)
 
 
-class LBA(_AdaptiveBudget):
+class LBA(AdaptiveBudget):
     """LDP Budget Absorption (§5.4): a publication absorbs skipped units, then nullifies as many slots."""
 
     name = "lba"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from transforms.mechanisms.noise import Randomness
-from transforms.mechanisms.noise.samplers import _uniform_below, _Words
+from transforms.mechanisms.noise.samplers import uniform_below, RandomWords
 
 
 def uniform_subset(candidates: np.ndarray, k: int, rng: Randomness) -> np.ndarray:
@@ -52,10 +52,10 @@ def uniform_mask(size: int, k: int, rng: Randomness) -> np.ndarray:
 def _chosen_mask(size: int, k: int, rng: Randomness) -> np.ndarray:
     """A uniformly random ``k``-subset of ``range(size)`` as a boolean mask (``k <= size/2``)."""
     chosen = np.zeros(size, bool)
-    words = _Words(rng, k + 64)
+    words = RandomWords(rng, k + 64)
     missing = k
     while missing:  # `missing` draws add at most `missing` new members: never more than k
-        chosen[_uniform_below(size, missing, words).astype(np.intp)] = True
+        chosen[uniform_below(size, missing, words).astype(np.intp)] = True
         missing = k - int(np.count_nonzero(chosen))
     return chosen
 

@@ -4,7 +4,7 @@ With client devices (trust model ``local_client``) the collector never sees
 a value.  Each round of a slot (:class:`~transforms.mechanisms.ldp.stream.SlotRounds`)
 becomes a :class:`RoundRequest`: one request record per asked user
 (``schemas/request.avsc``), answered by the device module
-``wevent_client.py`` with a report record (``schemas/report.avsc``).  What
+``device/wevent_client.py`` with a report record (``schemas/report.avsc``).  What
 comes back before the round's deadline is checked against the request, one
 report per asked user, and the accepted reports' payloads are summed into the
 counts ``C'`` the estimator reads; users who do not answer count as not
@@ -168,16 +168,16 @@ class RoundRequest:
             raise ReportRejected(f"unknown user {user!r}")
         if index not in self._asked:
             raise ReportRejected(f"user {user!r} was not asked in this round (not their turn or group)")
-        if epsilon != self.epsilon and (not isinstance(epsilon, str) or _units(epsilon) != oracle.epsilon_units):
+        if epsilon != self.epsilon and (not isinstance(epsilon, str) or exact_units(epsilon) != oracle.epsilon_units):
             raise ReportRejected(f"report at epsilon {epsilon!r}, not {self.epsilon}")
         if oracle_kind != oracle.kind or d != oracle.d:
             raise ReportRejected(f"report through {oracle_kind!r} over {d!r} values, not {oracle.kind} over {oracle.d}")
-        if realised != self._realised and (not isinstance(realised, str) or _units(realised) != oracle.realised_units):
+        if realised != self._realised and (not isinstance(realised, str) or exact_units(realised) != oracle.realised_units):
             raise ReportRejected(f"realised epsilon {realised!r} is not the oracle's {self._realised}")
         return index, _payload(payload, oracle)
 
 
-def _units(text: str) -> int | None:
+def exact_units(text: str) -> int | None:
     """The budget units an exact decimal string stands for (None unless it is a whole number of units)."""
     try:
         value = Fraction(Decimal(text)) * UNITS_PER_EPSILON

@@ -87,8 +87,8 @@ import numpy as np
 
 from transforms.mechanisms.base import ReleaseKind
 from transforms.mechanisms.budget import to_units
-from transforms.mechanisms.ldp.budget_division import _AdaptiveBudget
-from transforms.mechanisms.ldp.population_division import _AdaptivePopulation
+from transforms.mechanisms.ldp.budget_division import AdaptiveBudget
+from transforms.mechanisms.ldp.population_division import AdaptivePopulation
 from transforms.mechanisms.ldp.stream import Holders, HomogeneousLocalMechanism, LocalDecision, LocalParams, Rounds
 from transforms.mechanisms.noise import Randomness
 
@@ -223,7 +223,7 @@ class _DSATw(HomogeneousLocalMechanism):
         self.errors = np.array(state["errors"], np.float64)
 
 
-class LPDSATw(_DSATw, _AdaptivePopulation):
+class LPDSATw(_DSATw, AdaptivePopulation):
     """LP-DSATw (Algorithm 4): M1 and at most ``C`` publications per window from the shared pool of users."""
 
     name = "lp-dsatw"
@@ -245,7 +245,7 @@ class LPDSATw(_DSATw, _AdaptivePopulation):
         return decision
 
 
-class LBDSATw(_DSATw, _AdaptiveBudget):
+class LBDSATw(_DSATw, AdaptiveBudget):
     """LB-DSATw: every holder reports for M1 at every slot, and at most ``C`` publications per window."""
 
     name = "lb-dsatw"
@@ -374,7 +374,7 @@ class _RescueDP(HomogeneousLocalMechanism):
         self.errors = np.array(state["errors"], np.float64)
 
 
-class LPRescueDP(_RescueDP, _AdaptivePopulation):
+class LPRescueDP(_RescueDP, AdaptivePopulation):
     """LP-RescueDP (Algorithm 5): at sampling slots, a portion of the users the window left reports with ``ε``."""
 
     name = "lp-rescuedp"
@@ -393,7 +393,7 @@ class LPRescueDP(_RescueDP, _AdaptivePopulation):
         return self.correct(decision) if decision.kind is ReleaseKind.FRESH else decision
 
 
-class LBRescueDP(_RescueDP, _AdaptiveBudget):
+class LBRescueDP(_RescueDP, AdaptiveBudget):
     """LB-RescueDP: at sampling slots every holder reports with a portion of what the window left of ``ε``."""
 
     name = "lb-rescuedp"

@@ -21,7 +21,7 @@ certified, not trusted: ``e^eps`` is bracketed by the correctly rounded
 precision doubles until both ends of the bracket give the same ``Q``.  The
 realised epsilon ``ln(P/Q)``, rounded up to budget units, is certified the same
 way; ledgers check it rather than the nominal eps.  The device module
-``wevent_client.py`` computes the same integers by a different method
+``device/wevent_client.py`` computes the same integers by a different method
 (exact Taylor bounds); a test asserts they agree.
 """
 

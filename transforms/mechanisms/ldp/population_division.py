@@ -120,7 +120,7 @@ class LPU(HomogeneousLocalMechanism):
         self.grouped = int(state["grouped"])
 
 
-class _AdaptivePopulation(HomogeneousLocalMechanism):
+class AdaptivePopulation(HomogeneousLocalMechanism):
     """M_{t,1} of LPD and LPA, the available users and their sampling."""
 
     def __init__(self, params: LocalParams):
@@ -182,7 +182,7 @@ class _AdaptivePopulation(HomogeneousLocalMechanism):
         self.last_report = np.array(state["last_report"], np.int64)
 
 
-class LPD(_AdaptivePopulation):
+class LPD(AdaptivePopulation):
     """LDP Population Distribution (Algorithm 2)."""
 
     name = "lpd"
@@ -212,7 +212,7 @@ class LPD(_AdaptivePopulation):
         self._history = deque((int(u) for u in state["publication_history"]), maxlen=self.params.window - 1)
 
 
-class LPA(_AdaptivePopulation):
+class LPA(AdaptivePopulation):
     """LDP Population Absorption (Algorithm 3)."""
 
     name = "lpa"

@@ -62,7 +62,7 @@ import numpy as np
 
 from transforms.mechanisms.certified import bracket
 from transforms.mechanisms.noise.generators import Randomness, secure_randomness
-from transforms.mechanisms.noise.samplers import _Words
+from transforms.mechanisms.noise.samplers import RandomWords
 
 SMALL_TRIALS = 1 << 10
 """Cells of fewer trials draw explicit coins (one uint32 each); larger ones reject or split."""
@@ -122,7 +122,7 @@ def binomial(trials, numerators, denominators, rng: Randomness | None = None) ->
     at_least_b = above | whole
     out = np.where(at_least_b, n, 0)  # p = 1: every trial succeeds; p = 0: none
     random = np.flatnonzero((a != 0) & ~at_least_b & (n > 0))
-    words = _Words(rng, 4096)
+    words = RandomWords(rng, 4096)
     for block in range(0, random.size, _CELL_BLOCK):  # bounds the memory of the proposals
         cells = random[block:block + _CELL_BLOCK]
         out[cells] = _draw(n[cells], a[cells], b_minus_1[cells], words, rng)
@@ -165,7 +165,7 @@ def multinomial_equal(trials, cells: int, rng: Randomness | None = None) -> np.n
 # --------------------------------------------------------------------------
 
 
-def _draw(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words, rng: Randomness) -> np.ndarray:
+def _draw(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: RandomWords, rng: Randomness) -> np.ndarray:
     """Binomial(n, a/b) per cell, ``0 < a < b``, ``n > 0``: explicit coins below ``SMALL_TRIALS`` trials,
     rejection when both sides of the mode hold at least ``DIRECT_MIN`` values, else bit-level splits."""
     out = np.empty(n.size, np.int64)
@@ -241,7 +241,7 @@ def _modes(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray) -> tuple[np.ndar
 # --------------------------------------------------------------------------
 
 
-def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: _Words,
+def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, words: RandomWords,
                        rng: Randomness) -> np.ndarray:
     """Binomial(n, a/b) per cell, ``0 < a < b <= 2**64`` (uint64 ``a`` and ``b - 1``), ``n > 0``.
 
@@ -277,7 +277,7 @@ def _binomial_rational(n: np.ndarray, a: np.ndarray, b_minus_1: np.ndarray, word
 # --------------------------------------------------------------------------
 
 
-def _rejection(n, c, delta, a, b_minus_1, words: _Words, rng: Randomness) -> np.ndarray:
+def _rejection(n, c, delta, a, b_minus_1, words: RandomWords, rng: Randomness) -> np.ndarray:
     """Binomial(n, a/b) per cell as ``c + J``, ``J`` from proposals accepted with probability ``A(j)``."""
     cells = _Cells.of(n, c, delta, a, b_minus_1)
     result = np.zeros(n.size, np.int64)
@@ -335,7 +335,7 @@ def _log1p_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return -value - width, -value + width
 
 
-def _propose_and_test(cell: np.ndarray, cells: _Cells, words: _Words, rng: Randomness):
+def _propose_and_test(cell: np.ndarray, cells: _Cells, words: RandomWords, rng: Randomness):
     """One proposal per entry of ``cell`` (see the module doc) and whether ``U < A(j)`` accepts it."""
     size = cell.size
     c, y, shift, w = cells.c[cell], cells.y[cell], cells.shift[cell], cells.w[cell]

@@ -113,7 +113,7 @@ class SecureRandomness(Randomness):
 
     def uint32(self, size: int) -> np.ndarray:
         """``size`` uniform uint32 values (writable array)."""
-        size = _check_size(size)
+        size = check_size(size)
         return np.frombuffer(bytearray(self._keystream(4 * size)), dtype=np.uint32)
 
     def __getstate__(self):
@@ -167,7 +167,7 @@ class InsecureSeededRandomness(Randomness):
 
     def uint32(self, size: int) -> np.ndarray:
         """``size`` uniform uint32 values from the seeded numpy stream."""
-        size = _check_size(size)
+        size = check_size(size)
         return self._generator.integers(0, _TWO_32, size, dtype=np.uint32)
 
     def __repr__(self) -> str:
@@ -184,7 +184,8 @@ def insecure_seeded_randomness(seed: int) -> Randomness:
     return InsecureSeededRandomness(seed)
 
 
-def _check_size(size) -> int:
+def check_size(size) -> int:
+    """``size`` as an int, or ValueError unless it is a non-negative integer (not a bool)."""
     if type(size) is int and size >= 0:  # the usual case, without the ABC checks
         return size
     if isinstance(size, bool) or not isinstance(size, Integral) or size < 0:

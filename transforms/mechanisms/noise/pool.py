@@ -13,8 +13,8 @@ from numbers import Rational
 
 import numpy as np
 
-from transforms.mechanisms.noise.generators import Randomness, _check_size
-from transforms.mechanisms.noise.samplers import _VECTOR_MAX_DEN, _VECTOR_MAX_NUM, _draws, _one_discrete_laplace
+from transforms.mechanisms.noise.generators import Randomness, check_size
+from transforms.mechanisms.noise.samplers import VECTOR_MAX_DEN, VECTOR_MAX_NUM, laplace_draws, one_discrete_laplace
 
 _MAX_DISCRETE_SCALE = 1 << 53
 
@@ -44,12 +44,12 @@ def discrete_laplace(scale: Fraction, size: int, rng: Randomness) -> np.ndarray:
     with ``rng.randbelow``.
     """
     num, den = _discrete_scale(scale)
-    size = _check_size(size)
+    size = check_size(size)
     if size == 0:
         return np.zeros(0, np.int64)
     entry = _pool_entry(rng, num, den)
     if entry is None:  # a scale past the vector range, or a generator without a pool
-        return _draws(num, den, size, rng)
+        return laplace_draws(num, den, size, rng)
     pooled = entry[0]
     have = len(pooled)
     if have >= size:
@@ -74,7 +74,7 @@ def discrete_laplace_draw(scale: Fraction, rng: Randomness) -> int:
     num, den = _discrete_scale(scale)
     entry = _pool_entry(rng, num, den)
     if entry is None:
-        return _one_discrete_laplace(num, den, rng.randbelow)
+        return one_discrete_laplace(num, den, rng.randbelow)
     pooled = entry[0]
     if pooled:
         return pooled.pop()
@@ -116,7 +116,7 @@ def _pool_entry(rng: Randomness, num: int, den: int) -> list | None:
     pooled) or a generator without a pool.
     """
     pool = rng._noise_pool
-    if pool is None or num > _VECTOR_MAX_NUM or den > _VECTOR_MAX_DEN:
+    if pool is None or num > VECTOR_MAX_NUM or den > VECTOR_MAX_DEN:
         return None
     key = (num, den)
     entry = pool.pop(key, None)
@@ -135,7 +135,7 @@ def _refill(entry: list, num: int, den: int, missing: int, rng: Randomness) -> n
     at 1, so the first request of a scale draws exactly what it needs.
     """
     refill = entry[1]
-    drawn = _draws(num, den, max(missing, refill), rng)
+    drawn = laplace_draws(num, den, max(missing, refill), rng)
     entry[1] = min(2 * refill, _POOL_MAX_REFILL)
     if drawn.size > missing:
         entry[0].extend(drawn[missing:].tolist())

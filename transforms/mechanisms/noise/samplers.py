@@ -7,7 +7,7 @@ sampler (python ints) takes any scale.  Drawing noise draw by draw in python
 was the largest cost of the cheapest mechanisms, so for scales whose
 arithmetic fits 64 bits the same algorithm also runs on numpy ``uint64``
 arrays, a batch of candidates at once (floats only choose a batch's size).
-:func:`_draws` picks the path for a batch.
+:func:`laplace_draws` picks the path for a batch.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ _VECTOR_MIN_SIZE = 32
 """Batches at least this large use the vector sampler; smaller ones draw one by one."""
 
 
-def _draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
+def laplace_draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
     """``size`` fresh draws (int64), vectorized when the batch and the scale allow it."""
-    if size >= _VECTOR_MIN_SIZE and num <= _VECTOR_MAX_NUM and den <= _VECTOR_MAX_DEN:
+    if size >= _VECTOR_MIN_SIZE and num <= VECTOR_MAX_NUM and den <= VECTOR_MAX_DEN:
         return _discrete_laplace_vector(num, den, size, rng)
     return _scalar_draws(num, den, size, rng)
 
 
 def _scalar_draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
     randbelow = rng.randbelow
-    return np.array([_one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
+    return np.array([one_discrete_laplace(num, den, randbelow) for _ in range(size)], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def _scalar_draws(num: int, den: int, size: int, rng: Randomness) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-def _one_discrete_laplace(num: int, den: int, randbelow) -> int:
+def one_discrete_laplace(num: int, den: int, randbelow) -> int:
     """One exact discrete Laplace draw with scale ``num/den`` (a python int).
 
     CKS20 Algorithm 2 outputs scale ``t/s``; here ``t = num`` and ``s = den``.
@@ -112,9 +112,9 @@ def _bernoulli_exp1_from_9(randbelow) -> bool:
 # Vector sampler (numpy uint64; numerator <= 2**50)
 # --------------------------------------------------------------------------
 
-_VECTOR_MAX_NUM = 1 << 50
+VECTOR_MAX_NUM = 1 << 50
 """Largest numerator of the vector path: ``num * _VECTOR_MAX_FACTOR <= 2**62`` keeps uint64 margin."""
-_VECTOR_MAX_DEN = (1 << 63) - 1
+VECTOR_MAX_DEN = (1 << 63) - 1
 _VECTOR_MAX_FACTOR = 1 << 12
 """Largest k (Algorithm 1's counter) and v (the geometric) the vector path handles; an element going
 further (probabilities about 1/4096! and e^-4095) finishes with python ints."""
@@ -149,7 +149,7 @@ def _exp1_table() -> np.ndarray:
 _EXP1_TABLE = _exp1_table()
 
 
-class _Words:
+class RandomWords:
     """Uniform 64-bit words for one vector call, fetched from ``rng.uint32`` in large blocks.
 
     A fetch costs a few microseconds whatever its size, so words are taken
@@ -173,7 +173,7 @@ class _Words:
         return self._block[start:end]
 
 
-def _uniform_below(m: int, size: int, words: _Words) -> np.ndarray:
+def uniform_below(m: int, size: int, words: RandomWords) -> np.ndarray:
     """``size`` exact uniform integers below ``m`` (uint64), from top bits of 64-bit words plus rejection.
 
     ``m`` is a python int in ``[1, 2**64)``.  A word's top ``bits(m - 1)``
@@ -211,21 +211,21 @@ def _discrete_laplace_vector(num: int, den: int, size: int, rng: Randomness) -> 
     """``size`` exact discrete Laplace draws of scale ``num/den`` (int64): CKS20 Algorithm 2 on uint64 arrays.
 
     The same algorithm, and so the same distribution, as
-    :func:`_one_discrete_laplace`, run on a batch of candidates at once with
+    :func:`one_discrete_laplace`, run on a batch of candidates at once with
     words from ``rng.uint32``; candidates are generated in rounds (sized by
     the expected acceptance rate) until ``size`` are accepted, and the first
     ``size`` accepted are returned in order.  Needs ``num <= 2**50`` and
     ``den < 2**63``: every intermediate (``2 num``, ``num k``, ``u + num v``)
     then stays below ``2**63``.
     """
-    if not (0 < num <= _VECTOR_MAX_NUM and 0 < den <= _VECTOR_MAX_DEN):
+    if not (0 < num <= VECTOR_MAX_NUM and 0 < den <= VECTOR_MAX_DEN):
         raise ValueError(f"the vector sampler needs num <= 2**50 and den < 2**63, got {num}/{den}")
     if size == 0:
         return np.zeros(0, np.int64)
     rate = _acceptance(num, den)
     candidates = min(size, _VECTOR_CHUNK) / rate
     # Words a candidate uses: about 2.4 for num == 1 (no Bernoulli(exp(-u/num)) coins), 4-5 otherwise.
-    words = _Words(rng, int((3 if num == 1 else 6) * candidates + 20 * math.sqrt(candidates)) + 64)
+    words = RandomWords(rng, int((3 if num == 1 else 6) * candidates + 20 * math.sqrt(candidates)) + 64)
     parts, have = [], 0
     while have < size:  # rounds of at most _VECTOR_CHUNK outputs: bounded memory
         expected = min(size - have, _VECTOR_CHUNK) / rate
@@ -236,10 +236,10 @@ def _discrete_laplace_vector(num: int, den: int, size: int, rng: Randomness) -> 
     return out[:size]
 
 
-def _vector_candidates(num: int, den: int, n: int, words: _Words, rng: Randomness) -> np.ndarray:
+def _vector_candidates(num: int, den: int, n: int, words: RandomWords, rng: Randomness) -> np.ndarray:
     """Run ``n`` candidates of Algorithm 2; return the accepted ones' values (int64, in candidate order)."""
     # Sign b and u uniform in [0, num): the two digits of one uniform below 2 num.
-    r = _uniform_below(2 * num, n, words)
+    r = uniform_below(2 * num, n, words)
     negative = (r & _U64_ONE).astype(bool)
     u = r >> _U64_ONE
     # Bernoulli(exp(-u/num)) (Algorithm 1): count k while Bernoulli(u/(num k))
@@ -258,7 +258,7 @@ def _vector_candidates(num: int, den: int, n: int, words: _Words, rng: Randomnes
                     k_i += 1
                 keep[i] = bool(k_i & 1)
             break
-        success = _uniform_below(num * k, active.size, words) < u[active]
+        success = uniform_below(num * k, active.size, words) < u[active]
         if not k & 1:
             keep[active[~success]] = False
         active = active[success]
@@ -276,7 +276,7 @@ def _vector_candidates(num: int, den: int, n: int, words: _Words, rng: Randomnes
     return values[~(negative & (y == 0))]  # reject "-0" so that 0 is not counted twice
 
 
-def _geometric_exp1(n: int, words: _Words, rng: Randomness) -> tuple[np.ndarray, dict[int, int]]:
+def _geometric_exp1(n: int, words: RandomWords, rng: Randomness) -> tuple[np.ndarray, dict[int, int]]:
     """``n`` draws of v = successes of Bernoulli(exp(-1)) before the first failure (uint64).
 
     Each round gives every still-active element three coins: the three
@@ -303,7 +303,7 @@ def _geometric_exp1(n: int, words: _Words, rng: Randomness) -> tuple[np.ndarray,
                 else:
                     large[i] = v_i
             break
-        r = _uniform_below(_EXP1_RADIX_CUBED, active.size, words)
+        r = uniform_below(_EXP1_RADIX_CUBED, active.size, words)
         high, d0 = np.divmod(r, _EXP1_RADIX)
         d2, d1 = np.divmod(high, _EXP1_RADIX)
         coins = _EXP1_TABLE[np.stack((d0, d1, d2), axis=1)]

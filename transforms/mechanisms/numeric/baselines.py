@@ -29,7 +29,7 @@ import numpy as np
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp.mean import PiecewiseMechanism
 from transforms.mechanisms.noise import Randomness, secure_randomness
-from transforms.mechanisms.numeric.perturbation import Perturbed, _positive_int
+from transforms.mechanisms.numeric.perturbation import Perturbed, positive_int
 from transforms.mechanisms.numeric.square_wave import DEFAULT_GRID_BITS, SquareWave
 
 
@@ -52,7 +52,7 @@ class _WindowBudget:
 
     def __post_init__(self):
         to_units(self.epsilon, "epsilon")
-        _positive_int("window (w)", self.window)
+        positive_int("window (w)", self.window)
         if self.epsilon_units // self.shares() < 1:
             raise ValueError(f"epsilon={self.epsilon!r} is too small to split over {self.shares()} reports")
         self.randomizer()  # builds it: refuses a budget below its resolution

@@ -231,20 +231,20 @@ class PerturbationParams:
 
     def __post_init__(self):
         to_units(self.epsilon, "epsilon")
-        _positive_int("window (w)", self.window)
+        positive_int("window (w)", self.window)
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.budget not in BUDGETS:
             raise ValueError(f"budget must be one of {BUDGETS}, got {self.budget!r}")
         if self.reset is not None:
-            _positive_int("reset", self.reset)
+            positive_int("reset", self.reset)
         fixed = FIXED_MEMORY.get(self.method)
         if fixed is not None and (self.unbounded or self.memory not in (None, fixed)):
             raise ValueError(f"{self.method} remembers {fixed} deviation(s): memory and unbounded do not apply")
         if fixed is None and self.memory is not None:
             if self.unbounded:
                 raise ValueError("give either a bounded memory h or unbounded=True, not both")
-            _positive_int("memory (h)", self.memory)
+            positive_int("memory (h)", self.memory)
         if self.unbounded and self.reset is None and not self.not_w_event_private:
             raise ValueError("unbounded memory on an endless stream is not w-event private (trap T1): give reset "
                              "(the per-query protocol), a bounded memory, or not_w_event_private=True")
@@ -325,7 +325,8 @@ def snapped_delta(report_units: int, grid_bits: int, delta: float | None = None)
     return round(value * steps) / steps
 
 
-def _positive_int(name: str, value) -> None:
+def positive_int(name: str, value) -> None:
+    """ValueError naming ``name`` unless ``value`` is an integer >= 1 (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 

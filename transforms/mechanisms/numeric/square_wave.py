@@ -43,7 +43,7 @@ default 16 bits on the evaluation grid, up to 2e-5 at 24 bits (a budget below th
 The spec's moment formulas (§2.3) hold exactly for the realised rational
 ``b = B/m``, ``p = P·m/2**64``, ``q = Q·m/2**64`` (they satisfy ``2bp + q = 1``).
 Draws come from the project's generator, secure by default.  The device module
-``wevent_client.py`` computes the same integers by another method (exact
+``device/wevent_client.py`` computes the same integers by another method (exact
 Taylor bounds); a test asserts they agree.
 """
 

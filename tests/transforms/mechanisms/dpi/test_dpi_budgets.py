@@ -33,7 +33,7 @@ from transforms.mechanisms.dpi.budgets import (
     ExponentialRBA,
     RangesRBA,
     SequentialRBA,
-    _fixed_power_up,
+    fixed_power_up,
     learning_rate,
     li2,
     li2_inverse,
@@ -170,7 +170,7 @@ def test_slot_units_are_the_floor_of_the_exact_term_or_one_below(eps, mu, zeta, 
 @given(base=st.integers(0, 2**128), exponent=st.integers(0, 60))
 def test_fixed_point_power_is_an_upper_bound(base, exponent):
     exact = Fraction(base, 2**128) ** exponent
-    bound = Fraction(_fixed_power_up(base, exponent), 2**128)
+    bound = Fraction(fixed_power_up(base, exponent), 2**128)
     assert exact <= bound <= exact + Fraction(2 * exponent + 1, 2**128)
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import wevent_client
+from device import wevent_client
 from transforms.mechanisms import FixedRequirements, PrivacyLedger, SlotBatch, TrustModel, make_mechanism
 from transforms.mechanisms.domain import NO_VALUE
 from transforms.mechanisms.ldp.client import (ReportRejected, RoundRequest, answer_round, assign_public_groups,

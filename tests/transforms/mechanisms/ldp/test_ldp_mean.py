@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import wevent_client
+from device import wevent_client
 
 from mechanism_helpers import run_with_ledger
 from streams import StreamSpec

@@ -55,14 +55,14 @@ def _tail(n: float, scale: float) -> float:
     return math.exp(-n / scale) / (1.0 + math.exp(-1.0 / scale))
 
 
-def _mass(lo: float, hi: float, scale: float) -> float:
+def integer_mass(lo: float, hi: float, scale: float) -> float:
     """P(lo <= X <= hi) for integers (or infinities) lo <= hi."""
     if lo >= 0:
         if hi == math.inf:
             return _tail(lo, scale)
         return _tail(lo, scale) * -math.expm1(-(hi + 1 - lo) / scale)
     if hi <= 0:
-        return _mass(-hi, -lo, scale)
+        return integer_mass(-hi, -lo, scale)
     return 1.0 - _tail(hi + 1, scale) - _tail(1 - lo, scale)
 
 
@@ -82,7 +82,7 @@ def gof_bins(scale: float, n: int, target_bins: int = 40, min_expected: float = 
     """
     edges = sorted({_quantile(j / target_bins, scale) for j in range(1, target_bins)})
     bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
-    probs = [_mass(bounds[i] + 1, bounds[i + 1], scale) for i in range(len(bounds) - 1)]
+    probs = [integer_mass(bounds[i] + 1, bounds[i + 1], scale) for i in range(len(bounds) - 1)]
     merged_edges, merged_probs, acc = [], [], 0.0
     for i, p in enumerate(probs):
         acc += p
@@ -112,7 +112,7 @@ def chisquare_power_miss(true_scale: float, tested_scale: float, n: int) -> floa
     against ``tested_scale`` does NOT reject at ALPHA when the truth is ``true_scale``."""
     edges, probs = gof_bins(tested_scale, n)
     bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
-    true_probs = np.array([_mass(bounds[i] + 1, bounds[i + 1], true_scale) for i in range(len(probs))])
+    true_probs = np.array([integer_mass(bounds[i] + 1, bounds[i + 1], true_scale) for i in range(len(probs))])
     df = len(probs) - 1
     noncentrality = n * np.sum((true_probs - probs) ** 2 / probs)
     return stats.ncx2.cdf(stats.chi2.isf(ALPHA, df), df, noncentrality)

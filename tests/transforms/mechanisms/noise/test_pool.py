@@ -25,8 +25,8 @@ from transforms.mechanisms.noise import pool as noise_pool
 def draw_sizes(monkeypatch):
     """Sizes of the fresh batches drawn (by the pool's refills or directly)."""
     sizes: list[int] = []
-    real = noise_pool._draws
-    monkeypatch.setattr(noise_pool, "_draws", lambda num, den, size, rng: sizes.append(size) or real(num, den, size, rng))
+    real = noise_pool.laplace_draws
+    monkeypatch.setattr(noise_pool, "laplace_draws", lambda num, den, size, rng: sizes.append(size) or real(num, den, size, rng))
     return sizes
 
 
@@ -86,7 +86,7 @@ def test_pool_hands_out_each_draw_once():
     singles = [discrete_laplace_draw(scale, rng) for _ in range(127)]  # refills 1, 2, ..., 64
     assert rng._noise_pool[(5, 2)][0] == []
     replay = InsecureSeededRandomness(4)
-    batches = [noise_pool._draws(5, 2, 2**i, replay) for i in range(7)]
+    batches = [noise_pool.laplace_draws(5, 2, 2**i, replay) for i in range(7)]
     assert sorted(singles) == sorted(np.concatenate(batches).tolist())
 
 
@@ -174,7 +174,7 @@ def test_a_generator_without_a_pool_draws_every_value_when_asked():
     draws = [discrete_laplace_draw(Fraction(7, 2), rng) for _ in range(3)]
     assert rng._noise_pool is None and "_noise_pool" not in vars(rng)
     replay = InsecureSeededRandomness(0)  # the same stream, drawn one value at a time
-    assert draws == [int(noise_pool._draws(7, 2, 1, replay)[0]) for _ in range(3)]
+    assert draws == [int(noise_pool.laplace_draws(7, 2, 1, replay)[0]) for _ in range(3)]
     pooled = CountingRandomness(0)
     for _ in range(3):
         discrete_laplace_draw(Fraction(7, 2), pooled)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from noise_helpers import (ALPHA, N_GOF, POWER_MISS, Z_ALPHA, _mass, chisquare_power_miss, chisquare_pvalue,
+from noise_helpers import (ALPHA, N_GOF, POWER_MISS, Z_ALPHA, integer_mass, chisquare_power_miss, chisquare_pvalue,
                            dlap_pmf, gof_bins, pooled_samples, ScriptedRandomness)
 from transforms.mechanisms.noise import (InsecureSeededRandomness, Randomness, discrete_laplace,
                                          discrete_laplace_variance, secure_randomness)
@@ -86,8 +86,8 @@ def gof_seed(scale: Fraction, path: str) -> int:
 
 
 def test_gof_scales_cover_the_vector_limit():
-    assert Fraction(2**50, 3**31).numerator == samplers._VECTOR_MAX_NUM
-    assert all(s.numerator <= samplers._VECTOR_MAX_NUM for s in GOF_SCALES)  # every path applies
+    assert Fraction(2**50, 3**31).numerator == samplers.VECTOR_MAX_NUM
+    assert all(s.numerator <= samplers.VECTOR_MAX_NUM for s in GOF_SCALES)  # every path applies
 
 
 # --------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def two_sample_power_miss(scale_a: float, scale_b: float, n: int) -> float:
     at ALPHA with n samples of DLap(scale_a) and n of DLap(scale_b)."""
     edges, _ = gof_bins(scale_a, n)
     bounds = [-math.inf] + [float(e) for e in edges] + [math.inf]
-    pa, pb = (np.array([_mass(bounds[i] + 1, bounds[i + 1], s) for i in range(len(bounds) - 1)]) for s in (scale_a, scale_b))
+    pa, pb = (np.array([integer_mass(bounds[i] + 1, bounds[i + 1], s) for i in range(len(bounds) - 1)]) for s in (scale_a, scale_b))
     df = len(pa) - 1
     noncentrality = n * np.sum((pa - pb) ** 2 / (pa + pb))  # n * sum (pa - pb)^2 / (2 * pooled p)
     return stats.ncx2.cdf(stats.chi2.isf(ALPHA, df), df, noncentrality)
@@ -191,7 +191,7 @@ def test_gof_helpers_are_consistent():
     for scale in (0.5, 2.0, 1000.0):
         xs = np.arange(-int(60 * scale) - 10, int(60 * scale) + 11)
         assert dlap_pmf(xs, scale).sum() == pytest.approx(1.0, abs=1e-12)
-        assert _mass(-3, 4, scale) == pytest.approx(dlap_pmf(np.arange(-3, 5), scale).sum(), rel=1e-12)
+        assert integer_mass(-3, 4, scale) == pytest.approx(dlap_pmf(np.arange(-3, 5), scale).sum(), rel=1e-12)
         edges, probs = gof_bins(scale, N_GOF)
         assert np.all(np.diff(edges) > 0) and probs.sum() == pytest.approx(1.0)
 
@@ -250,14 +250,14 @@ def test_uniform_below_scalar_m_takes_top_bits_and_rejects(m):
     expected = [w >> (64 - bits) for w in words.tolist() if w >> (64 - bits) < m][:size] if m > 1 else [0] * size
     assert len(expected) == size  # this seed's words suffice for one pass (deterministic)
     rng = WordRandomness(words if m > 1 else ())
-    out = samplers._uniform_below(m, size, samplers._Words(rng, count))
+    out = samplers.uniform_below(m, size, samplers.RandomWords(rng, count))
     assert out.dtype == np.uint64 and out.tolist() == expected
 
 
 @settings(max_examples=200, deadline=None)
 @given(m=st.integers(1, 2**64 - 1), size=st.integers(0, 300), seed=st.integers(0, 2**32))
 def test_uniform_below_scalar_m_stays_below_m(m, size, seed):
-    out = samplers._uniform_below(m, size, samplers._Words(InsecureSeededRandomness(seed), 16))
+    out = samplers.uniform_below(m, size, samplers.RandomWords(InsecureSeededRandomness(seed), 16))
     assert out.dtype == np.uint64 and out.shape == (size,)
     assert all(value < m for value in out.tolist())
 
@@ -276,8 +276,8 @@ def test_uniform_below_frequencies(m):
     # Power: the modulo-biased sampler (top bits mod m, no rejection) must be
     # rejected; miss probability < POWER_MISS (computed), 5 more assertions.
     n = 200_000
-    words = samplers._Words(InsecureSeededRandomness(m), 1 << 16)
-    counts = np.bincount(samplers._uniform_below(m, n, words).astype(np.int64), minlength=m)
+    words = samplers.RandomWords(InsecureSeededRandomness(m), 1 << 16)
+    counts = np.bincount(samplers.uniform_below(m, n, words).astype(np.int64), minlength=m)
     assert counts.size == m
     assert stats.chisquare(counts).pvalue > ALPHA
     span = 1 << (m - 1).bit_length()
@@ -308,11 +308,11 @@ def test_geometric_undecided_coin_continues_algorithm_1_at_k9():
     words[0] = 0
     # randbelow(9) = 1 stops at k = 9 (odd): success, three times: v >= 3.
     rng = WordRandomness(words, randbelow_values=[1, 1, 1], seed=4)
-    v, large = samplers._geometric_exp1(n, samplers._Words(rng, count), rng)
+    v, large = samplers._geometric_exp1(n, samplers.RandomWords(rng, count), rng)
     assert rng.randbelow_args[:3] == [9, 9, 9] and v[0] >= 3 and large == {}
     # randbelow(9) = 0 continues, randbelow(10) = 4 stops at k = 10 (even): failure, v = 0.
     rng = WordRandomness(words, randbelow_values=[0, 4, 1, 1], seed=4)
-    v, large = samplers._geometric_exp1(n, samplers._Words(rng, count), rng)
+    v, large = samplers._geometric_exp1(n, samplers.RandomWords(rng, count), rng)
     assert rng.randbelow_args[:4] == [9, 10, 9, 9] and v[0] == 0
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import wevent_client as client
+from device import wevent_client as client
 from tests.transforms.mechanisms.ldp.ldp_grid import exp_taylor
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.domain import Interval

@@ -1,4 +1,4 @@
-"""The device's numeric clients (wevent_client.NumericClient) against the collector's core ``Client.step``."""
+"""The device's numeric clients (device.numeric_client.NumericClient) against the collector's core ``Client.step``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.numeric.perturbation import capp_delta as core_capp_delta
 from transforms.mechanisms.numeric.perturbation import worst_window_units
 from transforms.mechanisms.numeric.baselines import absorption_charges, absorption_step, topl_step
-from wevent_client import NumericClient, RequestRefused, capp_delta
+from device.numeric_client import NumericClient, capp_delta
+from device.wevent_client import RequestRefused
 
 LOW, HIGH, WINDOW, BUDGET = -3.0, 9.0, 4, "2"
 
@@ -221,7 +222,7 @@ def test_a_restarted_sampling_or_ba_sw_device_continues_exactly(method, segment)
 def test_a_numeric_refusal_never_carries_the_users_value(value):
     """Outside the interval without clipping, or not a finite number: refused as ``invalid`` naming the interval,
     never the value (before: ``value must lie in [0.0, 10.0], got 7318.25``)."""
-    from wevent_client import SquareWave
+    from device.wevent_client import SquareWave
 
     device = NumericClient("u1", "capp", 4, "1", 0.0, 10.0)
     with pytest.raises(RequestRefused) as refused:

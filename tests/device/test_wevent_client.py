@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import wevent_client as client
-from wevent_client import RequestRefused, WEventClient
+from device import wevent_client as client
+from device.wevent_client import RequestRefused, WEventClient
 from schemas import validate
 from transforms.mechanisms.budget import to_units
 from transforms.mechanisms.ldp import FrequencyOracle, choose_oracle
@@ -26,18 +26,25 @@ from transforms.mechanisms.numeric import SquareWave
 
 from tests.transforms.mechanisms.ldp.ldp_grid import GRID
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 ALPHA = POWER_MISS = 1e-7
 
 
-def test_client_imports_with_the_standard_library_only():
-    """A fresh interpreter without site-packages (-I -S), numpy and Beam blocked, loads the file on its own."""
+@pytest.mark.parametrize("embedded", ["top-level files", "device package"])
+def test_client_imports_with_the_standard_library_only(embedded):
+    """A fresh interpreter without site-packages (-I -S), numpy and Beam blocked, loads the device files on their
+    own: copied as top-level modules (``device/`` on the path) or as the ``device`` package."""
+    if embedded == "top-level files":
+        path, imports = ROOT / "device", "import wevent_client as c\nimport numeric_client as n\n"
+    else:
+        path, imports = ROOT, "from device import wevent_client as c\nfrom device import numeric_client as n\n"
     code = (
         "import sys\n"
-        "for name in ('numpy', 'apache_beam', 'fastavro', 'pyarrow', 'scipy', 'transforms', 'schemas'):\n"
+        "for name in ('numpy', 'apache_beam', 'fastavro', 'pyarrow', 'scipy', 'transforms', 'schemas', 'pipelines'):\n"
         "    sys.modules[name] = None\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "import wevent_client as c\n"
+        f"sys.path.insert(0, {str(path)!r})\n"
+        + imports +
+        "assert n.NumericClient('u1', 'capp', 4, '1', 0.0, 10.0).report('s', 0, 3.5)['user'] == 'u1'\n"
         "device = c.WEventClient('u1', 3, '1', lambda slot: 1)\n"
         "r = device.respond({'stream': 's', 'user': 'u1', 'slot': 0, 'method': 'lbu', 'epsilon': '0.5',"
         " 'domain_size': 5})\n"
@@ -222,7 +229,7 @@ SECRET = 7318  # a value no message may show
 def test_a_refusal_never_carries_the_users_value(request_fields, value):
     """An app may log or forward a refusal: it says the value does not fit, never what it was; nothing is charged.
     Before, the randomizers raised a ValueError ending in ``got 7318``."""
-    import wevent_client
+    from device import wevent_client
 
     request = {"stream": "s", "user": "u1", "slot": 3, **request_fields}
     if request["domain_size"] == 1:

@@ -11,7 +11,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OWN = {"pipelines", "transforms", "schemas", "wevent_client", "benchmarks", "integration"}
+OWN = {"pipelines", "transforms", "schemas", "device", "benchmarks", "integration"}
 
 
 def parse(path: str) -> ast.Module:
@@ -41,7 +41,7 @@ def module_level_imports(path: str) -> set[str]:
 def test_every_module_level_third_party_import_is_a_runtime_dependency():
     distributions = importlib.metadata.packages_distributions()
     required = install_requires()
-    modules = [p for pattern in ("pipelines/**/*.py", "transforms/**/*.py", "schemas/**/*.py", "wevent_client.py")
+    modules = [p for pattern in ("pipelines/**/*.py", "transforms/**/*.py", "schemas/**/*.py", "device/**/*.py")
                for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
     assert len(modules) > 20
     missing = {}

@@ -19,7 +19,7 @@ from pipelines import evaluation
 from pipelines.cli import ConfigError, parse_flags
 from pipelines.evaluation.arguments import (PARTIAL_CSV, RUN_JSON, ArgumentError, checked_names,
                                            evaluation_parser)
-from pipelines.evaluation.stopping import run_stopping_cleanly
+from pipelines.evaluation.interrupts import run_stopping_cleanly
 from pipelines.evaluation.experiment import (COLUMNS, NOISE_NOTE, Task, execute, plan, read_csv, run_labelled,
                                             write_csv)
 from pipelines.evaluation.plots import write_plots

@@ -20,7 +20,7 @@ import time
 
 from pipelines.cli import parse_flags
 from pipelines.evaluation.arguments import PARTIAL_CSV, RUN_JSON, ArgumentError, checked_names, evaluation_parser
-from pipelines.evaluation.stopping import run_stopping_cleanly
+from pipelines.evaluation.interrupts import run_stopping_cleanly
 from pipelines.evaluation.experiment import run_labelled, write_csv
 from pipelines.evaluation.ldp import (ADAPTIVE, ALL_DATASETS, BETAS, CON_HIGH, CON_SIGMA, COLUMNS,
                                       DEFAULT_BETA, DEFAULT_EPSILON, DEFAULT_FLUCTUATION, DEFAULT_WINDOW, EPSILONS,

@@ -65,7 +65,7 @@ def release_stage(config: ReleaseConfig, bounded: bool) -> beam.PTransform:
     and released at once, with no timer (a runner need not hold its watermark for a timer's outputs: Beam's
     BundleBasedDirectRunner does not, and its GroupByKeys after this stage would complete before them)."""
     types = dict(OUTPUT_TYPES)
-    release = BoundedRelease(config) if bounded else ReleaseController(config, bounded)
+    release = BoundedRelease(config) if bounded else ReleaseController(config)
     stage = (beam.ParDo(release)
              .with_output_types(types.pop("releases"), **types)
              .with_outputs(CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
@@ -97,32 +97,18 @@ class ReleaseController(beam.DoFn):
     REQUIREMENTS = ReadModifyWriteStateSpec("requirements", BytesCoder())  # DeclaredRequirements.to_bytes (.npz)
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 
-    def __init__(self, config: ReleaseConfig, bounded: bool):
+    def __init__(self, config: ReleaseConfig):
         self.config = config
-        self.bounded = bounded
-        self._armed_keys: set = set()
         self._resume: dict = {}
-        self.used = Metrics.counter(NAMESPACE, "records_used")
-        self.late = Metrics.counter(NAMESPACE, "late")
-        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
-        self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+        self.counters = OutputCounters()
 
     def setup(self):
         self._resume = self.config.resume_state() if self.config.resume_from else {}
-
-    def start_bundle(self):
-        self._armed_keys = set()
 
     def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
                 armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
         stream, packed = element
         contributions.add(packed)
-        if self.bounded:  # one firing at the end; setting the same timer again is harmless
-            if stream not in self._armed_keys:
-                self._armed_keys.add(stream)
-                release.set(GlobalWindow().max_timestamp())
-            return
         earliest = self.config.clock.release_micros(min(c[0] for c in unpack_contributions(packed)))
         pending = armed.read()
         if pending is None or earliest < pending:
@@ -141,7 +127,7 @@ class ReleaseController(beam.DoFn):
         contributions.clear()
         armed.clear()
         held_slots = {c[0] for c in held}
-        due_slots = {s for s in held_slots if self.bounded or clock.release_micros(s) <= fired.micros}
+        due_slots = {s for s in held_slots if clock.release_micros(s) <= fired.micros}
         if due_slots == held_slots:
             due, later = held, []
         else:
@@ -162,16 +148,16 @@ class ReleaseController(beam.DoFn):
             user_ids, declared = _USERS.decode(users_state.read())
             state = StreamState(mechanism_bytes, user_ids, declared, next_slot_state.read(), randomness_state.read(),
                                 requirements_state.read())  # None only in a job started before the cell existed
-        run = StreamEngine.load(self.config, key, state, carry=self.bounded)  # a batch sink publishes at the end
+        run = StreamEngine.load(self.config, key, state)
         if release_range is None:
             last = max(due_slots)
         else:  # every slot of the range that has closed, with data or not
-            last = release_range.last_slot if self.bounded else release_range.last_due(clock, fired.micros - 1000)
+            last = release_range.last_due(clock, fired.micros - 1000)
         outputs = _StageOutputs(self)
-        for output in run.release_until(last, due, final=self.bounded):
+        for output in run.release_until(last, due, final=False):
             output.deliver(outputs)
             yield from outputs.take()
-        if release_range is not None and not self.bounded and not later and run.next_slot <= release_range.last_slot:
+        if release_range is not None and not later and run.next_slot <= release_range.last_slot:
             # no data is held, but the range's remaining slots are released when they close, data or not
             at = min(clock.release_micros(release_range.last_slot), GlobalWindow().max_timestamp().micros)
             if at > fired.micros:  # (a range ending past Beam's last timestamp is not re-armed for ever)
@@ -194,11 +180,7 @@ class BoundedRelease(beam.DoFn):
     def __init__(self, config: ReleaseConfig):
         self.config = config
         self._resume: dict = {}
-        self.used = Metrics.counter(NAMESPACE, "records_used")
-        self.late = Metrics.counter(NAMESPACE, "late")
-        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
-        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
-        self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+        self.counters = OutputCounters()
 
     def setup(self):
         self._resume = self.config.resume_state() if self.config.resume_from else {}
@@ -218,6 +200,17 @@ class BoundedRelease(beam.DoFn):
             yield from outputs.take()
 
 
+class OutputCounters:
+    """The Beam metrics a release stage counts its outputs in (records by fate, slots by kind)."""
+
+    def __init__(self):
+        self.used = Metrics.counter(NAMESPACE, "records_used")
+        self.late = Metrics.counter(NAMESPACE, "late")
+        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self.duplicates = Metrics.counter(NAMESPACE, "duplicates")
+        self.kinds = {kind: Metrics.counter(NAMESPACE, f"slots_{kind}") for kind in ("fresh", "skipped", "nullified")}
+
+
 class _StageOutputs(StreamOutputs):
     """The stream engine's outputs as this stage's main and tagged outputs, counted in Beam metrics."""
 
@@ -230,25 +223,25 @@ class _StageOutputs(StreamOutputs):
         return taken
 
     def released(self, output: Released) -> None:
-        self.stage.kinds[output.record["kind"]].inc()
+        self.stage.counters.kinds[output.record["kind"]].inc()
         self.pending.append(ReleaseRecord(output.record))
 
     def records_used(self, output: RecordsUsed) -> None:
-        self.stage.used.inc(output.records)
+        self.stage.counters.used.inc(output.records)
         self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("records_used", output.records)))
 
     def dead_letter(self, output: DeadLetter) -> None:
-        self.stage.dead.inc()
+        self.stage.counters.dead.inc()
         self.pending += [beam.pvalue.TaggedOutput(ACCOUNTING, ("dead_letters", 1)),
                          beam.pvalue.TaggedOutput(DEAD_LETTERS, output.letter)]  # one per input record
 
     def late(self, output: LateRecord) -> None:
-        self.stage.late.inc()
+        self.stage.counters.late.inc()
         self.pending += [beam.pvalue.TaggedOutput(ACCOUNTING, ("late", 1)),
                          beam.pvalue.TaggedOutput(DEAD_LETTERS, output.letter)]
 
     def duplicates(self, output: Duplicates) -> None:
-        self.stage.duplicates.inc(output.records)
+        self.stage.counters.duplicates.inc(output.records)
         self.pending.append(beam.pvalue.TaggedOutput(ACCOUNTING, ("duplicates", output.records)))
 
     def evaluation(self, output: EvaluationRow) -> None:

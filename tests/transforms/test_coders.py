@@ -317,7 +317,7 @@ def _no_pickle(coder) -> bool:
 
 
 @pytest.mark.parametrize("dofn", [UserSlotState(SlotClock(SLOT)), UserLedgerFn(10),
-                                  ReleaseController(ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT)), False)],
+                                  ReleaseController(ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT)))],
                          ids=lambda d: type(d).__name__)
 def test_every_state_cell_has_a_coder_that_never_pickles(dofn):
     found = _state_coders(dofn)
@@ -331,7 +331,7 @@ def test_the_state_cells_keep_their_names():
     """Dataflow's update maps state by step and cell name: these are part of a running job's layout."""
     assert set(_state_coders(UserSlotState(SlotClock(SLOT)))) == {"events", "requirement", "last_closed", "next_close"}
     assert set(_state_coders(UserLedgerFn(10))) == {"tail", "usage"}
-    assert set(_state_coders(ReleaseController(ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT)), True))) == {
+    assert set(_state_coders(ReleaseController(ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT))))) == {
         "contributions", "mechanism", "users", "next_slot", "randomness", "armed", "requirements"}
 
 
@@ -370,7 +370,7 @@ def test_the_release_stage_writes_no_pickled_bytes_into_its_cells():
     documented encoding reads (docs/state_layout.md), never pickle (the seeded generator's state aside: it is
     written only with an explicit insecure seed, and loaded by the checkpoint's restricted unpickler)."""
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=3)
-    stage = ReleaseController(config, bounded=False)
+    stage = ReleaseController(config)
     specs = _state_coders(stage)
     cells = {name: (_Bag if name == "contributions" else _Cell)(coder) for name, coder in specs.items()}
     declared = ("fixed", 3, "1.0")
@@ -409,7 +409,7 @@ def test_the_release_stage_keeps_pending_requirement_changes_across_firings():
     declaration instead (the stage before it had this cell), the looser (w=3, E=2.0) that ``u`` declares at slot 1
     would be in force at once, and the ledger would check slots 2-3 against it rather than (w=3, E=1.0)."""
     config = ReleaseConfig("pbd", {"bins": 4}, SlotClock(SLOT), insecure_seed=3)
-    stage = ReleaseController(config, bounded=False)
+    stage = ReleaseController(config)
     cells = {name: (_Bag if name == "contributions" else _Cell)(coder) for name, coder in _state_coders(stage).items()}
     firings = [[(0, "u", 1, ("fixed", 3, "1.0"), ("a",)), (0, "v", 0, ("fixed", 3, "1.0"), ("b",)),
                 (1, "u", 2, ("fixed", 3, "2.0"), ("c",))], [(2, "u", 3, None, ("d",)), (2, "v", 1, None, ("e",))]]

@@ -24,7 +24,7 @@ from transforms.declarations import RequirementPolicy
 from transforms.private_histogram import PrivateStreamHistogram
 from transforms.records import pack_contributions
 from transforms.engine import ReleaseConfig, StreamEngine
-from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, ReleaseController
+from transforms.release import CHARGES, CHECKPOINTS, DEAD_LETTERS, EVALUATION, BoundedRelease
 from transforms.sinks import WriteCheckpoints
 from transforms.user_state import ACCOUNTING
 from transforms.slotting import SlotClock
@@ -222,7 +222,7 @@ def test_the_release_controller_counts_a_second_contribution_in_its_accounting()
     declared = ("fixed", 3, "1.0")
     rows = [(0, "a", 1, declared, ("x",)), (0, "a", 2, declared, ("y", "z")), (0, "b", 0, declared, ("b",))]
     with batch_pipeline() as p:
-        out = (p | beam.Create([("s", pack_contributions(rows))])
-               | beam.ParDo(ReleaseController(config, bounded=True)).with_outputs(
+        out = (p | beam.Create([("s", [pack_contributions(rows)])])
+               | beam.ParDo(BoundedRelease(config)).with_outputs(
                    CHARGES, DEAD_LETTERS, ACCOUNTING, EVALUATION, CHECKPOINTS, main="releases"))
         assert_that(out[ACCOUNTING] | beam.CombinePerKey(sum), equal_to([("records_used", 3), ("duplicates", 1)]))

@@ -83,7 +83,19 @@ class GroupedRelease(beam.PTransform):
         return packed | "GroupByStream" >> beam.GroupByKey() | "Release" >> self.stage
 
 
-class ReleaseController(beam.DoFn):
+class ReleaseStage(beam.DoFn):
+    """What both release stages share: the job's config, the checkpoints a resumed job starts from, the counters."""
+
+    def __init__(self, config: ReleaseConfig):
+        self.config = config
+        self._resume: dict = {}
+        self.counters = OutputCounters()
+
+    def setup(self):
+        self._resume = self.config.resume_state() if self.config.resume_from else {}
+
+
+class ReleaseController(ReleaseStage):
     """Runs one stream's mechanism over its slots, strictly in order."""
 
     # Large values are kept as bytes made by a versioned encoding (docs/state_layout.md), never pickle: the SDK's
@@ -96,14 +108,6 @@ class ReleaseController(beam.DoFn):
     ARMED = ReadModifyWriteStateSpec("armed", VarIntCoder())
     REQUIREMENTS = ReadModifyWriteStateSpec("requirements", BytesCoder())  # DeclaredRequirements.to_bytes (.npz)
     RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
-
-    def __init__(self, config: ReleaseConfig):
-        self.config = config
-        self._resume: dict = {}
-        self.counters = OutputCounters()
-
-    def setup(self):
-        self._resume = self.config.resume_state() if self.config.resume_from else {}
 
     def process(self, element, contributions=beam.DoFn.StateParam(CONTRIBUTIONS),
                 armed=beam.DoFn.StateParam(ARMED), release=beam.DoFn.TimerParam(RELEASE)):
@@ -173,17 +177,9 @@ class ReleaseController(beam.DoFn):
 
 
 
-class BoundedRelease(beam.DoFn):
+class BoundedRelease(ReleaseStage):
     """A bounded run's release of one stream: every contribution at once, every slot closed (as the
-    :class:`ReleaseController`'s single end-of-input firing does)."""
-
-    def __init__(self, config: ReleaseConfig):
-        self.config = config
-        self._resume: dict = {}
-        self.counters = OutputCounters()
-
-    def setup(self):
-        self._resume = self.config.resume_state() if self.config.resume_from else {}
+    :class:`ReleaseController` does slot by slot as the watermark passes)."""
 
     def process(self, element):
         key, packed = element
@@ -214,7 +210,7 @@ class OutputCounters:
 class _StageOutputs(StreamOutputs):
     """The stream engine's outputs as this stage's main and tagged outputs, counted in Beam metrics."""
 
-    def __init__(self, stage: ReleaseController | BoundedRelease):
+    def __init__(self, stage: ReleaseStage):
         self.stage = stage
         self.pending: list = []
 

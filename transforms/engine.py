@@ -36,7 +36,7 @@ from transforms.declarations import DeclarationTranslator, RequirementPolicy
 from transforms.mechanisms import Mechanism, SlotBatch, make_mechanism, mechanism_class
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name
 from transforms.mechanisms.engine import Engine
-from transforms.mechanisms.evidence import least_charges_of_registered
+from transforms.mechanisms.charges import least_charges_of_registered
 from transforms.mechanisms.public_schedule import packed_least, registered_verdict
 from transforms.mechanisms.public_schedule.registry import has_schedule, schedule_for
 from transforms.mechanisms.noise import insecure_seeded_randomness, secure_randomness

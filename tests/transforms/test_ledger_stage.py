@@ -18,7 +18,7 @@ from tests.transforms.mechanisms.charge_streams import KINDS, SHAPES, ChargeStre
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.mechanisms import DISSIMILARITY, PUBLICATION, PrivacyLedger
 from transforms.mechanisms.declared import DeclaredRequirements, kind_name
-from transforms.mechanisms.evidence import least_charges_of_registered
+from transforms.mechanisms.charges import least_charges_of_registered
 
 PARTS = (DISSIMILARITY, PUBLICATION, "report")  # the generated streams name one of these sets at each slot
 

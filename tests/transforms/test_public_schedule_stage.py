@@ -15,7 +15,7 @@ from transforms.engine import ChargeChunk, ReleaseConfig, StreamEngine
 from transforms.ledger import charge_chunk, check_windows, empty_tail
 from transforms.mechanisms import FixedRequirements, LifetimeRequirements, SlotBatch, make_mechanism
 from transforms.mechanisms.dpi.stream import SoundDPI
-from transforms.mechanisms.evidence import least_charges_of_registered
+from transforms.mechanisms.charges import least_charges_of_registered
 from transforms.mechanisms.ldp.budget_division import LBU
 from transforms.mechanisms.noise import insecure_seeded_randomness
 from transforms.mechanisms.public_schedule import LAW_MISMATCH, OFF_SCHEDULE

@@ -34,7 +34,7 @@ import numpy as np
 
 from transforms.mechanisms.batch import SlotBatch
 from transforms.mechanisms.declared import KINDS
-from transforms.mechanisms.evidence import Evidence
+from transforms.mechanisms.evidence import Evidence, of_groups
 from transforms.mechanisms.population import UNREGISTERED
 from transforms.mechanisms.public_schedule import PublicRecord
 from transforms.mechanisms.requirements import FixedRequirements, Requirements
@@ -297,3 +297,19 @@ class GroupCharges(Charges):
                 or (group_of.size and group_of.max() >= sizes.pop()):
             raise ValueError("group_of must be a 1-D integer array whose groups each part covers")
         object.__setattr__(self, "group_parts", parts)
+
+
+def least_charges_of_registered(charges: Charges) -> np.ndarray:
+    """The least charge of each of ``charges.users`` (the registered users), from ``charges.evidence``.
+
+    Raises when the evidence lets a user who is not registered enter a statistic: such a user has
+    no requirement and no charge, so the release could not be accounted for.
+    """
+    evidence, users = charges.evidence, charges.users
+    if evidence.groups is charges.group_of:  # the usual release: by the groups the charges name
+        return of_groups(evidence.least_units_per_group(), charges.groups)
+    entered = np.flatnonzero(evidence.groups >= 0)
+    outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
+    if outside.size:
+        raise ValueError(f"users {outside[:5].tolist()} entered a statistic without being registered")
+    return evidence.least_units(users)

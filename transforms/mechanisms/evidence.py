@@ -28,15 +28,12 @@ from __future__ import annotations
 import decimal
 import functools
 from fractions import Fraction
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from transforms.mechanisms.budget import UNITS_PER_EPSILON
 from transforms.mechanisms.certified import log_ratio_units
-
-if TYPE_CHECKING:
-    from transforms.mechanisms.charges import Charges
 
 CERTAIN = 1 << 32
 """The coin threshold of a report that always enters a statistic."""
@@ -132,31 +129,15 @@ class Evidence(NamedTuple):
         groups = np.full(users.size, -1, np.int64)
         known = users < self.groups.size
         groups[known] = self.groups[users[known]]
-        return _of_groups(self.least_units_per_group(), groups)
+        return of_groups(self.least_units_per_group(), groups)
 
 
-def _of_groups(per_group: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def of_groups(per_group: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """``per_group[g]`` for each group ``g`` (0 for a negative one or one no statistic covers)."""
     inside = (groups >= 0) & (groups < per_group.size)
     if per_group.size == 0 or not inside.any():
         return np.zeros(groups.size, np.int64)
     return np.where(inside, per_group[np.where(inside, groups, 0)], 0)
-
-
-def least_charges_of_registered(charges: Charges) -> np.ndarray:
-    """The least charge of each of ``charges.users`` (the registered users), from ``charges.evidence``.
-
-    Raises when the evidence lets a user who is not registered enter a statistic: such a user has
-    no requirement and no charge, so the release could not be accounted for.
-    """
-    evidence, users = charges.evidence, charges.users
-    if evidence.groups is charges.group_of:  # the usual release: by the groups the charges name
-        return _of_groups(evidence.least_units_per_group(), charges.groups)
-    entered = np.flatnonzero(evidence.groups >= 0)
-    outside = np.setdiff1d(entered[evidence.least_units(entered) > 0], users)
-    if outside.size:
-        raise ValueError(f"users {outside[:5].tolist()} entered a statistic without being registered")
-    return evidence.least_units(users)
 
 
 def no_statistics(groups: np.ndarray) -> Evidence:

@@ -22,7 +22,8 @@ from per_user_ledger import PerUserLedger
 from transforms.mechanisms import (DISSIMILARITY, PUBLICATION, CohortCharges, DynamicRequirements, FixedRequirements,
                                    LifetimeRequirement, LifetimeRequirements, PrivacyLedger, ReporterCharges,
                                    SparseCharges)
-from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, least_charges_of_registered, no_statistics
+from transforms.mechanisms.charges import least_charges_of_registered
+from transforms.mechanisms.evidence import CERTAIN, Evidence, Statistic, no_statistics
 from transforms.mechanisms.population import UNREGISTERED, WAITING
 
 

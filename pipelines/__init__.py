@@ -4,4 +4,4 @@ Importing the package first drops Beam's import-time notices (``pipelines.logs``
 ``python -m pipelines.…`` command starts quietly.
 """
 
-from pipelines import logs as _logs  # noqa: F401
+from pipelines import logs  # noqa: F401  (imported for its effect: Beam's notices silenced)
